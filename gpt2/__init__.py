@@ -1,0 +1,1 @@
+"""GPT-2 on the kit's hand-written CUDA kernels."""

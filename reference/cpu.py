@@ -1,0 +1,69 @@
+"""NumPy reference for every kernel: the definition the kernels are checked against.
+
+Same argument order as kernels/, with NumPy arrays. Every function computes in
+float64 and writes into `out` (and the other output arrays) in whatever dtype they
+have: pass float64 outputs to see the exact answer, float32 ones to get what a
+float32 kernel should produce.
+"""
+
+import numpy as np
+
+LAYERNORM_EPS = 1e-5
+
+
+def encoder_forward(out, inp, wte, wpe, B, T, C):
+    tokens = np.asarray(inp).reshape(B, T)
+    V = wte.size // C
+    bad = (tokens < 0) | (tokens >= V)
+    if bad.any():
+        b, t = np.argwhere(bad)[0]
+        raise ValueError(f"encoder_forward: token id {tokens[b, t]} at (b={b}, t={t}) is outside [0, {V})")
+    embedded = wte.reshape(V, C).astype(np.float64)[tokens]
+    out.reshape(B, T, C)[...] = embedded + wpe.reshape(-1, C)[:T].astype(np.float64)
+
+
+def layernorm_forward(out, mean, rstd, inp, weight, bias, B, T, C):
+    x = inp.reshape(B, T, C).astype(np.float64)
+    mu = x.mean(axis=-1, keepdims=True)
+    variance = ((x - mu) ** 2).mean(axis=-1, keepdims=True)  # biased, as GPT-2
+    s = 1.0 / np.sqrt(variance + LAYERNORM_EPS)
+    out.reshape(B, T, C)[...] = (x - mu) * s * weight.astype(np.float64) + bias.astype(np.float64)
+    mean.reshape(B, T)[...] = mu[..., 0]
+    rstd.reshape(B, T)[...] = s[..., 0]
+
+
+def matmul_forward(out, inp, weight, bias, B, T, C, OC):
+    product = inp.reshape(B * T, C).astype(np.float64) @ weight.reshape(OC, C).astype(np.float64).T
+    if bias is not None:
+        product += bias.astype(np.float64)
+    out.reshape(B * T, OC)[...] = product
+
+
+def softmax_forward(out, inp, scale, N, T):
+    """Row (n, t) is softmax(scale * inp[n, t, :t+1]), then zeros; out may be inp."""
+    scores = scale * inp.reshape(N, T, T).astype(np.float64)
+    causal = np.tril(np.ones((T, T), dtype=bool))
+    scores = np.where(causal, scores, -np.inf)  # entries above the diagonal are never used
+    scores -= scores.max(axis=-1, keepdims=True)
+    weights = np.exp(scores)
+    out.reshape(N, T, T)[...] = weights / weights.sum(axis=-1, keepdims=True)
+
+
+def attention_forward(out, qkvr, att, inp, B, T, C, NH):
+    """Causal multi-head attention; qkvr is scratch this version does not need."""
+    HS = C // NH
+    qkv = inp.reshape(B, T, 3, NH, HS).astype(np.float64)
+    q, k, v = (qkv[:, :, i].transpose(0, 2, 1, 3) for i in range(3))  # (B, NH, T, HS)
+    probabilities = np.empty((B, NH, T, T))
+    softmax_forward(probabilities, q @ k.transpose(0, 1, 3, 2), 1.0 / np.sqrt(HS), B * NH, T)
+    att.reshape(B, NH, T, T)[...] = probabilities
+    out.reshape(B, T, C)[...] = (probabilities @ v).transpose(0, 2, 1, 3).reshape(B, T, C)
+
+
+def residual_forward(out, inp1, inp2, N):
+    out.reshape(N)[...] = inp1.reshape(N).astype(np.float64) + inp2.reshape(N).astype(np.float64)
+
+
+def gelu_forward(out, inp, N):
+    x = inp.reshape(N).astype(np.float64)
+    out.reshape(N)[...] = 0.5 * x * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (x + 0.044715 * x**3)))

@@ -1,0 +1,73 @@
+"""Gold GPU implementation: every host function from CuPy library operations only.
+
+Same signatures as kernels/ (CuPy arrays, results written into `out`), computed the
+way a framework would: cupy.matmul (cuBLAS) for products, elementwise expressions and
+reductions for the rest, all in float32. It shares no code with kernels/, so when a
+kernel and gold agree they agree for independent reasons. It is also the speed
+yardstick of the benchmark.
+
+Each function takes its array module from its arguments (cupy.get_array_module), so
+the same float32 code also runs on NumPy arrays: that is how the GPU-less tests
+check that the tolerances in reference.checks admit an honest float32 computation.
+"""
+
+import math
+
+import cupy
+
+LAYERNORM_EPS = 1e-5
+
+
+def encoder_forward(out, inp, wte, wpe, B, T, C):
+    """Token ids must be in [0, V): CuPy's indexing wraps out-of-range ones silently."""
+    tokens = inp.reshape(B, T)
+    out.reshape(B, T, C)[...] = wte.reshape(-1, C)[tokens] + wpe.reshape(-1, C)[:T]
+
+
+def layernorm_forward(out, mean, rstd, inp, weight, bias, B, T, C):
+    xp = cupy.get_array_module(inp)
+    x = inp.reshape(B, T, C)
+    mu = x.mean(axis=-1, keepdims=True)
+    centred = x - mu
+    s = 1.0 / xp.sqrt((centred * centred).mean(axis=-1, keepdims=True) + LAYERNORM_EPS)
+    out.reshape(B, T, C)[...] = centred * s * weight + bias
+    mean.reshape(B, T)[...] = mu[..., 0]
+    rstd.reshape(B, T)[...] = s[..., 0]
+
+
+def matmul_forward(out, inp, weight, bias, B, T, C, OC):
+    xp = cupy.get_array_module(inp)
+    result = out.reshape(B * T, OC)
+    xp.matmul(inp.reshape(B * T, C), weight.reshape(OC, C).T, out=result)
+    if bias is not None:
+        result += bias
+
+
+def softmax_forward(out, inp, scale, N, T):
+    xp = cupy.get_array_module(inp)
+    causal = xp.tril(xp.ones((T, T), dtype=bool))
+    scores = xp.where(causal, inp.reshape(N, T, T) * xp.float32(scale), xp.float32(-xp.inf))
+    scores -= scores.max(axis=-1, keepdims=True)
+    weights = xp.exp(scores)
+    out.reshape(N, T, T)[...] = weights / weights.sum(axis=-1, keepdims=True)
+
+
+def attention_forward(out, qkvr, att, inp, B, T, C, NH):
+    xp = cupy.get_array_module(inp)
+    HS = C // NH
+    qkv = inp.reshape(B, T, 3, NH, HS).transpose(2, 0, 3, 1, 4)  # (3, B, NH, T, HS)
+    q, k, v = (qkv[i] for i in range(3))
+    probabilities = att.reshape(B, NH, T, T)
+    softmax_forward(probabilities, xp.matmul(q, k.transpose(0, 1, 3, 2)), 1.0 / math.sqrt(HS), B * NH, T)
+    out.reshape(B, T, C)[...] = xp.matmul(probabilities, v).transpose(0, 2, 1, 3).reshape(B, T, C)
+
+
+def residual_forward(out, inp1, inp2, N):
+    cupy.get_array_module(inp1).add(inp1.reshape(N), inp2.reshape(N), out=out.reshape(N))
+
+
+def gelu_forward(out, inp, N):
+    xp = cupy.get_array_module(inp)
+    x = inp.reshape(N)
+    inner = xp.float32(math.sqrt(2.0 / math.pi)) * (x + xp.float32(0.044715) * x * x * x)
+    out.reshape(N)[...] = xp.float32(0.5) * x * (1 + xp.tanh(inner))

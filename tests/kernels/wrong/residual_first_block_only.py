@@ -1,0 +1,11 @@
+"""Residual launched with a grid of one block: only the first 1024 elements are written."""
+
+import numpy as np
+
+from kernels.residual import residual_forward_kernel
+
+KERNEL = "residual"
+
+
+def residual_forward(out, inp1, inp2, N):
+    residual_forward_kernel((1,), (256,), (out, inp1, inp2, np.int64(N)))
