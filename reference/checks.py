@@ -72,6 +72,8 @@ def case(kernel: str, values: str = "normal", variant: str = "", base_seed: int 
 def cases(kernel: str, base_seed: int = 0) -> list[Case]:
     """Every test case of `kernel`: odd sizes, GPT-2 sizes, and extreme values."""
     c = lambda values="normal", variant="", **sizes: case(kernel, values, variant, base_seed, **sizes)  # noqa: E731
+    # N = 1, a size that is not a multiple of 4 (the vector width), one that is, a large odd one
+    elementwise = lambda: [c(N=1), c(N=7), c(N=1000), c(N=2**20 + 3), c("extreme", N=4099)]  # noqa: E731
     return {
         "encoder": lambda: [
             c(B=1, T=1, C=8, V=50257, maxT=1024),
@@ -111,20 +113,8 @@ def cases(kernel: str, base_seed: int = 0) -> list[Case]:
             c(N=12, T=1024),
             c("extreme", N=4, T=100),
         ],
-        "residual": lambda: [
-            c(N=1),
-            c(N=7),
-            c(N=1000),
-            c(N=2**20 + 3),
-            c("extreme", N=4099),
-        ],
-        "gelu": lambda: [
-            c(N=1),
-            c(N=7),
-            c(N=1000),
-            c(N=2**20 + 3),
-            c("extreme", N=4099),
-        ],
+        "residual": lambda: elementwise(),
+        "gelu": lambda: elementwise(),
     }[kernel]()
 
 

@@ -91,3 +91,12 @@ def test_other_directory_loads_side_by_side(tmp_path):
     mine, theirs = load_kernel_package(), load_kernel_package(tmp_path)
     assert mine.gelu_forward is not theirs.gelu_forward
     assert textwrap.dedent(theirs.gelu_forward.__module__).startswith("kit_loaded_")
+
+
+@pytest.mark.gpu
+def test_compile_error_on_the_gpu_path_names_the_line_too(tmp_path):
+    path = tmp_path / "broken_on_gpu.py"
+    path.write_text(BROKEN_MODULE)
+    module = import_file(path, "broken_on_gpu")
+    with pytest.raises(KernelCompileError, match=r"broken_on_gpu\.py:5: error.*undefined_name"):
+        module.broken((1,), (1,), ())
