@@ -23,6 +23,11 @@ Sizes that are not multiples of the tile are handled by loading zeros past the e
 and not storing outside out. blockIdx.x walks the rows so that blocks running at the
 same time share one slice of weight: the LM head's 154 MB weight streams from memory
 about once.
+
+With only a few rows (M <= 8: generating one token at a time) a 128-row tile would
+be almost all padding. matmul_few_rows_kernel instead gives each output column a
+warp, which reads that column's weight row once (16-byte coalesced loads) and dots it
+with each input row: the weights stream through once and the time is memory time.
 """
 
 import numpy as np
@@ -31,6 +36,7 @@ from gpt2.cuda import CudaKernel, ceil_div, check_array, check_dims
 
 TILE = 128
 THREADS = 256
+FEW_ROWS = 8
 
 MATMUL_SOURCE = r"""
 #define TILE 128        // rows and columns of out per block
@@ -116,6 +122,51 @@ matmul_forward_kernel(float* out, const float* inp, const float* weight, const f
 
 matmul_forward_kernel = CudaKernel(MATMUL_SOURCE, "matmul_forward_kernel")
 
+MATMUL_FEW_ROWS_SOURCE = r"""
+#define FEW_ROWS 8
+
+__device__ float warp_sum(float value) {
+    for (int offset = 16; offset > 0; offset /= 2) value += __shfl_xor_sync(0xffffffff, value, offset);
+    return value;
+}
+
+// out (M, N) = inp (M, K) @ weight (N, K)^T + bias, for M <= FEW_ROWS; one warp per column n.
+extern "C" __global__ void matmul_few_rows_kernel(float* out, const float* inp, const float* weight,
+                                                  const float* bias, int M, int K, int N) {
+    int n = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    int lane = threadIdx.x % 32;
+    if (n >= N) return;
+    const float* w = weight + (long long)n * K;
+    float acc[FEW_ROWS] = {};
+    bool aligned = K % 4 == 0 && (((size_t)inp | (size_t)weight) % 16) == 0;
+    int vector_end = aligned ? K : 0;
+    for (int k = 4 * lane; k < vector_end; k += 128) {
+        float4 wk = *(const float4*)(w + k);
+        #pragma unroll
+        for (int m = 0; m < FEW_ROWS; m++) {
+            if (m < M) {
+                float4 x = *(const float4*)(inp + (long long)m * K + k);
+                acc[m] += wk.x * x.x + wk.y * x.y + wk.z * x.z + wk.w * x.w;
+            }
+        }
+    }
+    for (int k = vector_end + lane; k < K; k += 32) {  // unaligned or odd K: one float at a time
+        float wk = w[k];
+        #pragma unroll
+        for (int m = 0; m < FEW_ROWS; m++) {
+            if (m < M) acc[m] += wk * inp[(long long)m * K + k];
+        }
+    }
+    #pragma unroll
+    for (int m = 0; m < FEW_ROWS; m++) {
+        float total = warp_sum(acc[m]);
+        if (lane == 0 && m < M) out[(long long)m * N + n] = total + (bias != nullptr ? bias[n] : 0.0f);
+    }
+}
+"""
+
+matmul_few_rows_kernel = CudaKernel(MATMUL_FEW_ROWS_SOURCE, "matmul_few_rows_kernel")
+
 
 def matmul_forward(out, inp, weight, bias, B, T, C, OC):
     check_dims("matmul_forward", B=B, T=T, C=C, OC=OC)
@@ -125,6 +176,9 @@ def matmul_forward(out, inp, weight, bias, B, T, C, OC):
     if bias is not None:
         check_array("matmul_forward", "bias", bias, OC)
     bias_pointer = bias if bias is not None else np.uint64(0)  # NULL: no bias
-    grid = (ceil_div(B * T, TILE), ceil_div(OC, TILE))
-    matmul_forward_kernel(grid, (THREADS,),
-                          (out, inp, weight, bias_pointer, np.int32(B * T), np.int32(C), np.int32(OC)))
+    args = (out, inp, weight, bias_pointer, np.int32(B * T), np.int32(C), np.int32(OC))
+    if B * T <= FEW_ROWS:
+        columns_per_block = THREADS // 32
+        matmul_few_rows_kernel((ceil_div(OC, columns_per_block),), (THREADS,), args)
+    else:
+        matmul_forward_kernel((ceil_div(B * T, TILE), ceil_div(OC, TILE)), (THREADS,), args)

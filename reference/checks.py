@@ -31,7 +31,7 @@ from reference import cpu
 U = 2.0**-24            # float32 unit roundoff: a correctly rounded operation errs by <= U * |result|
 TINY = 2.0**-126        # smallest normal float32: below it only absolute accuracy is possible
 
-KERNELS = ("encoder", "layernorm", "matmul", "attention", "softmax", "residual", "gelu")
+# The graded forward-pass kernels (every kernels/ directory has them) ...
 FUNCTIONS = {
     "encoder": "encoder_forward",
     "layernorm": "layernorm_forward",
@@ -41,6 +41,14 @@ FUNCTIONS = {
     "residual": "residual_forward",
     "gelu": "gelu_forward",
 }
+# ... and the kit's KV-cache decoding kernels (kernels/decode.py).
+DECODE_FUNCTIONS = {
+    "encoder_at_positions": "encoder_at_positions_forward",
+    "kv_cache_append": "kv_cache_append_forward",
+    "decode_attention": "decode_attention_forward",
+}
+ALL_FUNCTIONS = {**FUNCTIONS, **DECODE_FUNCTIONS}
+KERNELS = tuple(ALL_FUNCTIONS)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,6 +99,9 @@ def cases(kernel: str, base_seed: int = 0) -> list[Case]:
         ],
         "matmul": lambda: [
             c(B=1, T=1, C=768, OC=2304),
+            c(B=8, T=1, C=768, OC=2304),
+            c(B=2, T=3, C=37, OC=45, variant="no-bias"),
+            c(B=1, T=9, C=130, OC=257),
             c(B=2, T=7, C=37, OC=45),
             c(B=1, T=33, C=130, OC=257, variant="no-bias"),
             c(B=1, T=5, C=768, OC=50257),
@@ -115,6 +126,21 @@ def cases(kernel: str, base_seed: int = 0) -> list[Case]:
         ],
         "residual": lambda: elementwise(),
         "gelu": lambda: elementwise(),
+        "encoder_at_positions": lambda: [
+            c(B=1, T=1, C=768, V=50257, maxT=1024),
+            c(B=3, T=2, C=37, V=100, maxT=20),
+        ],
+        "kv_cache_append": lambda: [
+            c(B=1, T=1, C=768, NH=12, maxT=1024),
+            c(B=3, T=5, C=96, NH=2, maxT=17),
+            c(B=2, T=1, C=16, NH=2, maxT=8),
+        ],
+        "decode_attention": lambda: [
+            c(B=1, C=768, NH=12, maxT=1024),
+            c(B=3, C=96, NH=2, maxT=37),
+            c(B=2, C=16, NH=2, maxT=5),
+            c("extreme", B=3, C=128, NH=2, maxT=100),
+        ],
     }[kernel]()
 
 
@@ -128,6 +154,8 @@ class Problem:
     args: name -> host array (inputs) or shape (outputs) or Python scalar, in call order.
     outputs: the outputs to compare; scratch: outputs nobody checks.
     same_array: output name -> input name for in-place calls.
+    initial: output name -> starting content (a KV cache the call adds rows to); NaN
+      marks the elements the call must write.
     error_bound: (float64 inputs, float64 expected outputs) -> allowed |error| per output.
     """
 
@@ -137,6 +165,7 @@ class Problem:
     error_bound: Callable[[dict, dict], dict]
     scratch: tuple[str, ...] = ()
     same_array: dict = dataclasses.field(default_factory=dict)
+    initial: dict = dataclasses.field(default_factory=dict)  # outputs that start from this content, not NaN
 
     @property
     def output_names(self) -> tuple[str, ...]:
@@ -162,7 +191,7 @@ def build(case: Case) -> Problem:
 
 
 def _problem(case: Case, args: dict, outputs: tuple, error_bound: Callable, **extra) -> Problem:
-    return Problem(FUNCTIONS[case.kernel], args, outputs, error_bound, **extra)
+    return Problem(ALL_FUNCTIONS[case.kernel], args, outputs, error_bound, **extra)
 
 
 def _encoder(case, s, rng):
@@ -232,19 +261,32 @@ def _softmax(case, s, rng):
 
     def bound(x, e):
         s_abs = np.abs(0.125 * np.nan_to_num(x["inp"], nan=0.0))
-        return {"out": _probability_bound(e["out"], s_abs, T)}
+        return {"out": _probability_bound(e["out"], s_abs, np.tril(np.ones((T, T), dtype=bool)))}
 
     return _problem(case, args, ("out",), bound, same_array=same)
 
 
-def _probability_bound(p, score_error_scale, T):
+def _probability_bound(p, score_error_scale, visible):
     # p = exp(s - max) / sum. An absolute error d in the exponent gives p a relative
-    # error d; rounding s and max errs by ~U * |s|, expf by 2 ulp, the sum of T terms
-    # by ~sqrt(T) * U. score_error_scale is the row's largest |s| (or, for attention,
-    # the magnitude its dot products were rounded at).
-    causal = np.tril(np.ones((T, T), dtype=bool))
-    row_scale = np.where(causal, score_error_scale, 0).max(axis=-1, keepdims=True)
-    return p * U * (8 * row_scale + 4 * math.sqrt(T) + 8) + TINY
+    # error d; rounding s and max errs by ~U * |s|, expf by 2 ulp, the sum of n terms
+    # by ~sqrt(n) * U. score_error_scale is the row's largest |s| (or, for attention,
+    # the magnitude its dot products were rounded at); visible marks the keys a row sees.
+    row_scale = np.where(visible, score_error_scale, 0).max(axis=-1, keepdims=True)
+    n = visible.sum(axis=-1, keepdims=True)
+    return p * U * (8 * row_scale + 4 * np.sqrt(n) + 8) + TINY
+
+
+def _attention_bounds(q_abs, k_abs, v_abs, p, visible):
+    """Bounds on probabilities p (..., Tq, Tk) and outputs p @ v (..., Tq, HS).
+
+    Scores are dot products of HS terms: they err by ~sqrt(HS) * U * scale * |q|.|k|,
+    which enters the softmax like a rounding of the score itself. The output carries
+    p's error times |v| plus its own sum of n terms."""
+    HS = q_abs.shape[-1]
+    score_scale = (q_abs @ np.swapaxes(k_abs, -1, -2)) * (math.sqrt(HS) + 1) / math.sqrt(HS)
+    p_bound = _probability_bound(p, score_scale, visible)
+    n = visible.sum(axis=-1, keepdims=True)
+    return p_bound, p_bound @ v_abs + U * (4 * np.sqrt(n) + 4) * (p @ v_abs)
 
 
 def _attention(case, s, rng):
@@ -256,18 +298,13 @@ def _attention(case, s, rng):
 
 
 def _attention_bound(x, e):
-    # Scores are dot products of HS terms: they err by ~sqrt(HS) * U * scale * |q|.|k|,
-    # which enters the softmax like a rounding of the score itself (see softmax).
-    # out = att @ v then carries att's error times |v| plus its own sum of T terms.
     B, T, C3 = x["inp"].shape
     NH = e["att"].shape[1]
     HS = C3 // 3 // NH
-    qkv = np.abs(x["inp"]).reshape(B, T, 3, NH, HS).transpose(2, 0, 3, 1, 4)
-    q, k, v = qkv[0], qkv[1], qkv[2]
-    score_scale = (q @ k.transpose(0, 1, 3, 2)) * (math.sqrt(HS) + 1) / math.sqrt(HS)
-    att_bound = _probability_bound(e["att"], score_scale, T)
-    out = att_bound @ v + U * (4 * math.sqrt(T) + 4) * (e["att"] @ v)
-    return {"att": att_bound, "out": out.transpose(0, 2, 1, 3).reshape(B, T, C3 // 3)}
+    q, k, v = np.abs(x["inp"]).reshape(B, T, 3, NH, HS).transpose(2, 0, 3, 1, 4)
+    causal = np.tril(np.ones((T, T), dtype=bool))
+    att, out = _attention_bounds(q, k, v, e["att"], causal)
+    return {"att": att, "out": out.transpose(0, 2, 1, 3).reshape(B, T, C3 // 3)}
 
 
 def _residual(case, s, rng):
@@ -294,9 +331,67 @@ def _gelu(case, s, rng):
                    lambda x, e: {"out": 8 * U * (np.abs(x["inp"]) + np.abs(e["out"]))})
 
 
+def _lengths(rng, B, max_T, T=1):
+    """Cache lengths for B rows, leaving room for T new tokens; the first row empty, the last full."""
+    lengths = rng.integers(0, max_T - T + 1, size=B).astype(np.int32)
+    lengths[0], lengths[-1] = 0, max_T - T
+    return lengths
+
+
+def _encoder_at_positions(case, s, rng):
+    B, T, C, V, max_T = s["B"], s["T"], s["C"], s["V"], s["maxT"]
+    args = dict(out=(B, T, C), inp=rng.integers(0, V, (B, T), dtype=np.int32), positions=_lengths(rng, B, max_T, T),
+                wte=_normal(rng, V, C), wpe=_normal(rng, max_T, C), B=B, T=T, C=C)
+    return _problem(case, args, ("out",), lambda x, e: {"out": half_ulp(e["out"])})
+
+
+def _kv_cache_append(case, s, rng):
+    B, T, C, NH, max_T = s["B"], s["T"], s["C"], s["NH"], s["maxT"]
+    lengths = _lengths(rng, B, max_T, T)
+    caches = {}
+    for name in ("k_cache", "v_cache"):
+        cache = _normal(rng, B, NH, max_T, C // NH)  # earlier tokens' entries: must survive
+        for b, start in enumerate(lengths):
+            cache[b, :, start:start + T] = np.nan   # the rows the call must write
+        caches[name] = cache
+    args = dict(k_cache=caches["k_cache"].shape, v_cache=caches["v_cache"].shape, qkv=_normal(rng, B, T, 3 * C),
+                lengths=lengths, B=B, T=T, C=C, NH=NH, max_T=max_T)
+    # A copy: exact.
+    return _problem(case, args, ("k_cache", "v_cache"), lambda x, e: {k: np.zeros_like(v) for k, v in e.items()},
+                    initial=caches)
+
+
+def _decode_attention(case, s, rng):
+    B, C, NH, max_T = s["B"], s["C"], s["NH"], s["maxT"]
+    scale = 100.0 if case.values == "extreme" else 1.0
+    lengths = _lengths(rng, B, max_T)
+    k_cache, v_cache = (_normal(rng, B, NH, max_T, C // NH, scale=scale) for _ in range(2))
+    for b, length in enumerate(lengths):
+        k_cache[b, :, length + 1:] = v_cache[b, :, length + 1:] = np.nan  # beyond the cache: never read
+    args = dict(out=(B, 1, C), qkv=_normal(rng, B, 1, 3 * C, scale=scale), k_cache=k_cache, v_cache=v_cache,
+                lengths=lengths, B=B, C=C, NH=NH, max_T=max_T)
+    return _problem(case, args, ("out",), _decode_attention_bound)
+
+
+def _decode_attention_bound(x, e):
+    B, _, C = e["out"].shape
+    NH, max_T, HS = x["k_cache"].shape[1:]
+    out = np.empty((B, NH, HS))
+    for b, length in enumerate(x["lengths"].astype(int)):
+        q = x["qkv"][b].reshape(3, NH, 1, HS)[0]
+        k, v = x["k_cache"][b, :, :length + 1], x["v_cache"][b, :, :length + 1]
+        scores = q @ np.swapaxes(k, -1, -2) / math.sqrt(HS)
+        p = np.exp(scores - scores.max(axis=-1, keepdims=True))
+        p /= p.sum(axis=-1, keepdims=True)
+        out[b] = _attention_bounds(np.abs(q), np.abs(k), np.abs(v), p, np.ones(p.shape, dtype=bool))[1][:, 0]
+    return {"out": out.reshape(B, 1, C)}
+
+
 _BUILDERS = {
     "encoder": _encoder, "layernorm": _layernorm, "matmul": _matmul, "attention": _attention,
     "softmax": _softmax, "residual": _residual, "gelu": _gelu,
+    "encoder_at_positions": _encoder_at_positions, "kv_cache_append": _kv_cache_append,
+    "decode_attention": _decode_attention,
 }
 
 
@@ -316,7 +411,8 @@ class Result:
 def expected_outputs(problem: Problem, against: str = "numpy") -> dict:
     """The reference answer as float64 host arrays: reference.cpu's, or gold's on the GPU."""
     if against == "numpy":
-        args = {k: (np.empty(v, np.float64) if k in problem.output_names else v) for k, v in problem.args.items()}
+        args = {k: (_starting_output(problem, k, v, np.float64, np) if k in problem.output_names else v)
+                for k, v in problem.args.items()}
         getattr(cpu, problem.function)(*args.values())
         return {k: args[k] for k in problem.outputs}
     import cupy
@@ -337,7 +433,7 @@ def _device_args(problem: Problem, device: str = "gpu") -> dict:
     args = {}
     for name, value in problem.args.items():
         if name in problem.output_names:
-            args[name] = xp.full(value, np.nan, dtype=np.float32)
+            args[name] = _starting_output(problem, name, value, np.float32, xp)
         elif isinstance(value, np.ndarray):
             args[name] = xp.array(value)
         else:
@@ -345,6 +441,12 @@ def _device_args(problem: Problem, device: str = "gpu") -> dict:
     for output, source in problem.same_array.items():
         args[output] = args[source]
     return args
+
+
+def _starting_output(problem: Problem, name: str, shape, dtype, xp):
+    if name in problem.initial:
+        return xp.array(problem.initial[name], dtype=dtype)
+    return xp.full(shape, np.nan, dtype=dtype)
 
 
 def run_case(function: Callable, case: Case, against: str = "numpy", device: str = "gpu") -> Result:
@@ -399,7 +501,8 @@ def _compare(case: Case, actual: dict, expected: dict, bounds: dict) -> Result:
         significant = np.abs(want) >= 1e-3 * max(float(np.abs(want).max()), TINY)
         max_rel = max(max_rel, float((error[significant] / np.abs(want[significant])).max(initial=0.0)))
         with np.errstate(divide="ignore", invalid="ignore"):
-            worst_ratio = max(worst_ratio, float(np.nan_to_num(error / allowed, nan=np.inf).max()))
+            ratio = np.where(error == 0, 0.0, error / allowed)  # exact answers under a zero bound: 0
+        worst_ratio = max(worst_ratio, float(np.nan_to_num(ratio, nan=np.inf).max()))
         if bad.any():
             where = np.unravel_index(int(np.argmax(np.where(bad, error / np.maximum(allowed, TINY), -1))), want.shape)
             unwritten = int(np.isnan(got).sum())

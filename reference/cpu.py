@@ -67,3 +67,35 @@ def residual_forward(out, inp1, inp2, N):
 def gelu_forward(out, inp, N):
     x = inp.reshape(N).astype(np.float64)
     out.reshape(N)[...] = 0.5 * x * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (x + 0.044715 * x**3)))
+
+
+# --------------------------------------------------------------------------- decoding with a KV cache
+
+
+def encoder_at_positions_forward(out, inp, positions, wte, wpe, B, T, C):
+    """out[b, t] = wte[inp[b, t]] + wpe[positions[b] + t]."""
+    tokens = np.asarray(inp).reshape(B, T)
+    where = np.asarray(positions).reshape(B, 1) + np.arange(T)
+    out.reshape(B, T, C)[...] = wte.reshape(-1, C).astype(np.float64)[tokens] + wpe.reshape(-1, C).astype(np.float64)[where]
+
+
+def kv_cache_append_forward(k_cache, v_cache, qkv, lengths, B, T, C, NH, max_T):
+    """Cache (B, NH, max_T, HS) rows lengths[b] + t get the keys and values of qkv[b, t]."""
+    HS = C // NH
+    k_new, v_new = (qkv.reshape(B, T, 3, NH, HS)[:, :, i].transpose(0, 2, 1, 3) for i in (1, 2))
+    for b, start in enumerate(np.asarray(lengths).reshape(B)):
+        k_cache.reshape(B, NH, max_T, HS)[b, :, start:start + T] = k_new[b]
+        v_cache.reshape(B, NH, max_T, HS)[b, :, start:start + T] = v_new[b]
+
+
+def decode_attention_forward(out, qkv, k_cache, v_cache, lengths, B, C, NH, max_T):
+    """One query per row attends to cache entries 0..lengths[b] (its own key included)."""
+    HS = C // NH
+    q = qkv.reshape(B, 3, NH, HS)[:, 0].astype(np.float64)
+    keys, values = k_cache.reshape(B, NH, max_T, HS), v_cache.reshape(B, NH, max_T, HS)
+    for b, length in enumerate(np.asarray(lengths).reshape(B)):
+        k, v = keys[b, :, :length + 1].astype(np.float64), values[b, :, :length + 1].astype(np.float64)
+        scores = np.einsum("hd,hjd->hj", q[b], k) / np.sqrt(HS)
+        weights = np.exp(scores - scores.max(axis=-1, keepdims=True))
+        weights /= weights.sum(axis=-1, keepdims=True)
+        out.reshape(B, C)[b] = np.einsum("hj,hjd->hd", weights, v).reshape(C)

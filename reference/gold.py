@@ -71,3 +71,35 @@ def gelu_forward(out, inp, N):
     x = inp.reshape(N)
     inner = xp.float32(math.sqrt(2.0 / math.pi)) * (x + xp.float32(0.044715) * x * x * x)
     out.reshape(N)[...] = xp.float32(0.5) * x * (1 + xp.tanh(inner))
+
+
+# --------------------------------------------------------------------------- decoding with a KV cache
+
+
+def encoder_at_positions_forward(out, inp, positions, wte, wpe, B, T, C):
+    xp = cupy.get_array_module(wte)
+    where = positions.reshape(B, 1) + xp.arange(T, dtype=positions.dtype)
+    out.reshape(B, T, C)[...] = wte.reshape(-1, C)[inp.reshape(B, T)] + wpe.reshape(-1, C)[where]
+
+
+def kv_cache_append_forward(k_cache, v_cache, qkv, lengths, B, T, C, NH, max_T):
+    xp = cupy.get_array_module(qkv)
+    HS = C // NH
+    slots = lengths.reshape(B, 1) + xp.arange(T, dtype=lengths.dtype)       # (B, T)
+    rows = xp.arange(B).reshape(B, 1)
+    parts = qkv.reshape(B, T, 3, NH, HS)
+    for cache, part in ((k_cache, 1), (v_cache, 2)):
+        cache.reshape(B, NH, max_T, HS).transpose(0, 2, 1, 3)[rows, slots] = parts[:, :, part]
+
+
+def decode_attention_forward(out, qkv, k_cache, v_cache, lengths, B, C, NH, max_T):
+    xp = cupy.get_array_module(qkv)
+    HS = C // NH
+    q = qkv.reshape(B, 3, NH, HS)[:, 0]
+    keys, values = k_cache.reshape(B, NH, max_T, HS), v_cache.reshape(B, NH, max_T, HS)
+    visible = xp.arange(max_T).reshape(1, 1, max_T) <= lengths.reshape(B, 1, 1)   # (B, 1, max_T)
+    scores = xp.einsum("bhd,bhjd->bhj", q, xp.where(visible[..., None], keys, 0)) * xp.float32(1 / math.sqrt(HS))
+    scores = xp.where(visible, scores, xp.float32(-xp.inf))
+    weights = xp.exp(scores - scores.max(axis=-1, keepdims=True))
+    weights /= weights.sum(axis=-1, keepdims=True)
+    out.reshape(B, C)[...] = xp.einsum("bhj,bhjd->bhd", weights, xp.where(visible[..., None], values, 0)).reshape(B, C)

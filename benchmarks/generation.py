@@ -1,0 +1,84 @@
+"""Greedy generation speed: KV-cache decoding against full recomputation.
+
+    python -m benchmarks.generation [--model random] [--backend kernels] [--hf]
+
+GPT-2 124M (random weights unless --model), batch 1, float32, a 32-token prompt and
+128 new tokens, greedy. Wall-clock time after a warm-up generation (the logits come
+back to the host every token, so each step ends synchronised). Decode tok/s counts
+the 127 tokens after the first, whose time is the prefill's. --hf also times Hugging
+Face transformers' eager GPT2LMHeadModel.generate on the same weights and GPU.
+"""
+
+import argparse
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+from gpt2.cuda import gpu_unavailable_reason
+from gpt2.generate import GREEDY, generate
+from gpt2.model import GPT2
+
+PROMPT_TOKENS, NEW_TOKENS = 32, 128
+
+
+def timed_generation(model, prompt, use_cache):
+    marks = []
+    started = time.perf_counter()
+    generate(model, prompt, NEW_TOKENS, GREEDY, use_cache=use_cache, stop_at_end_of_text=False,
+             on_token=lambda _: marks.append(time.perf_counter()))
+    total = marks[-1] - started
+    return dict(first_token_s=marks[0] - started, decode_tok_s=(NEW_TOKENS - 1) / (marks[-1] - marks[0]),
+                end_to_end_tok_s=NEW_TOKENS / total)
+
+
+def hf_tokens_per_second(config, params, prompt):
+    import torch
+    import transformers
+
+    from gpt2.checkpoint import write_hf
+
+    with tempfile.TemporaryDirectory() as directory:
+        write_hf(directory, config, params)
+        model = transformers.GPT2LMHeadModel.from_pretrained(directory).cuda().eval()
+    ids = torch.tensor([prompt], device="cuda")
+    with torch.no_grad():
+        model.generate(ids, max_new_tokens=8, do_sample=False, min_new_tokens=8)
+        torch.cuda.synchronize()
+        started = time.perf_counter()
+        model.generate(ids, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, do_sample=False)
+        torch.cuda.synchronize()
+    return NEW_TOKENS / (time.perf_counter() - started)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.generation", description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="random")
+    parser.add_argument("--backend", default="kernels", choices=("kernels", "gold"))
+    parser.add_argument("--hf", action="store_true", help="also time transformers' eager generate")
+    args = parser.parse_args(argv)
+    reason = gpu_unavailable_reason()
+    if reason is not None:
+        print(f"benchmarks.generation: cannot run: {reason}", file=sys.stderr)
+        return 2
+    from gpt2 import checkpoint
+
+    config, params = checkpoint.load(args.model)
+    model = GPT2(config, params, backend=args.backend)
+    prompt = list(np.random.default_rng(0).integers(0, config.vocab_size, PROMPT_TOKENS))
+    generate(model, prompt, 8, GREEDY, stop_at_end_of_text=False)  # warm-up: compiles every kernel
+    print(f"GPT-2 {config.num_parameters() / 1e6:.0f}M, {args.backend} backend, batch 1, prompt {PROMPT_TOKENS}, "
+          f"{NEW_TOKENS} new tokens, greedy")
+    print(f"{'method':22s} {'decode tok/s':>12s} {'end-to-end tok/s':>16s} {'first token ms':>14s}")
+    for name, use_cache in (("KV cache", True), ("full recompute", False)):
+        r = timed_generation(model, prompt, use_cache)
+        print(f"{name:22s} {r['decode_tok_s']:12.0f} {r['end_to_end_tok_s']:16.0f} {1e3 * r['first_token_s']:14.1f}",
+              flush=True)
+    if args.hf:
+        print(f"{'transformers eager':22s} {'':12s} {hf_tokens_per_second(config, params, prompt):16.0f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,390 @@
+"""Reading and writing GPT-2 weights: llm.c .bin files, Hugging Face directories, random init.
+
+Weights live in host memory as a dict of float32 NumPy arrays in llm.c's layout
+(GPT2Config.parameter_shapes): linear weights (out, in), stacked over layers.
+
+* llm.c (`gpt2_124M.bin`, what the course hands out): a header of 256 int32
+  (magic 20240326, version 3 = float32 or 5 = bfloat16, maxT, V, L, NH, C, Vp), then
+  every tensor in parameter_shapes order.
+* Hugging Face: a directory with config.json and model.safetensors, or shards
+  model-0000k-of-0000n.safetensors with model.safetensors.index.json. HF's Conv1D
+  stores linear weights as (in, out): they are transposed on the way in and out.
+  The LM head is tied to wte and is not stored.
+* Hub names (gpt2, gpt2-medium, gpt2-large, gpt2-xl) download through
+  huggingface_hub into its cache; this needs the network.
+
+Every problem with a file is one `CheckpointError` line naming the file and what is wrong.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+
+from gpt2.config import PRESET_ALIASES, PRESETS, GPT2Config
+
+LLMC_MAGIC = 20240326
+LLMC_VERSIONS = {3: "float32", 5: "bfloat16"}
+LLMC_HEADER_INTS = 256
+
+Parameters = dict  # name -> float32 np.ndarray, GPT2Config.parameter_shapes() order
+
+
+class CheckpointError(ValueError):
+    """A weights file or directory that cannot be read as GPT-2."""
+
+
+# --------------------------------------------------------------------------- random
+
+
+def random_parameters(config: GPT2Config, seed: int = 0) -> Parameters:
+    """GPT-2's initialisation: weights N(0, 0.02), the two residual projections scaled
+    by 1/sqrt(2L), biases 0, layernorm weights 1; wte's padding rows 0."""
+    rng = np.random.default_rng(seed)
+    residual_std = 0.02 / math.sqrt(2 * config.num_layers)
+    params = {}
+    for name, shape in config.parameter_shapes().items():
+        if name in ("ln1w", "ln2w", "lnfw"):
+            params[name] = np.ones(shape, np.float32)
+        elif name.endswith("b"):
+            params[name] = np.zeros(shape, np.float32)
+        else:
+            std = residual_std if name in ("attprojw", "fcprojw") else 0.02
+            params[name] = rng.standard_normal(shape, dtype=np.float32) * np.float32(std)
+    params["wte"][config.vocab_size:] = 0
+    return params
+
+
+# --------------------------------------------------------------------------- llm.c
+
+
+def read_llmc(path: str | Path) -> tuple[GPT2Config, Parameters]:
+    path = Path(path)
+    size = _file_size(path)
+    if size < 4 * LLMC_HEADER_INTS:
+        raise CheckpointError(f"{path}: too short for an llm.c checkpoint header ({size} bytes)")
+    header = np.fromfile(path, dtype="<i4", count=LLMC_HEADER_INTS)
+    if header[0] != LLMC_MAGIC:
+        raise CheckpointError(f"{path}: not an llm.c GPT-2 checkpoint (magic {header[0]}, expected {LLMC_MAGIC})")
+    version = int(header[1])
+    if version not in LLMC_VERSIONS:
+        raise CheckpointError(f"{path}: unsupported llm.c checkpoint version {version} "
+                              f"(3 = float32 and 5 = bfloat16 are supported)")
+    max_T, V, L, NH, C, Vp = (int(x) for x in header[2:8])
+    try:
+        config = GPT2Config(max_T, V, Vp, L, NH, C)
+    except ValueError as err:
+        raise CheckpointError(f"{path}: header describes no valid GPT-2 ({err})") from None
+    item = 4 if version == 3 else 2
+    expected = 4 * LLMC_HEADER_INTS + config.num_parameters() * item
+    if size != expected:
+        what = "truncated" if size < expected else "has trailing bytes"
+        raise CheckpointError(f"{path}: {what}: {size} bytes, expected {expected} for "
+                              f"L={L} NH={NH} C={C} V={V} Vp={Vp} maxT={max_T} in {LLMC_VERSIONS[version]}")
+    params, offset = {}, 4 * LLMC_HEADER_INTS
+    for name, shape in config.parameter_shapes().items():
+        count = math.prod(shape)
+        if version == 3:
+            tensor = np.fromfile(path, dtype="<f4", count=count, offset=offset)
+        else:
+            tensor = _bfloat16_to_float32(np.fromfile(path, dtype="<u2", count=count, offset=offset))
+        params[name] = tensor.reshape(shape)
+        offset += count * item
+    return config, params
+
+
+def write_llmc(path: str | Path, config: GPT2Config, params: Parameters, dtype: str = "float32") -> None:
+    versions = {v: k for k, v in LLMC_VERSIONS.items()}
+    if dtype not in versions:
+        raise ValueError(f"write_llmc: dtype must be float32 or bfloat16, got {dtype!r}")
+    _check_parameters(config, params, str(path))
+    header = np.zeros(LLMC_HEADER_INTS, dtype="<i4")
+    header[:8] = [LLMC_MAGIC, versions[dtype], config.max_seq_len, config.vocab_size, config.num_layers,
+                  config.num_heads, config.channels, config.padded_vocab_size]
+    with open(path, "wb") as f:
+        header.tofile(f)
+        for name in config.parameter_shapes():
+            tensor = np.ascontiguousarray(params[name], dtype="<f4")
+            (tensor if dtype == "float32" else _float32_to_bfloat16(tensor)).tofile(f)
+
+
+def _bfloat16_to_float32(bits: np.ndarray) -> np.ndarray:
+    return (bits.astype(np.uint32) << 16).view(np.float32)
+
+
+def _float32_to_bfloat16(values: np.ndarray) -> np.ndarray:
+    bits = values.view(np.uint32)
+    rounding = ((bits >> 16) & 1) + 0x7FFF  # round to nearest, ties to even
+    return ((bits + rounding) >> 16).astype("<u2")
+
+
+# --------------------------------------------------------------------------- Hugging Face
+
+# llm.c name -> (HF name pattern, transposed?). HF's Conv1D stores (in, out).
+_HF_LAYER_TENSORS = {
+    "ln1w": ("h.{l}.ln_1.weight", False), "ln1b": ("h.{l}.ln_1.bias", False),
+    "qkvw": ("h.{l}.attn.c_attn.weight", True), "qkvb": ("h.{l}.attn.c_attn.bias", False),
+    "attprojw": ("h.{l}.attn.c_proj.weight", True), "attprojb": ("h.{l}.attn.c_proj.bias", False),
+    "ln2w": ("h.{l}.ln_2.weight", False), "ln2b": ("h.{l}.ln_2.bias", False),
+    "fcw": ("h.{l}.mlp.c_fc.weight", True), "fcb": ("h.{l}.mlp.c_fc.bias", False),
+    "fcprojw": ("h.{l}.mlp.c_proj.weight", True), "fcprojb": ("h.{l}.mlp.c_proj.bias", False),
+}
+_HF_GLOBAL_TENSORS = {"wte": "wte.weight", "wpe": "wpe.weight", "lnfw": "ln_f.weight", "lnfb": "ln_f.bias"}
+_SAFETENSORS_DTYPES = {"F32": "<f4", "F16": "<f2", "BF16": "<u2"}
+_HF_PREFIX = "transformer."
+
+
+def read_hf(directory: str | Path) -> tuple[GPT2Config, Parameters]:
+    directory = Path(directory)
+    config = _read_hf_config(directory / "config.json")
+    tensors = _open_safetensors(directory)
+    params = {}
+    shapes = config.parameter_shapes()
+    for name, hf_name in _HF_GLOBAL_TENSORS.items():
+        params[name] = tensors.load(hf_name)
+    V, Vp = config.vocab_size, config.padded_vocab_size
+    _expect_shape(tensors, "wte.weight", params["wte"], (V, config.channels))
+    _expect_shape(tensors, "wpe.weight", params["wpe"], shapes["wpe"])
+    padded = np.zeros(shapes["wte"], np.float32)
+    padded[:V] = params["wte"]
+    params["wte"] = padded
+    for name, (pattern, transposed) in _HF_LAYER_TENSORS.items():
+        stacked = np.empty(shapes[name], np.float32)
+        for layer in range(config.num_layers):
+            hf_name = pattern.format(l=layer)
+            tensor = tensors.load(hf_name)
+            want = shapes[name][1:][::-1] if transposed else shapes[name][1:]
+            _expect_shape(tensors, hf_name, tensor, want)
+            stacked[layer] = tensor.T if transposed else tensor
+        params[name] = stacked
+    for name in ("lnfw", "lnfb"):
+        _expect_shape(tensors, _HF_GLOBAL_TENSORS[name], params[name], shapes[name])
+    return config, {name: params[name] for name in shapes}
+
+
+def write_hf(directory: str | Path, config: GPT2Config, params: Parameters,
+             max_shard_bytes: int | None = None) -> None:
+    """A directory transformers' GPT2LMHeadModel.from_pretrained reads (sharded when
+    max_shard_bytes is given and the weights exceed it)."""
+    _check_parameters(config, params, str(directory))
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    tensors = {_HF_PREFIX + "wte.weight": params["wte"][:config.vocab_size]}
+    tensors[_HF_PREFIX + "wpe.weight"] = params["wpe"]
+    for layer in range(config.num_layers):
+        for name, (pattern, transposed) in _HF_LAYER_TENSORS.items():
+            tensor = params[name][layer]
+            tensors[_HF_PREFIX + pattern.format(l=layer)] = tensor.T if transposed else tensor
+    tensors[_HF_PREFIX + "ln_f.weight"], tensors[_HF_PREFIX + "ln_f.bias"] = params["lnfw"], params["lnfb"]
+    (directory / "config.json").write_text(json.dumps(_hf_config(config), indent=2) + "\n")
+    shards = _split_shards(tensors, max_shard_bytes)
+    if len(shards) == 1:
+        _write_safetensors(directory / "model.safetensors", shards[0])
+        return
+    weight_map = {}
+    for k, shard in enumerate(shards, start=1):
+        filename = f"model-{k:05d}-of-{len(shards):05d}.safetensors"
+        _write_safetensors(directory / filename, shard)
+        weight_map.update({name: filename for name in shard})
+    total = sum(t.size * 4 for t in tensors.values())
+    index = {"metadata": {"total_size": total}, "weight_map": weight_map}
+    (directory / "model.safetensors.index.json").write_text(json.dumps(index, indent=2) + "\n")
+
+
+def _hf_config(config: GPT2Config) -> dict:
+    return {
+        "architectures": ["GPT2LMHeadModel"], "model_type": "gpt2",
+        "n_embd": config.channels, "n_head": config.num_heads, "n_layer": config.num_layers,
+        "n_positions": config.max_seq_len, "n_ctx": config.max_seq_len, "vocab_size": config.vocab_size,
+        "n_inner": None, "activation_function": "gelu_new", "layer_norm_epsilon": 1e-5,
+        "bos_token_id": 50256, "eos_token_id": 50256, "tie_word_embeddings": True,
+        "torch_dtype": "float32",
+    }
+
+
+def _read_hf_config(path: Path) -> GPT2Config:
+    try:
+        raw = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise CheckpointError(f"{path}: missing (a Hugging Face GPT-2 directory needs config.json)") from None
+    except json.JSONDecodeError as err:
+        raise CheckpointError(f"{path}: not valid JSON ({err})") from None
+    if raw.get("model_type", "gpt2") != "gpt2":
+        raise CheckpointError(f"{path}: model_type is {raw['model_type']!r}, not 'gpt2'")
+    if raw.get("activation_function", "gelu_new") not in ("gelu_new", "gelu_pytorch_tanh"):
+        raise CheckpointError(f"{path}: activation_function {raw['activation_function']!r} is not GPT-2's tanh GELU")
+    if abs(raw.get("layer_norm_epsilon", 1e-5) - 1e-5) > 1e-12:
+        raise CheckpointError(f"{path}: layer_norm_epsilon {raw['layer_norm_epsilon']} is not 1e-5")
+    try:
+        C, n_inner = raw["n_embd"], raw.get("n_inner")
+        if n_inner not in (None, 4 * C):
+            raise CheckpointError(f"{path}: n_inner={n_inner} is not 4 * n_embd")
+        return GPT2Config.sized(raw["n_layer"], raw["n_head"], C, vocab_size=raw["vocab_size"],
+                                max_seq_len=raw["n_positions"])
+    except KeyError as err:
+        raise CheckpointError(f"{path}: missing field {err.args[0]}") from None
+    except ValueError as err:
+        raise CheckpointError(f"{path}: {err}") from None
+
+
+class _SafetensorsFiles:
+    """Lazy access to the tensors of one or several .safetensors files, by HF name."""
+
+    def __init__(self, files: list[Path]):
+        self.where: dict[str, tuple[Path, dict, int]] = {}
+        for path in files:
+            header, data_start = _read_safetensors_header(path)
+            for name, info in header.items():
+                if name != "__metadata__":
+                    self.where[name.removeprefix(_HF_PREFIX)] = (path, info, data_start)
+
+    def load(self, name: str) -> np.ndarray:
+        if name not in self.where:
+            files = sorted({str(p) for p, _, _ in self.where.values()}) or ["(no tensors)"]
+            raise CheckpointError(f"{', '.join(files)}: missing tensor {name}")
+        path, info, data_start = self.where[name]
+        dtype = info.get("dtype")
+        if dtype not in _SAFETENSORS_DTYPES:
+            raise CheckpointError(f"{path}: tensor {name} has dtype {dtype}; F32, F16 and BF16 are supported")
+        begin, end = info["data_offsets"]
+        raw = np.memmap(path, dtype=_SAFETENSORS_DTYPES[dtype], mode="r", offset=data_start + begin,
+                        shape=((end - begin) // np.dtype(_SAFETENSORS_DTYPES[dtype]).itemsize,))
+        values = _bfloat16_to_float32(raw) if dtype == "BF16" else raw.astype(np.float32)
+        return values.reshape(info["shape"])
+
+    def describe(self, name: str) -> str:
+        return str(self.where[name][0]) if name in self.where else "?"
+
+
+def _open_safetensors(directory: Path) -> _SafetensorsFiles:
+    index = directory / "model.safetensors.index.json"
+    single = directory / "model.safetensors"
+    if index.exists():
+        try:
+            weight_map = json.loads(index.read_text())["weight_map"]
+        except (json.JSONDecodeError, KeyError) as err:
+            raise CheckpointError(f"{index}: not a safetensors index ({err})") from None
+        files = sorted({directory / f for f in weight_map.values()})
+    elif single.exists():
+        files = [single]
+    else:
+        raise CheckpointError(f"{directory}: no model.safetensors or model.safetensors.index.json")
+    for path in files:
+        if not path.exists():
+            raise CheckpointError(f"{path}: missing shard")
+    return _SafetensorsFiles(files)
+
+
+def _read_safetensors_header(path: Path) -> tuple[dict, int]:
+    size = _file_size(path)
+    with open(path, "rb") as f:
+        prefix = f.read(8)
+        if len(prefix) < 8:
+            raise CheckpointError(f"{path}: too short for a safetensors file")
+        length = int.from_bytes(prefix, "little")
+        if length > size - 8:
+            raise CheckpointError(f"{path}: truncated safetensors header")
+        try:
+            header = json.loads(f.read(length))
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            raise CheckpointError(f"{path}: unreadable safetensors header") from None
+    data_size = size - 8 - length
+    for name, info in header.items():
+        if name != "__metadata__" and info["data_offsets"][1] > data_size:
+            raise CheckpointError(f"{path}: truncated: tensor {name} ends past the end of the file")
+    return header, 8 + length
+
+
+def _write_safetensors(path: Path, tensors: dict) -> None:
+    header, offset = {}, 0
+    for name, tensor in tensors.items():
+        nbytes = tensor.size * 4
+        header[name] = {"dtype": "F32", "shape": list(tensor.shape), "data_offsets": [offset, offset + nbytes]}
+        offset += nbytes
+    header["__metadata__"] = {"format": "pt"}
+    encoded = json.dumps(header, separators=(",", ":")).encode()
+    encoded += b" " * (-len(encoded) % 8)
+    with open(path, "wb") as f:
+        f.write(len(encoded).to_bytes(8, "little"))
+        f.write(encoded)
+        for tensor in tensors.values():
+            np.ascontiguousarray(tensor, dtype="<f4").tofile(f)
+
+
+def _split_shards(tensors: dict, max_shard_bytes: int | None) -> list[dict]:
+    shards, current, current_bytes = [], {}, 0
+    for name, tensor in tensors.items():
+        nbytes = tensor.size * 4
+        if current and max_shard_bytes is not None and current_bytes + nbytes > max_shard_bytes:
+            shards.append(current)
+            current, current_bytes = {}, 0
+        current[name] = tensor
+        current_bytes += nbytes
+    return shards + [current]
+
+
+def _expect_shape(tensors: _SafetensorsFiles, name: str, tensor: np.ndarray, shape: tuple) -> None:
+    if tuple(tensor.shape) != tuple(shape):
+        raise CheckpointError(f"{tensors.describe(name)}: tensor {name} has shape {tuple(tensor.shape)}, "
+                              f"expected {tuple(shape)}")
+
+
+# --------------------------------------------------------------------------- any source
+
+
+def load(source: str | Path) -> tuple[GPT2Config, Parameters]:
+    """Weights from an llm.c .bin file, a Hugging Face directory, a hub name, or
+    `random` / `random:<size>` (seeded GPT-2 init; sizes as in config.PRESETS)."""
+    text = str(source)
+    if text == "random" or text.startswith("random:"):
+        config = PRESETS["gpt2"] if text == "random" else _preset_or_error(text.split(":", 1)[1])
+        return config, random_parameters(config, seed=0)
+    path = Path(source).expanduser()
+    if path.is_dir():
+        return read_hf(path)
+    if path.is_file():
+        return read_llmc(path)
+    if text in PRESETS or text in PRESET_ALIASES:
+        return read_hf(download_from_hub(PRESET_ALIASES.get(text, text)))
+    raise CheckpointError(f"{source}: no such file or directory, and not a model name "
+                          f"({', '.join(PRESETS)} or random)")
+
+
+def download_from_hub(name: str) -> Path:
+    """The hub's snapshot of `name` in huggingface_hub's cache (needs the network)."""
+    try:
+        from huggingface_hub import snapshot_download
+    except ImportError:
+        raise CheckpointError(f"{name}: downloading needs huggingface_hub (pip install huggingface_hub)") from None
+    try:
+        return Path(snapshot_download(repo_id=f"openai-community/{name}",
+                                      allow_patterns=["config.json", "*.safetensors", "*.safetensors.index.json"]))
+    except Exception as err:  # offline, unknown repository, ...: one line either way
+        message = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise CheckpointError(f"{name}: could not download from the Hugging Face hub ({message})") from None
+
+
+def _preset_or_error(name: str) -> GPT2Config:
+    from gpt2.config import preset
+    try:
+        return preset(name)
+    except ValueError as err:
+        raise CheckpointError(str(err)) from None
+
+
+def _check_parameters(config: GPT2Config, params: Parameters, where: str) -> None:
+    for name, shape in config.parameter_shapes().items():
+        if name not in params:
+            raise CheckpointError(f"{where}: parameters lack {name}")
+        if tuple(params[name].shape) != shape:
+            raise CheckpointError(f"{where}: {name} has shape {tuple(params[name].shape)}, expected {shape}")
+
+
+def _file_size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except FileNotFoundError:
+        raise CheckpointError(f"{path}: no such file") from None

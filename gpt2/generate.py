@@ -1,0 +1,103 @@
+"""Text generation: greedy, temperature, top-k and top-p sampling, with or without a KV cache.
+
+With the cache (the default) the prompt is run once (prefill) and every new token
+costs one decode step against the cached keys and values. Without it, every new
+token re-runs the whole sequence: slower, and the yardstick the cache is tested
+against (under greedy decoding both must give the same tokens).
+
+A prompt too long to leave room for the new tokens in the model's context is cut
+from the left, keeping its end, with a warning; asking for more new tokens than the
+context holds is an error.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from typing import Callable
+
+import numpy as np
+
+from gpt2.model import GPT2, TokenError
+from gpt2.tokenizer import END_OF_TEXT
+
+
+@dataclasses.dataclass(frozen=True)
+class Sampling:
+    """temperature 0 means greedy (argmax); top_k / top_p None means no cut."""
+
+    temperature: float = 1.0
+    top_k: int | None = None
+    top_p: float | None = None
+    seed: int | None = None
+
+    def __post_init__(self):
+        if self.temperature < 0:
+            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
+        if self.top_k is not None and self.top_k < 1:
+            raise ValueError(f"top_k must be >= 1, got {self.top_k}")
+        if self.top_p is not None and not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+
+
+GREEDY = Sampling(temperature=0.0)
+
+
+def next_token(logits: np.ndarray, sampling: Sampling, rng: np.random.Generator) -> int:
+    """One token id from a row of logits (V,)."""
+    logits = logits.astype(np.float64)
+    if sampling.temperature == 0:
+        return int(np.argmax(logits))
+    logits = logits / sampling.temperature
+    if sampling.top_k is not None and sampling.top_k < logits.size:
+        kth_largest = np.partition(logits, -sampling.top_k)[-sampling.top_k]
+        logits = np.where(logits < kth_largest, -np.inf, logits)
+    probabilities = np.exp(logits - logits.max())
+    probabilities /= probabilities.sum()
+    if sampling.top_p is not None and sampling.top_p < 1:
+        order = np.argsort(-probabilities)
+        cumulative = np.cumsum(probabilities[order])
+        keep = order[: int(np.searchsorted(cumulative, sampling.top_p)) + 1]  # smallest set reaching top_p
+        kept = np.zeros_like(probabilities)
+        kept[keep] = probabilities[keep]
+        probabilities = kept / kept.sum()
+    return int(rng.choice(probabilities.size, p=probabilities))
+
+
+def fit_prompt(prompt: list[int], max_new_tokens: int, context: int, warn: Callable[[str], None]) -> list[int]:
+    if not prompt:
+        raise TokenError("the prompt is empty: give at least one token")
+    if max_new_tokens >= context:
+        raise TokenError(f"max_new_tokens={max_new_tokens} leaves no room for a prompt in the model's "
+                         f"context of {context} tokens")
+    room = context - max_new_tokens
+    if len(prompt) > room:
+        warn(f"prompt of {len(prompt)} tokens cut to its last {room} to leave room for {max_new_tokens} new tokens "
+             f"in the context of {context}")
+        return prompt[-room:]
+    return prompt
+
+
+def generate(model: GPT2, prompt: list[int], max_new_tokens: int, sampling: Sampling = GREEDY, *,
+             use_cache: bool = True, stop_at_end_of_text: bool = True,
+             on_token: Callable[[int], None] | None = None,
+             warn: Callable[[str], None] = lambda m: print(f"warning: {m}", file=sys.stderr)) -> list[int]:
+    """The new token ids (without the prompt), streamed one by one to on_token."""
+    tokens = fit_prompt(list(prompt), max_new_tokens, model.config.max_seq_len, warn)
+    rng = np.random.default_rng(sampling.seed)
+    backend = model.backend
+    new: list[int] = []
+    cache = model.new_cache(1) if use_cache else None
+    logits = model.forward(np.array([tokens], dtype=np.int32), cache)[0, -1]
+    while len(new) < max_new_tokens:
+        token = next_token(backend.to_host(logits), sampling, rng)
+        new.append(token)
+        if on_token is not None:
+            on_token(token)
+        if (stop_at_end_of_text and token == END_OF_TEXT) or len(new) == max_new_tokens:
+            break
+        if use_cache:
+            logits = model.decode_step(np.array([token], dtype=np.int32), cache)[0]
+        else:
+            logits = model.forward(np.array([tokens + new], dtype=np.int32))[0, -1]
+    return new

@@ -1,0 +1,194 @@
+"""GPT-2 on the kit's kernels, readable top to bottom.
+
+    model = GPT2.from_pretrained("gpt2_124M.bin")     # or an HF directory, "gpt2", "random"
+    logits = model(tokens)                            # tokens (B, T) int32 -> logits (B, T, V)
+
+The forward pass is GPT-2's, as llm.c lays it out:
+
+    x = wte[token] + wpe[position]                              encoder
+    for each layer:
+        x = x + attproj(attention(qkv(ln1(x))))                 causal self-attention
+        x = x + fcproj(gelu(fc(ln2(x))))                        MLP
+    logits = lnf(x) @ wte^T                                     tied LM head
+
+Activations are allocated once per (B, T) and kept for every layer, like the
+course's gpt2.cuh, so a step-by-step check can look at any of them.
+
+Generation uses a KV cache: `forward(tokens, cache)` runs the prompt and stores
+every layer's keys and values; `decode_step(token, cache)` then runs one new token
+per row against them, with positions read from the cache's device-side lengths.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+
+import numpy as np
+
+from gpt2 import checkpoint
+from gpt2.backends import Backend, make_backend
+from gpt2.config import GPT2Config
+
+# name -> shape; L layers, B rows, T tokens, C channels, NH heads, Vp padded vocabulary
+ACTIVATION_SHAPES = {
+    "encoded": "B T C",
+    "ln1": "L B T C", "ln1_mean": "L B T", "ln1_rstd": "L B T",
+    "qkv": "L B T 3C", "atty": "L B T C", "att": "L B NH T T",
+    "attproj": "L B T C", "residual2": "L B T C",
+    "ln2": "L B T C", "ln2_mean": "L B T", "ln2_rstd": "L B T",
+    "fch": "L B T 4C", "fch_gelu": "L B T 4C", "fcproj": "L B T C", "residual3": "L B T C",
+    "lnf": "B T C", "lnf_mean": "B T", "lnf_rstd": "B T",
+    "logits": "B T Vp",
+    "qkvr": "3BTC",  # attention's scratch, shared by the layers
+}
+
+
+def _shape(spec: str, sizes: dict) -> tuple[int, ...]:
+    """"L B T 3C" -> (L, B, T, 3 * C); a token like "3BTC" multiplies its letters' sizes."""
+    dims = []
+    for token in spec.split():
+        factor = int(token[0]) if token[0].isdigit() else 1
+        names = token[1:] if token[0].isdigit() else token
+        value = sizes[names] if names in sizes else int(np.prod([sizes[n] for n in names]))
+        dims.append(factor * value)
+    return tuple(dims)
+
+
+class TokenError(ValueError):
+    """Token ids the model cannot take: wrong shape, out of range, or too many."""
+
+
+@dataclasses.dataclass
+class KVCache:
+    """Keys and values of every token so far, per layer: k and v (L, B, NH, maxT, HS).
+
+    lengths (B,) int32 lives on the backend's device and is what the kernels read;
+    `length` is the host's copy, used only for checks (all rows advance together)."""
+
+    k: object
+    v: object
+    lengths: object
+    length: int = 0
+
+    def advance(self, count: int) -> None:
+        self.lengths += count  # a device-side add: nothing is copied to the host
+        self.length += count
+
+
+class GPT2:
+    def __init__(self, config: GPT2Config, params: checkpoint.Parameters, backend: str | Backend = "kernels",
+                 kernels: str | None = None):
+        self.config = config
+        self.backend = backend if isinstance(backend, Backend) else make_backend(backend, kernels)
+        self.weights = types.SimpleNamespace(**{k: self.backend.upload(v) for k, v in params.items()})
+        self.step_check = None  # set by gpt2.step_check to watch every kernel call
+        self._activations_for = None
+
+    @classmethod
+    def from_pretrained(cls, source, backend: str = "kernels", kernels: str | None = None) -> "GPT2":
+        """An llm.c .bin file, an HF directory, a hub name (gpt2, gpt2-medium, ...) or "random"."""
+        config, params = checkpoint.load(source)
+        return cls(config, params, backend, kernels)
+
+    def __call__(self, tokens):
+        return self.forward(tokens)
+
+    # ------------------------------------------------------------------ forward
+
+    def forward(self, tokens, cache: KVCache | None = None):
+        """Logits (B, T, V) for tokens (B, T). With an empty cache, also fill it (prefill)."""
+        tokens = self._check_tokens(tokens, 2)
+        B, T = tokens.shape
+        if cache is not None and cache.length != 0:
+            raise ValueError("forward() fills an empty cache; continue a filled one with decode_step()")
+        a = self._activations(B, T)
+        ops, w = self._ops(), self.weights
+        ops.encoder_forward(a.encoded, tokens, w.wte, w.wpe, B, T, self.config.channels)
+        self._transformer(a, B, T, cache, decoding=False)
+        if cache is not None:
+            cache.advance(T)
+        return a.logits[:, :, :self.config.vocab_size]
+
+    def decode_step(self, tokens, cache: KVCache):
+        """Logits (B, V) for one new token per row (tokens (B,)), attending to the cache."""
+        tokens = self._check_tokens(tokens, 1).reshape(-1, 1)
+        B = tokens.shape[0]
+        if cache.length + 1 > self.config.max_seq_len:
+            raise TokenError(f"the KV cache is full: {cache.length} tokens, the model's context is "
+                             f"{self.config.max_seq_len}")
+        a = self._activations(B, 1)
+        ops, w = self._ops(), self.weights
+        ops.encoder_at_positions_forward(a.encoded, tokens, cache.lengths, w.wte, w.wpe, B, 1, self.config.channels)
+        self._transformer(a, B, 1, cache, decoding=True)
+        cache.advance(1)
+        return a.logits[:, 0, :self.config.vocab_size]
+
+    def _transformer(self, a, B: int, T: int, cache: KVCache | None, decoding: bool) -> None:
+        """Every layer, the final layernorm and the LM head, from a.encoded to a.logits."""
+        C, NH, L = self.config.channels, self.config.num_heads, self.config.num_layers
+        max_T, Vp, w = self.config.max_seq_len, self.config.padded_vocab_size, self.weights
+        residual = a.encoded
+        for l in range(L):
+            ops = self._ops(l)
+            ops.layernorm_forward(a.ln1[l], a.ln1_mean[l], a.ln1_rstd[l], residual, w.ln1w[l], w.ln1b[l], B, T, C)
+            ops.matmul_forward(a.qkv[l], a.ln1[l], w.qkvw[l], w.qkvb[l], B, T, C, 3 * C)
+            if cache is not None:
+                ops.kv_cache_append_forward(cache.k[l], cache.v[l], a.qkv[l], cache.lengths, B, T, C, NH, max_T)
+            if decoding:
+                ops.decode_attention_forward(a.atty[l], a.qkv[l], cache.k[l], cache.v[l], cache.lengths,
+                                             B, C, NH, max_T)
+            else:
+                ops.attention_forward(a.atty[l], a.qkvr, a.att[l], a.qkv[l], B, T, C, NH)
+            ops.matmul_forward(a.attproj[l], a.atty[l], w.attprojw[l], w.attprojb[l], B, T, C, C)
+            ops.residual_forward(a.residual2[l], residual, a.attproj[l], B * T * C)
+            ops.layernorm_forward(a.ln2[l], a.ln2_mean[l], a.ln2_rstd[l], a.residual2[l], w.ln2w[l], w.ln2b[l],
+                                  B, T, C)
+            ops.matmul_forward(a.fch[l], a.ln2[l], w.fcw[l], w.fcb[l], B, T, C, 4 * C)
+            ops.gelu_forward(a.fch_gelu[l], a.fch[l], B * T * 4 * C)
+            ops.matmul_forward(a.fcproj[l], a.fch_gelu[l], w.fcprojw[l], w.fcprojb[l], B, T, 4 * C, C)
+            ops.residual_forward(a.residual3[l], a.residual2[l], a.fcproj[l], B * T * C)
+            residual = a.residual3[l]
+        ops = self._ops()
+        ops.layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, residual, w.lnfw, w.lnfb, B, T, C)
+        ops.matmul_forward(a.logits, a.lnf, w.wte, None, B, T, C, Vp)
+
+    # ------------------------------------------------------------------ helpers
+
+    def new_cache(self, batch_size: int) -> KVCache:
+        c = self.config
+        shape = (c.num_layers, batch_size, c.num_heads, c.max_seq_len, c.channels // c.num_heads)
+        xp = self.backend.xp
+        return KVCache(xp.zeros(shape, self.backend.activation_dtype), xp.zeros(shape, self.backend.activation_dtype),
+                       xp.zeros(batch_size, np.int32))
+
+    def activations(self):
+        """The activations of the last call (a namespace of arrays named as in ACTIVATION_SHAPES)."""
+        return self._activations_for[1] if self._activations_for else None
+
+    def _activations(self, B: int, T: int):
+        if self._activations_for is None or self._activations_for[0] != (B, T):
+            c = self.config
+            sizes = dict(L=c.num_layers, B=B, T=T, C=c.channels, NH=c.num_heads, Vp=c.padded_vocab_size)
+            arrays = {name: self.backend.empty(*_shape(spec, sizes)) for name, spec in ACTIVATION_SHAPES.items()}
+            self._activations_for = ((B, T), types.SimpleNamespace(**arrays))
+        return self._activations_for[1]
+
+    def _ops(self, layer: int | None = None):
+        return self.backend.ops if self.step_check is None else self.step_check.at(layer)
+
+    def _check_tokens(self, tokens, ndim: int):
+        """Token ids as int32 on the backend, after checking shape, range and length on the host."""
+        host = self.backend.to_host(tokens) if hasattr(tokens, "shape") else np.asarray(tokens)
+        shape_name = "(B, T)" if ndim == 2 else "(B,)"
+        if host.ndim != ndim or host.size == 0 or not np.issubdtype(host.dtype, np.integer):
+            raise TokenError(f"tokens must be a non-empty {shape_name} array of integer ids, "
+                             f"got shape {host.shape} of {host.dtype}")
+        V, max_T = self.config.vocab_size, self.config.max_seq_len
+        bad = (host < 0) | (host >= V)
+        if bad.any():
+            where = tuple(int(i) for i in np.argwhere(bad)[0])
+            raise TokenError(f"token id {host[where]} at {where} is outside the vocabulary [0, {V})")
+        if ndim == 2 and host.shape[1] > max_T:
+            raise TokenError(f"{host.shape[1]} tokens exceed the model's context of {max_T}")
+        return self.backend.upload(host.astype(np.int32))

@@ -1,0 +1,138 @@
+"""Step-by-step check: your kernels and gold side by side through a whole forward pass.
+
+    python -m gpt2.step_check [--model M] [--kernels DIR] [--batch 4] [--tokens 64] [--seed 0]
+
+Every kernel call of the forward pass runs twice on the same inputs: gold's into
+the model's activations, yours into fresh NaN-filled copies. The two are compared
+right away, and the model carries on with gold's numbers (check-and-swap), so one
+wrong kernel is reported where it is and does not smear into every later step.
+
+A step passes when, for every element, min(|error|, |error| / max(1e-3, |gold|)) <=
+0.05, and the root-mean-square error is <= 1e-3 (the course's test_gpt2_kernels
+criterion: loose enough for any float32 summation order, tight enough for a
+forgotten bias or a missing mask).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+import types
+
+import numpy as np
+
+ELEMENT_TOLERANCE = 0.05
+RMSE_TOLERANCE = 1e-3
+
+OUTPUT_ARGUMENTS = {  # host function -> positions of its outputs (and scratch) among its arguments
+    "encoder_forward": (0,), "layernorm_forward": (0, 1, 2), "matmul_forward": (0,),
+    "attention_forward": (0, 1, 2), "residual_forward": (0,), "gelu_forward": (0,),
+}
+SCRATCH_ARGUMENTS = {"attention_forward": (1,)}
+LAYER_STEPS = ("ln1", "qkv", "attention", "attproj", "residual2", "ln2", "fc", "gelu", "fcproj", "residual3")
+OUTER_STEPS = {"encoder_forward": "encoder", "layernorm_forward": "lnf", "matmul_forward": "lm_head"}
+
+
+@dataclasses.dataclass
+class Step:
+    where: str
+    function: str
+    output: int
+    max_error: float
+    rmse: float
+
+    @property
+    def passed(self) -> bool:
+        return self.max_error <= ELEMENT_TOLERANCE and self.rmse <= RMSE_TOLERANCE
+
+
+def compare(candidate: np.ndarray, gold: np.ndarray) -> tuple[float, float]:
+    """(largest per-element min(abs, rel) error, RMSE); NaN or inf anywhere is infinite."""
+    error = np.abs(candidate.astype(np.float64) - gold.astype(np.float64))
+    if not np.isfinite(error).all():
+        return float("inf"), float("inf")
+    relative = error / np.maximum(1e-3, np.abs(gold))
+    return float(np.minimum(error, relative).max(initial=0.0)), float(np.sqrt(np.mean(error**2)))
+
+
+class StepChecker:
+    """Stands in for the model's host functions (model.step_check = checker)."""
+
+    def __init__(self, candidate, gold):
+        self.candidate, self.gold = candidate, gold
+        self.steps: list[Step] = []
+        self._layer, self._index = None, 0
+
+    def at(self, layer: int | None):
+        if layer != self._layer:
+            self._layer, self._index = layer, 0
+        return types.SimpleNamespace(**{name: self._checked(name) for name in OUTPUT_ARGUMENTS})
+
+    def first_failure(self) -> Step | None:
+        return next((s for s in self.steps if not s.passed), None)
+
+    def _checked(self, name: str):
+        def call(*args):
+            import cupy
+
+            where = (OUTER_STEPS[name] if self._layer is None
+                     else f"layer {self._layer} {LAYER_STEPS[self._index % len(LAYER_STEPS)]}")
+            self._index += 1
+            mine = list(args)
+            for i in OUTPUT_ARGUMENTS[name]:
+                mine[i] = cupy.full_like(args[i], np.nan)
+            getattr(self.gold, name)(*args)
+            getattr(self.candidate, name)(*mine)
+            for i in OUTPUT_ARGUMENTS[name]:
+                if i not in SCRATCH_ARGUMENTS.get(name, ()):
+                    self.steps.append(Step(where, name, i, *compare(cupy.asnumpy(mine[i]), cupy.asnumpy(args[i]))))
+        return call
+
+
+def run(model, tokens: np.ndarray, candidate) -> StepChecker:
+    """One forward pass of `model` (on the gold backend) with every call checked against `candidate`."""
+    checker = StepChecker(candidate, model.backend.ops)
+    model.step_check = checker
+    try:
+        model.forward(tokens)
+    finally:
+        model.step_check = None
+    return checker
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m gpt2.step_check", description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="random", help="weights (default: random 124M)")
+    parser.add_argument("--kernels", help="kernels/ directory to check (default: this repo's)")
+    parser.add_argument("--batch", type=int, default=4)
+    parser.add_argument("--tokens", type=int, default=64)
+    parser.add_argument("--seed", type=int, default=0, help="seed of the random token ids")
+    args = parser.parse_args(argv)
+
+    from gpt2.cuda import gpu_unavailable_reason, load_kernel_package
+    from gpt2.model import GPT2
+
+    reason = gpu_unavailable_reason()
+    if reason is not None:
+        print(f"gpt2.step_check: cannot run kernels: {reason}", file=sys.stderr)
+        return 2
+    model = GPT2.from_pretrained(args.model, backend="gold")
+    rng = np.random.default_rng(args.seed)
+    tokens = rng.integers(0, model.config.vocab_size, (args.batch, args.tokens), dtype=np.int32)
+    checker = run(model, tokens, load_kernel_package(args.kernels))
+    print(f"{'step':22s} {'function':18s} {'out':>3s} {'max err':>9s} {'rmse':>9s}")
+    for s in checker.steps:
+        print(f"{s.where:22s} {s.function:18s} {s.output:3d} {s.max_error:9.2e} {s.rmse:9.2e}"
+              f"{'' if s.passed else '  FAIL'}")
+    failure = checker.first_failure()
+    if failure is None:
+        print(f"all {len(checker.steps)} checked outputs pass")
+        return 0
+    print(f"first failing step: {failure.where} ({failure.function}, output argument {failure.output}): "
+          f"max error {failure.max_error:.3g}, rmse {failure.rmse:.3g}")
+    return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,130 @@
+"""GPT-2's byte-pair encoding, through tiktoken, working offline.
+
+    from gpt2.tokenizer import get_tokenizer
+    enc = get_tokenizer()
+    enc.encode("Hello, world!")   # [15496, 11, 995, 0]
+    enc.decode([15496, 11, 995, 0])
+
+The BPE table is tiktoken's r50k_base file (GPT-2's 50257 tokens, <|endoftext|> =
+50256). `python -m gpt2.tokenizer fetch` gets it through PyPI, from the sdist of
+openai-whisper (whisper/assets/gpt2.tiktoken is the same file), checks its sha256
+against the one tiktoken expects, and stores it in the kit's cache directory:
+$GPT2_KIT_CACHE, else ~/.cache/gpt2-cuda-kit. $GPT2_BPE_FILE points at a copy
+elsewhere. When neither exists, tiktoken's own download is tried (needs the network).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import subprocess
+import sys
+import tarfile
+import tempfile
+from pathlib import Path
+
+END_OF_TEXT = 50256
+BPE_SHA256 = "306cd27f03c1a714eca7108e03d66b7dc042abe8c258b44c199a7ed9838dd930"  # tiktoken's r50k_base
+WHISPER_SDIST = "openai-whisper==20250625"
+WHISPER_MEMBER = "whisper/assets/gpt2.tiktoken"
+# GPT-2's pre-tokenisation pattern, as tiktoken writes it for r50k_base
+PATTERN = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}++| ?\p{N}++| ?[^\s\p{L}\p{N}]++|\s++$|\s+(?!\S)|\s"""
+
+
+class TokenizerMissing(RuntimeError):
+    """GPT-2's BPE file is not on this machine."""
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("GPT2_KIT_CACHE", Path.home() / ".cache" / "gpt2-cuda-kit"))
+
+
+def bpe_path() -> Path:
+    return Path(os.environ["GPT2_BPE_FILE"]) if "GPT2_BPE_FILE" in os.environ else cache_dir() / "gpt2.tiktoken"
+
+
+class Tokenizer:
+    def __init__(self, encoding):
+        self._encoding = encoding
+        self.eot_token = END_OF_TEXT
+        self.vocab_size = encoding.n_vocab
+
+    def encode(self, text: str) -> list[int]:
+        """Token ids of `text`; a literal <|endoftext|> becomes token 50256."""
+        return self._encoding.encode(text, allowed_special={"<|endoftext|>"})
+
+    def decode(self, ids) -> str:
+        return self._encoding.decode([int(i) for i in ids])
+
+
+@functools.lru_cache(maxsize=None)
+def get_tokenizer() -> Tokenizer:
+    import tiktoken
+    from tiktoken.load import load_tiktoken_bpe
+
+    path = bpe_path()
+    if path.is_file():
+        ranks = load_tiktoken_bpe(str(path), expected_hash=BPE_SHA256)
+        encoding = tiktoken.Encoding(name="gpt2", pat_str=PATTERN, mergeable_ranks=ranks,
+                                     special_tokens={"<|endoftext|>": END_OF_TEXT})
+        return Tokenizer(encoding)
+    try:
+        return Tokenizer(tiktoken.get_encoding("r50k_base"))
+    except Exception:  # offline and not in tiktoken's cache
+        raise TokenizerMissing(f"GPT-2's BPE file is missing ({path}): run `python -m gpt2.tokenizer fetch` "
+                               f"(needs PyPI) or set GPT2_BPE_FILE to a copy of gpt2.tiktoken") from None
+
+
+def fetch(destination: Path | None = None) -> Path:
+    """Download openai-whisper's sdist from PyPI, take gpt2.tiktoken out, verify, store."""
+    destination = destination or bpe_path()
+    with tempfile.TemporaryDirectory() as tmp:
+        command = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--no-binary", ":all:",
+                   "--dest", tmp, WHISPER_SDIST]
+        done = subprocess.run(command, capture_output=True, text=True)
+        archives = list(Path(tmp).glob("openai_whisper-*.tar.gz")) + list(Path(tmp).glob("openai-whisper-*.tar.gz"))
+        if done.returncode != 0 or not archives:
+            reason = (done.stderr.strip().splitlines() or ["no archive"])[-1]
+            raise TokenizerMissing(f"could not download {WHISPER_SDIST} from PyPI: {reason}")
+        with tarfile.open(archives[0]) as archive:
+            member = next((m for m in archive.getmembers() if m.name.endswith(WHISPER_MEMBER)), None)
+            if member is None:
+                raise TokenizerMissing(f"{archives[0].name} holds no {WHISPER_MEMBER}")
+            data = archive.extractfile(member).read()
+    digest = hashlib.sha256(data).hexdigest()
+    if digest != BPE_SHA256:
+        raise TokenizerMissing(f"{WHISPER_MEMBER} has sha256 {digest}, expected {BPE_SHA256}")
+    destination.parent.mkdir(parents=True, exist_ok=True)
+    partial = destination.with_suffix(".partial")
+    partial.write_bytes(data)
+    partial.replace(destination)
+    return destination
+
+
+def main(argv=None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m gpt2.tokenizer", description="GPT-2's BPE file")
+    commands = parser.add_subparsers(dest="command", required=True)
+    commands.add_parser("fetch", help="download GPT-2's BPE file through PyPI and verify it")
+    encode = commands.add_parser("encode", help="print the token ids of a text")
+    encode.add_argument("text")
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "fetch":
+            if bpe_path().is_file() and hashlib.sha256(bpe_path().read_bytes()).hexdigest() == BPE_SHA256:
+                print(f"GPT-2 BPE file already present: {bpe_path()}")
+                return 0
+            print(f"fetching GPT-2's BPE file from PyPI ({WHISPER_SDIST} sdist) ...", flush=True)
+            print(f"verified sha256 and stored {fetch()}")
+        else:
+            print(get_tokenizer().encode(args.text))
+    except TokenizerMissing as err:
+        print(f"gpt2.tokenizer: {err}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

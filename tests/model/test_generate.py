@@ -1,0 +1,105 @@
+"""Generation on the CPU (reference backend): sampling rules, prompt fitting, the KV cache."""
+
+import numpy as np
+import pytest
+
+from gpt2.generate import GREEDY, Sampling, fit_prompt, generate, next_token
+from gpt2.model import GPT2, TokenError
+from tests.model.helpers import TINY, perturbed_parameters
+
+
+@pytest.fixture(scope="module")
+def model():
+    return GPT2(TINY, perturbed_parameters(TINY, seed=2), backend="reference")
+
+
+def test_greedy_takes_the_argmax():
+    logits = np.array([0.1, 3.0, -1.0, 2.9])
+    assert next_token(logits, GREEDY, np.random.default_rng(0)) == 1
+
+
+def test_top_k_samples_only_the_k_likeliest():
+    logits = np.random.default_rng(1).normal(size=100)
+    rng = np.random.default_rng(2)
+    drawn = {next_token(logits, Sampling(temperature=2.0, top_k=3), rng) for _ in range(400)}
+    assert drawn == set(np.argsort(logits)[-3:])
+
+
+def test_top_p_keeps_the_smallest_set_reaching_p():
+    logits = np.log(np.array([0.5, 0.3, 0.15, 0.05]))
+    rng = np.random.default_rng(3)
+    drawn = {next_token(logits, Sampling(top_p=0.75), rng) for _ in range(400)}
+    assert drawn == {0, 1}  # 0.5 < 0.75 <= 0.5 + 0.3
+
+
+def test_temperature_sampling_follows_the_distribution():
+    logits = np.log(np.array([0.7, 0.2, 0.1]))
+    rng = np.random.default_rng(4)
+    counts = np.bincount([next_token(logits, Sampling(), rng) for _ in range(4000)], minlength=3)
+    np.testing.assert_allclose(counts / 4000, [0.7, 0.2, 0.1], atol=0.03)
+
+
+def test_same_seed_same_text(model):
+    sampling = Sampling(temperature=1.0, top_k=50, seed=11)
+    assert generate(model, [1, 2, 3], 12, sampling) == generate(model, [1, 2, 3], 12, sampling)
+
+
+def test_bad_sampling_options_raise():
+    for kwargs in (dict(temperature=-1.0), dict(top_k=0), dict(top_p=0.0), dict(top_p=1.5)):
+        with pytest.raises(ValueError):
+            Sampling(**kwargs)
+
+
+def test_long_prompt_is_cut_from_the_left_with_a_warning():
+    warnings = []
+    kept = fit_prompt(list(range(100)), max_new_tokens=30, context=64, warn=warnings.append)
+    assert kept == list(range(66, 100))
+    assert warnings and "cut to its last 34" in warnings[0]
+
+
+def test_no_room_for_a_prompt_is_an_error():
+    with pytest.raises(TokenError, match="leaves no room"):
+        fit_prompt([1], max_new_tokens=64, context=64, warn=print)
+    with pytest.raises(TokenError, match="empty"):
+        fit_prompt([], max_new_tokens=4, context=64, warn=print)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2], ids=lambda s: f"seed{s}")
+def test_kv_cache_greedy_equals_full_recompute(model, seed):
+    prompt = list(np.random.default_rng(seed).integers(0, 50257, 1 + 5 * seed))
+    cached = generate(model, prompt, 20, GREEDY, use_cache=True, stop_at_end_of_text=False)
+    recomputed = generate(model, prompt, 20, GREEDY, use_cache=False, stop_at_end_of_text=False)
+    assert cached == recomputed and len(cached) == 20
+
+
+def test_decode_step_logits_equal_a_full_forward(model):
+    prompt = [5, 10, 15, 20]
+    cache = model.new_cache(1)
+    model.forward(np.array([prompt], np.int32), cache)
+    step = model.decode_step(np.array([99], np.int32), cache).copy()
+    full = model.forward(np.array([prompt + [99]], np.int32))[0, -1]
+    np.testing.assert_allclose(step[0], full, rtol=0, atol=1e-12)
+    assert cache.length == 5 and int(cache.lengths[0]) == 5
+
+
+def test_generation_stops_at_end_of_text(model):
+    biased = GPT2(TINY, perturbed_parameters(TINY, seed=2), backend="reference")
+    biased.weights.lnfb[:] = 0
+    biased.weights.lnfw[:] = 0
+    biased.weights.wte[50256] = 0  # every logit 0 ...
+    biased.weights.lnfb[0], biased.weights.wte[50256, 0] = 1.0, 10.0  # ... but end-of-text's 10
+    streamed = []
+    new = generate(biased, [1, 2], 10, GREEDY, on_token=streamed.append)
+    assert new == streamed == [50256]
+
+
+@pytest.mark.parametrize("tokens, message", [
+    (np.array([[1, 50257]]), r"token id 50257 at \(0, 1\) is outside the vocabulary"),
+    (np.array([[-1]]), r"token id -1"),
+    (np.zeros((1, 65), np.int32), r"65 tokens exceed the model's context of 64"),
+    (np.array([1, 2, 3]), r"must be a non-empty \(B, T\) array"),
+    (np.array([[0.5]]), r"must be a non-empty \(B, T\) array"),
+])
+def test_bad_tokens_give_one_line(model, tokens, message):
+    with pytest.raises(TokenError, match=message):
+        model(tokens)
