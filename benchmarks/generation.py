@@ -57,6 +57,7 @@ def main(argv=None) -> int:
     parser.add_argument("--model", default="random")
     parser.add_argument("--backend", default="kernels", choices=("kernels", "gold"))
     parser.add_argument("--hf", action="store_true", help="also time transformers' eager generate")
+    parser.add_argument("--profile", action="store_true", help="print where the host's time goes (cProfile)")
     args = parser.parse_args(argv)
     reason = gpu_unavailable_reason()
     if reason is not None:
@@ -75,6 +76,13 @@ def main(argv=None) -> int:
         r = timed_generation(model, prompt, use_cache)
         print(f"{name:22s} {r['decode_tok_s']:12.0f} {r['end_to_end_tok_s']:16.0f} {1e3 * r['first_token_s']:14.1f}",
               flush=True)
+    if args.profile:
+        import cProfile
+        import pstats
+
+        profiler = cProfile.Profile()
+        profiler.runcall(timed_generation, model, prompt, True)
+        pstats.Stats(profiler).sort_stats("tottime").print_stats(18)
     if args.hf:
         print(f"{'transformers eager':22s} {'':12s} {hf_tokens_per_second(config, params, prompt):16.0f}")
     return 0

@@ -135,17 +135,20 @@ class CudaKernel:
         self.name = name
         self.options = tuple(options)
         self.origin = _origin_of(source, caller_depth=2)
+        self._function = None
 
     def __repr__(self) -> str:
         return f"CudaKernel({self.name!r} from {self.origin.path})"
 
     def compiled(self):
         """The CuPy RawKernel, compiling the source for this GPU on first use."""
-        require_gpu()
-        return _compiled_module(self.source, self.options, self.origin).get_function(self.name)
+        if self._function is None:
+            require_gpu()
+            self._function = _compiled_module(self.source, self.options, self.origin).get_function(self.name)
+        return self._function
 
     def __call__(self, grid, block, args, shared_mem: int = 0) -> None:
-        self.compiled()(tuple(grid), tuple(block), tuple(args), shared_mem=shared_mem)
+        (self._function or self.compiled())(grid, block, args, shared_mem=shared_mem)
 
 
 @functools.lru_cache(maxsize=None)

@@ -12,7 +12,9 @@ The forward pass is GPT-2's, as llm.c lays it out:
     logits = lnf(x) @ wte^T                                     tied LM head
 
 Activations are allocated once per (B, T) and kept for every layer, like the
-course's gpt2.cuh, so a step-by-step check can look at any of them.
+course's gpt2.cuh, so a step-by-step check can look at any of them. Per-layer
+tensors are lists of views made once (slicing an array costs microseconds of
+Python per call, which adds up over a hundred launches per generated token).
 
 Generation uses a KV cache: `forward(tokens, cache)` runs the prompt and stores
 every layer's keys and values; `decode_step(token, cache)` then runs one new token
@@ -44,6 +46,9 @@ ACTIVATION_SHAPES = {
 }
 
 
+GLOBAL_WEIGHTS = ("wte", "wpe", "lnfw", "lnfb")  # the others are stacked over layers
+
+
 def _shape(spec: str, sizes: dict) -> tuple[int, ...]:
     """"L B T 3C" -> (L, B, T, 3 * C); a token like "3BTC" multiplies its letters' sizes."""
     dims = []
@@ -61,13 +66,13 @@ class TokenError(ValueError):
 
 @dataclasses.dataclass
 class KVCache:
-    """Keys and values of every token so far, per layer: k and v (L, B, NH, maxT, HS).
+    """Keys and values of every token so far: k[l] and v[l] (B, NH, maxT, HS) for layer l.
 
     lengths (B,) int32 lives on the backend's device and is what the kernels read;
     `length` is the host's copy, used only for checks (all rows advance together)."""
 
-    k: object
-    v: object
+    k: list
+    v: list
     lengths: object
     length: int = 0
 
@@ -81,7 +86,9 @@ class GPT2:
                  kernels: str | None = None):
         self.config = config
         self.backend = backend if isinstance(backend, Backend) else make_backend(backend, kernels)
-        self.weights = types.SimpleNamespace(**{k: self.backend.upload(v) for k, v in params.items()})
+        uploaded = {name: self.backend.upload(array) for name, array in params.items()}
+        self.weights = types.SimpleNamespace(**{name: array if name in GLOBAL_WEIGHTS else list(array)
+                                                for name, array in uploaded.items()})
         self.step_check = None  # set by gpt2.step_check to watch every kernel call
         self._activations_for = None
 
@@ -158,9 +165,8 @@ class GPT2:
     def new_cache(self, batch_size: int) -> KVCache:
         c = self.config
         shape = (c.num_layers, batch_size, c.num_heads, c.max_seq_len, c.channels // c.num_heads)
-        xp = self.backend.xp
-        return KVCache(xp.zeros(shape, self.backend.activation_dtype), xp.zeros(shape, self.backend.activation_dtype),
-                       xp.zeros(batch_size, np.int32))
+        xp, dtype = self.backend.xp, self.backend.activation_dtype
+        return KVCache(list(xp.zeros(shape, dtype)), list(xp.zeros(shape, dtype)), xp.zeros(batch_size, np.int32))
 
     def activations(self):
         """The activations of the last call (a namespace of arrays named as in ACTIVATION_SHAPES)."""
@@ -171,6 +177,8 @@ class GPT2:
             c = self.config
             sizes = dict(L=c.num_layers, B=B, T=T, C=c.channels, NH=c.num_heads, Vp=c.padded_vocab_size)
             arrays = {name: self.backend.empty(*_shape(spec, sizes)) for name, spec in ACTIVATION_SHAPES.items()}
+            arrays = {name: list(array) if ACTIVATION_SHAPES[name].startswith("L ") else array
+                      for name, array in arrays.items()}
             self._activations_for = ((B, T), types.SimpleNamespace(**arrays))
         return self._activations_for[1]
 
