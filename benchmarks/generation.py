@@ -7,6 +7,8 @@ GPT-2 124M (random weights unless --model), batch 1, float32, a 32-token prompt 
 back to the host every token, so each step ends synchronised). Decode tok/s counts
 the 127 tokens after the first, whose time is the prefill's. --hf also times Hugging
 Face transformers' eager GPT2LMHeadModel.generate on the same weights and GPU.
+"KV cache + CUDA graph" replays one captured decode step per token (gpt2.graph);
+"KV cache" launches the step's kernels one by one from Python.
 """
 
 import argparse
@@ -23,10 +25,10 @@ from gpt2.model import GPT2
 PROMPT_TOKENS, NEW_TOKENS = 32, 128
 
 
-def timed_generation(model, prompt, use_cache):
+def timed_generation(model, prompt, use_cache, use_graph):
     marks = []
     started = time.perf_counter()
-    generate(model, prompt, NEW_TOKENS, GREEDY, use_cache=use_cache, stop_at_end_of_text=False,
+    generate(model, prompt, NEW_TOKENS, GREEDY, use_cache=use_cache, use_graph=use_graph, stop_at_end_of_text=False,
              on_token=lambda _: marks.append(time.perf_counter()))
     total = marks[-1] - started
     return dict(first_token_s=marks[0] - started, decode_tok_s=(NEW_TOKENS - 1) / (marks[-1] - marks[0]),
@@ -72,8 +74,11 @@ def main(argv=None) -> int:
     print(f"GPT-2 {config.num_parameters() / 1e6:.0f}M, {args.backend} backend, batch 1, prompt {PROMPT_TOKENS}, "
           f"{NEW_TOKENS} new tokens, greedy")
     print(f"{'method':22s} {'decode tok/s':>12s} {'end-to-end tok/s':>16s} {'first token ms':>14s}")
-    for name, use_cache in (("KV cache", True), ("full recompute", False)):
-        r = timed_generation(model, prompt, use_cache)
+    methods = (("KV cache + CUDA graph", True, True), ("KV cache", True, False), ("full recompute", False, False))
+    for name, use_cache, use_graph in methods:
+        if use_graph and args.backend != "kernels":
+            continue
+        r = timed_generation(model, prompt, use_cache, use_graph)
         print(f"{name:22s} {r['decode_tok_s']:12.0f} {r['end_to_end_tok_s']:16.0f} {1e3 * r['first_token_s']:14.1f}",
               flush=True)
     if args.profile:
@@ -81,7 +86,7 @@ def main(argv=None) -> int:
         import pstats
 
         profiler = cProfile.Profile()
-        profiler.runcall(timed_generation, model, prompt, True)
+        profiler.runcall(timed_generation, model, prompt, True, False)
         pstats.Stats(profiler).sort_stats("tottime").print_stats(18)
     if args.hf:
         print(f"{'transformers eager':22s} {'':12s} {hf_tokens_per_second(config, params, prompt):16.0f}")

@@ -81,6 +81,8 @@ def parse_args(argv):
                                                                   "probabilities reach p")
     parser.add_argument("--seed", type=int, default=None, help="seed of the sampling (default: fresh)")
     parser.add_argument("--no-cache", action="store_true", help="recompute the whole sequence for every token")
+    parser.add_argument("--no-graph", action="store_true", help="launch each decode step's kernels from Python "
+                                                                "instead of replaying a CUDA graph")
     return parser.parse_args(argv)
 
 
@@ -106,7 +108,7 @@ def main(argv=None) -> int:
         for prompt in prompts:
             print(prompt, end="", flush=True)
             generate(model, tokenizer.encode(prompt), args.max_new_tokens, sampling, use_cache=not args.no_cache,
-                     on_token=Streamer(tokenizer), warn=note)
+                     use_graph=not args.no_graph, on_token=Streamer(tokenizer), warn=note)
             print(flush=True)
     except (CheckpointError, TokenizerMissing, TokenError, KernelArgumentError, KernelCompileError,
             FileNotFoundError, ValueError, RuntimeError) as err:

@@ -1,7 +1,8 @@
 """Text generation: greedy, temperature, top-k and top-p sampling, with or without a KV cache.
 
 With the cache (the default) the prompt is run once (prefill) and every new token
-costs one decode step against the cached keys and values. Without it, every new
+costs one decode step against the cached keys and values; on the kernels backend
+that step is captured once as a CUDA graph and replayed (gpt2.graph). Without it, every new
 token re-runs the whole sequence: slower, and the yardstick the cache is tested
 against (under greedy decoding both must give the same tokens).
 
@@ -18,6 +19,7 @@ from typing import Callable
 
 import numpy as np
 
+from gpt2.graph import CapturedDecodeStep
 from gpt2.model import GPT2, TokenError
 from gpt2.tokenizer import END_OF_TEXT
 
@@ -79,25 +81,32 @@ def fit_prompt(prompt: list[int], max_new_tokens: int, context: int, warn: Calla
 
 
 def generate(model: GPT2, prompt: list[int], max_new_tokens: int, sampling: Sampling = GREEDY, *,
-             use_cache: bool = True, stop_at_end_of_text: bool = True,
+             use_cache: bool = True, use_graph: bool = True, stop_at_end_of_text: bool = True,
              on_token: Callable[[int], None] | None = None,
              warn: Callable[[str], None] = lambda m: print(f"warning: {m}", file=sys.stderr)) -> list[int]:
-    """The new token ids (without the prompt), streamed one by one to on_token."""
+    """The new token ids (without the prompt), streamed one by one to on_token.
+
+    With the cache on the kernels backend, decode steps after the first replay a CUDA
+    graph of the step (gpt2.graph) unless use_graph is False."""
     tokens = fit_prompt(list(prompt), max_new_tokens, model.config.max_seq_len, warn)
     rng = np.random.default_rng(sampling.seed)
-    backend = model.backend
+    to_host = model.backend.to_host
     new: list[int] = []
     cache = model.new_cache(1) if use_cache else None
-    logits = model.forward(np.array([tokens], dtype=np.int32), cache)[0, -1]
-    while len(new) < max_new_tokens:
-        token = next_token(backend.to_host(logits), sampling, rng)
+    graphed = None
+    logits = to_host(model.forward(np.array([tokens], dtype=np.int32), cache)[0, -1])
+    while True:
+        token = next_token(logits, sampling, rng)
         new.append(token)
         if on_token is not None:
             on_token(token)
         if (stop_at_end_of_text and token == END_OF_TEXT) or len(new) == max_new_tokens:
-            break
-        if use_cache:
-            logits = model.decode_step(np.array([token], dtype=np.int32), cache)[0]
+            return new
+        if graphed is not None:
+            logits = graphed([token])[0]
+        elif use_cache:
+            logits = to_host(model.decode_step(np.array([token], dtype=np.int32), cache)[0])
+            if use_graph and model.backend.name == "kernels":  # the step above compiled every kernel
+                graphed = CapturedDecodeStep(model, cache, batch_size=1)
         else:
-            logits = model.forward(np.array([tokens + new], dtype=np.int32))[0, -1]
-    return new
+            logits = to_host(model.forward(np.array([tokens + new], dtype=np.int32))[0, -1])

@@ -18,7 +18,8 @@ Python per call, which adds up over a hundred launches per generated token).
 
 Generation uses a KV cache: `forward(tokens, cache)` runs the prompt and stores
 every layer's keys and values; `decode_step(token, cache)` then runs one new token
-per row against them, with positions read from the cache's device-side lengths.
+per row against them, with positions read from the cache's device-side lengths
+(which is what lets gpt2.graph capture a decode step once and replay it).
 """
 
 from __future__ import annotations
@@ -119,16 +120,26 @@ class GPT2:
 
     def decode_step(self, tokens, cache: KVCache):
         """Logits (B, V) for one new token per row (tokens (B,)), attending to the cache."""
-        tokens = self._check_tokens(tokens, 1).reshape(-1, 1)
-        B = tokens.shape[0]
+        tokens = self._check_tokens(tokens, 1)
         if cache.length + 1 > self.config.max_seq_len:
             raise TokenError(f"the KV cache is full: {cache.length} tokens, the model's context is "
                              f"{self.config.max_seq_len}")
+        logits = self.decode_launches(tokens, cache)
+        cache.length += 1
+        return logits
+
+    def decode_launches(self, tokens, cache: KVCache):
+        """The launches of one decode step, tokens (B,) int32 already on the device.
+
+        Nothing here depends on the host: positions and lengths come from
+        cache.lengths, which the step advances on the device. So the same launches,
+        captured once as a CUDA graph, serve every step (gpt2.graph)."""
+        B = tokens.shape[0]
         a = self._activations(B, 1)
         ops, w = self._ops(), self.weights
         ops.encoder_at_positions_forward(a.encoded, tokens, cache.lengths, w.wte, w.wpe, B, 1, self.config.channels)
         self._transformer(a, B, 1, cache, decoding=True)
-        cache.advance(1)
+        cache.lengths += 1
         return a.logits[:, 0, :self.config.vocab_size]
 
     def _transformer(self, a, B: int, T: int, cache: KVCache | None, decoding: bool) -> None:

@@ -15,6 +15,7 @@ from gpt2 import step_check
 from gpt2.config import preset
 from gpt2.cuda import load_kernel_package
 from gpt2.generate import GREEDY, generate
+from gpt2.graph import CapturedDecodeStep
 from gpt2.model import GPT2
 from tests.kernels.wrong import matmul_ignores_bias
 from tests.model.helpers import perturbed_parameters
@@ -71,9 +72,30 @@ def test_step_check_names_the_first_wrong_step(weights, tokens):
 def test_kv_cache_greedy_tokens_equal_full_recompute(weights, backend):
     model = GPT2(*weights, backend=backend)
     prompt = list(np.random.default_rng(3).integers(0, 50257, 8))
-    cached = generate(model, prompt, 24, GREEDY, use_cache=True, stop_at_end_of_text=False)
     recomputed = generate(model, prompt, 24, GREEDY, use_cache=False, stop_at_end_of_text=False)
-    assert cached == recomputed
+    launched = generate(model, prompt, 24, GREEDY, use_graph=False, stop_at_end_of_text=False)
+    graphed = generate(model, prompt, 24, GREEDY, stop_at_end_of_text=False)
+    assert launched == recomputed
+    assert graphed == recomputed
+
+
+def test_graph_replay_logits_equal_launched_step(weights):
+    model = GPT2(*weights, backend="kernels")
+    prompt = np.random.default_rng(4).integers(0, 50257, (1, 12)).astype(np.int32)
+    logits = {}
+    for mode in ("launched", "graphed"):
+        cache = model.new_cache(1)
+        model.forward(prompt, cache)
+        model.decode_step(np.array([11], np.int32), cache)
+        if mode == "graphed":
+            step = CapturedDecodeStep(model, cache, batch_size=1)
+            logits[mode] = [step([t])[0] for t in (12, 13, 14)]
+        else:
+            logits[mode] = [model.backend.to_host(model.decode_step(np.array([t], np.int32), cache))[0]
+                            for t in (12, 13, 14)]
+        assert cache.length == 16 and int(cache.lengths[0]) == 16
+    for launched, graphed in zip(logits["launched"], logits["graphed"]):
+        np.testing.assert_array_equal(launched, graphed)  # the same kernels on the same data
 
 
 def test_decode_step_logits_match_the_reference(weights):
