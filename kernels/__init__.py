@@ -3,6 +3,9 @@
 Every host function takes CuPy float32 C-contiguous arrays (token ids int32), writes
 its result into `out` in place and returns None. The signatures are the contract the
 tests, the model and the grader call.
+
+Each kernel's body sits between `// BEGIN SOLUTION` and `// END SOLUTION`: the
+students' starter kit (python -m grading handout) has a TODO stub there instead.
 """
 
 from kernels.attention import attention_forward, softmax_forward

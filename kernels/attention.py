@@ -49,6 +49,7 @@ __device__ float warp_sum(float value) {
 // out may be inp: each lane writes only the entries it read itself.
 extern "C" __global__ void softmax_forward_kernel(float* out, const float* inp, float scale,
                                                   int N, int T) {
+    // BEGIN SOLUTION
     long long row = (long long)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
     int lane = threadIdx.x % 32;
     if (row >= (long long)N * T) return;
@@ -71,6 +72,7 @@ extern "C" __global__ void softmax_forward_kernel(float* out, const float* inp, 
     for (int i = lane; i < T; i += 32) {
         y[i] = i <= t ? expf(scale * x[i] - row_max) * inverse_sum : 0.0f;
     }
+    // END SOLUTION
 }
 """
 
@@ -103,6 +105,7 @@ __device__ void accumulate_slice(float acc[4][4], const float (*a)[TILE + 1],
 // grid: (key tiles, query tiles, B * NH)
 extern "C" __global__ void __launch_bounds__(THREADS, 2)  // two blocks per SM: no register spills
 attention_scores_kernel(float* scores, const float* qkv, int T, int C, int NH) {
+    // BEGIN SOLUTION
     const int row0 = blockIdx.y * TILE, col0 = blockIdx.x * TILE;
     if (col0 > row0 + TILE - 1) return;  // wholly above the diagonal
     const int HS = C / NH, b = blockIdx.z / NH, h = blockIdx.z % NH;
@@ -135,12 +138,14 @@ attention_scores_kernel(float* scores, const float* qkv, int T, int C, int NH) {
             if (t < T && t2 <= t) out[(long long)t * T + t2] = acc[i][j];
         }
     }
+    // END SOLUTION
 }
 
 // out[b, t, h*HS + d] = sum over t2 <= t of att[b, h, t, t2] * v[b, t2, h, d].
 // grid: (head-dim tiles, query tiles, B * NH)
 extern "C" __global__ void __launch_bounds__(THREADS, 2)  // two blocks per SM: no register spills
 attention_values_kernel(float* out, const float* att, const float* qkv, int T, int C, int NH) {
+    // BEGIN SOLUTION
     const int row0 = blockIdx.y * TILE, d0 = blockIdx.x * TILE;
     const int HS = C / NH, b = blockIdx.z / NH, h = blockIdx.z % NH;
     const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
@@ -173,6 +178,7 @@ attention_values_kernel(float* out, const float* att, const float* qkv, int T, i
             if (t < T && d < HS) out[((long long)b * T + t) * C + h * HS + d] = acc[i][j];
         }
     }
+    // END SOLUTION
 }
 """
 

@@ -24,6 +24,7 @@ __device__ float gelu(float x) {
 }
 
 extern "C" __global__ void gelu_forward_kernel(float* out, const float* inp, long long N) {
+    // BEGIN SOLUTION
     long long i = 4 * ((long long)blockIdx.x * blockDim.x + threadIdx.x);
     if (i >= N) return;
     bool aligned = (((size_t)out | (size_t)inp) % 16) == 0;
@@ -33,6 +34,7 @@ extern "C" __global__ void gelu_forward_kernel(float* out, const float* inp, lon
     } else {
         for (long long j = i; j < N && j < i + 4; j++) out[j] = gelu(inp[j]);
     }
+    // END SOLUTION
 }
 """
 

@@ -17,6 +17,7 @@ from gpt2.cuda import CudaKernel, ceil_div, check_array, check_dims
 RESIDUAL_SOURCE = r"""
 extern "C" __global__ void residual_forward_kernel(float* out, const float* inp1,
                                                    const float* inp2, long long N) {
+    // BEGIN SOLUTION
     long long i = 4 * ((long long)blockIdx.x * blockDim.x + threadIdx.x);
     if (i >= N) return;
     bool aligned = (((size_t)out | (size_t)inp1 | (size_t)inp2) % 16) == 0;
@@ -27,6 +28,7 @@ extern "C" __global__ void residual_forward_kernel(float* out, const float* inp1
     } else {
         for (long long j = i; j < N && j < i + 4; j++) out[j] = inp1[j] + inp2[j];
     }
+    // END SOLUTION
 }
 """
 

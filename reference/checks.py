@@ -449,19 +449,17 @@ def _starting_output(problem: Problem, name: str, shape, dtype, xp):
     return xp.full(shape, np.nan, dtype=dtype)
 
 
-def run_case(function: Callable, case: Case, against: str = "numpy", device: str = "gpu") -> Result:
-    """Call `function` (a host function with the kit's signature) on `case` and judge it.
+@dataclasses.dataclass
+class Execution:
+    """What a call left behind: its outputs and its inputs afterwards, or why it failed."""
 
-    device="cpu" passes NumPy arrays instead of CuPy ones: for checking the checks
-    themselves with NumPy implementations on a machine without a GPU.
-    """
-    problem = build(case)
-    reference = expected_outputs(problem, "numpy")
-    bounds = problem.error_bound({k: v.astype(np.float64) for k, v in problem.inputs().items()}, reference)
-    if against == "gold":
-        reference = expected_outputs(problem, "gold")
-        bounds = {k: 2 * v for k, v in bounds.items()}
+    outputs: dict | None
+    inputs_after: dict | None
+    error: str | None = None
 
+
+def execute(function: Callable, problem: Problem, device: str = "gpu") -> Execution:
+    """Call `function` on the problem's inputs (outputs poisoned with NaN) and collect everything as host arrays."""
     args = _device_args(problem, device)
     to_host = _to_host(device)
     try:
@@ -471,14 +469,35 @@ def run_case(function: Callable, case: Case, against: str = "numpy", device: str
 
             cupy.cuda.runtime.deviceSynchronize()
     except Exception as err:  # a failing submission must produce a verdict, not a crash
-        return Result(case, False, f"{type(err).__name__}: {_one_line(err)}")
+        return Execution(None, None, f"{type(err).__name__}: {_one_line(err)}")
+    return Execution({k: to_host(args[k]) for k in problem.outputs},
+                     {k: to_host(args[k]) for k in problem.inputs()})
 
+
+def judge(case: Case, problem: Problem, execution: Execution, against: str = "numpy") -> Result:
+    """Compare an execution with the reference, within the case's bounds."""
+    if execution.error is not None:
+        return Result(case, False, execution.error)
     in_place = set(problem.same_array.values())
     for name, original in problem.inputs().items():
-        if name not in in_place and not np.array_equal(to_host(args[name]), original, equal_nan=True):
+        if name not in in_place and not np.array_equal(execution.inputs_after[name], original, equal_nan=True):
             return Result(case, False, f"input {name} was modified by the call")
+    reference = expected_outputs(problem, "numpy")
+    bounds = problem.error_bound({k: v.astype(np.float64) for k, v in problem.inputs().items()}, reference)
+    if against == "gold":
+        reference = expected_outputs(problem, "gold")
+        bounds = {k: 2 * v for k, v in bounds.items()}
+    return _compare(case, execution.outputs, reference, bounds)
 
-    return _compare(case, {k: to_host(args[k]) for k in problem.outputs}, reference, bounds)
+
+def run_case(function: Callable, case: Case, against: str = "numpy", device: str = "gpu") -> Result:
+    """Call `function` (a host function with the kit's signature) on `case` and judge it.
+
+    device="cpu" passes NumPy arrays instead of CuPy ones: for checking the checks
+    themselves with NumPy implementations on a machine without a GPU.
+    """
+    problem = build(case)
+    return judge(case, problem, execute(function, problem, device), against)
 
 
 def _to_host(device: str) -> Callable:

@@ -17,7 +17,6 @@ from gpt2.cuda import load_kernel_package
 from gpt2.generate import GREEDY, generate
 from gpt2.graph import CapturedDecodeStep
 from gpt2.model import GPT2
-from tests.kernels.wrong import matmul_ignores_bias
 from tests.model.helpers import perturbed_parameters
 
 pytestmark = pytest.mark.gpu
@@ -59,7 +58,12 @@ def test_step_check_passes_with_the_kits_kernels(weights, tokens):
 
 def test_step_check_names_the_first_wrong_step(weights, tokens):
     model = GPT2(*weights, backend="gold")
-    candidate = vars(load_kernel_package()) | {"matmul_forward": matmul_ignores_bias.matmul_forward}
+    solution = load_kernel_package()
+
+    def matmul_without_bias(out, inp, weight, bias, B, T, C, OC):
+        solution.matmul_forward(out, inp, weight, None, B, T, C, OC)
+
+    candidate = vars(solution) | {"matmul_forward": matmul_without_bias}
     checker = step_check.run(model, tokens, types.SimpleNamespace(**candidate))
     failure = checker.first_failure()
     assert failure is not None and failure.where == "layer 0 qkv" and failure.function == "matmul_forward"

@@ -1,0 +1,105 @@
+"""Grade kernel submissions, or write the students' handout.
+
+    python -m grading SUBMISSION [SUBMISSION ...] [--seed N] [--out DIR] [--results-json PATH]
+    python -m grading --class-list FILE [--out DIR]       # one submission directory per line
+    python -m grading gather DIR                          # gradebook.csv from DIR/*/results.json
+    python -m grading handout OUT_DIR                     # the starter kit, solutions stubbed
+
+A submission is a directory holding a student's kernels/ (or a kernels/ directory
+itself). Each item of grading/weights.toml runs in its own process, under a time
+limit, on inputs from a secret seed (printed in the report so a regrade can repeat
+it). Per submission: a console table and OUT/<name>/results.json in Gradescope's
+format; for several, OUT/gradebook.csv too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import secrets
+import sys
+from pathlib import Path
+
+from gpt2.cuda import gpu_unavailable_reason
+from grading import reports
+from grading.grade import grade_submission
+from grading.handout import make_handout
+from grading.items import load_scheme
+
+
+def grade_main(argv) -> int:
+    parser = argparse.ArgumentParser(prog="python -m grading", description=__doc__.splitlines()[0])
+    parser.add_argument("submissions", nargs="*", type=Path)
+    parser.add_argument("--class-list", type=Path, help="a file naming one submission directory per line")
+    parser.add_argument("--seed", type=int, help="seed of the test inputs (default: a fresh secret one)")
+    parser.add_argument("--out", type=Path, default=Path("grading-results"), help="where reports go")
+    parser.add_argument("--results-json", type=Path, help="also write the (single) submission's results.json here "
+                                                          "(Gradescope: /autograder/results/results.json)")
+    args = parser.parse_args(argv)
+    submissions = list(args.submissions)
+    if args.class_list:
+        submissions += [Path(line.strip()) for line in args.class_list.read_text().splitlines() if line.strip()]
+    if not submissions:
+        parser.error("name at least one submission directory (or --class-list)")
+    missing = [str(s) for s in submissions if not s.is_dir()]
+    if missing:
+        print(f"grading: no such submission directory: {', '.join(missing)}", file=sys.stderr)
+        return 2
+    reason = gpu_unavailable_reason()
+    if reason is not None:
+        print(f"grading: cannot grade without a GPU: {reason}", file=sys.stderr)
+        return 2
+    scheme = load_scheme()
+    seed = args.seed if args.seed is not None else secrets.randbelow(2**31)
+    rows = []
+    for number, submission in enumerate(submissions, start=1):
+        print(f"[{number}/{len(submissions)}] grading {submission} ...", file=sys.stderr, flush=True)
+        grade = grade_submission(submission, scheme, seed, progress=lambda m: print(m, file=sys.stderr, flush=True))
+        print(reports.console_table(grade), flush=True)
+        print(flush=True)
+        name = submission.resolve().name
+        reports.write_results_json(grade, args.out / name / "results.json")
+        if args.results_json:
+            reports.write_results_json(grade, args.results_json)
+        rows.append((name, reports.gradescope_results(grade)))
+    if len(rows) > 1:
+        reports.write_gradebook(rows, scheme, args.out / "gradebook.csv")
+        print(f"gradebook: {args.out / 'gradebook.csv'}", file=sys.stderr)
+    return 0
+
+
+def gather_main(argv) -> int:
+    parser = argparse.ArgumentParser(prog="python -m grading gather")
+    parser.add_argument("directory", type=Path, help="the --out directory of the grading runs")
+    args = parser.parse_args(argv)
+    rows = reports.read_results(args.directory)
+    if not rows:
+        print(f"grading gather: no */results.json under {args.directory}", file=sys.stderr)
+        return 2
+    reports.write_gradebook(rows, load_scheme(), args.directory / "gradebook.csv")
+    print(f"gradebook of {len(rows)} submissions: {args.directory / 'gradebook.csv'}")
+    return 0
+
+
+def handout_main(argv) -> int:
+    parser = argparse.ArgumentParser(prog="python -m grading handout")
+    parser.add_argument("destination", type=Path)
+    args = parser.parse_args(argv)
+    try:
+        stubbed = make_handout(args.destination)
+    except (FileExistsError, ValueError) as err:
+        print(f"grading handout: {err}", file=sys.stderr)
+        return 2
+    print(f"handout written to {args.destination}; stubbed: {', '.join(stubbed)}")
+    return 0
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    commands = {"handout": handout_main, "gather": gather_main}
+    if argv and argv[0] in commands:
+        return commands[argv[0]](argv[1:])
+    return grade_main(argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

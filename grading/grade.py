@@ -1,0 +1,143 @@
+"""Grading one submission: one worker process per item, judged here against our own references.
+
+The inputs come from a seed the submission cannot know in advance (a fresh secret one
+unless the TA passes --seed). The worker reports what each call left behind; this
+process rebuilds the same cases, computes the float64 NumPy references and judges.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from grading.items import Item, Scheme
+from reference.checks import FUNCTIONS, Execution, Result, build, cases, judge
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+CUDA_ERROR_MARKERS = ("cudaError", "CUDA_ERROR")
+
+
+@dataclasses.dataclass
+class ItemGrade:
+    item: Item
+    score: float
+    reason: str
+    cases_passed: int = 0
+    cases_run: int = 0
+    details: list[str] = dataclasses.field(default_factory=list)
+
+
+@dataclasses.dataclass
+class SubmissionGrade:
+    submission: str
+    seed: int
+    items: list[ItemGrade]
+
+    @property
+    def score(self) -> float:
+        return sum(g.score for g in self.items)
+
+    @property
+    def max_score(self) -> float:
+        return sum(g.item.weight for g in self.items)
+
+
+def grade_submission(submission: Path, scheme: Scheme, seed: int,
+                     progress: Callable[[str], None] = lambda m: None) -> SubmissionGrade:
+    grades = []
+    for item in scheme.items:
+        progress(f"  {item.title} ...")
+        grade = grade_item(submission, item, scheme, seed)
+        progress(f"  {item.title}: {grade.score:g}/{item.weight:g} ({grade.reason})")
+        grades.append(grade)
+    return SubmissionGrade(str(submission), seed, grades)
+
+
+def grade_item(submission: Path, item: Item, scheme: Scheme, seed: int) -> ItemGrade:
+    """Run the item's worker process on the submission, then score what it left behind."""
+    with tempfile.TemporaryDirectory(prefix=f"grade-{item.name}-") as out:
+        command = [sys.executable, "-m", "grading.worker", "--submission", str(Path(submission).resolve()),
+                   "--item", item.name, "--seed", str(seed), "--out", out]
+        env = os.environ | {"PYTHONPATH": str(REPO_ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+        try:
+            done = subprocess.run(command, capture_output=True, text=True, timeout=scheme.time_limit_seconds,
+                                  cwd=out, env=env)
+        except subprocess.TimeoutExpired:
+            expected = sum(len(cases(f, seed)) for f in item.functions)
+            return ItemGrade(item, 0.0, f"timed out after {scheme.time_limit_seconds:g} s (a kernel that never "
+                                        f"returns?)", 0, expected)
+        crash = _crash_reason(done.returncode, done.stderr)
+        return score_item(item, scheme, seed, Path(out), crash)
+
+
+def score_item(item: Item, scheme: Scheme, seed: int, out: Path, crash: str | None = None) -> ItemGrade:
+    """Judge the worker's records in `out` against our own references and apply the scheme."""
+    expected = [c for f in item.functions for c in cases(f, seed)]
+    records = _read_records(out / "records.jsonl")
+    judged = {}  # by case id: a case counts once, and only if it is one of ours
+    for record in records:
+        result = _judge_record(record, out, seed) if "case" in record else None
+        if result is not None:
+            judged[result.case.id] = result
+    results = list(judged.values())
+    passed = sum(r.passed for r in results)
+    details = [f"{r.case.kernel} {r.case.id}: {r.message}" for r in results if not r.passed]
+    load_errors = [r["error"] for r in records if "case" not in r]
+    cuda_errors = [r["error"] for r in records if r.get("error") and any(m in r["error"] for m in CUDA_ERROR_MARKERS)]
+    reason = (load_errors[0] if load_errors else crash if crash else
+              f"CUDA error: {cuda_errors[0]}" if cuda_errors else
+              f"only {len(results)} of {len(expected)} cases ran" if len(results) < len(expected) else None)
+    if reason is not None:
+        return ItemGrade(item, 0.0, reason, passed, len(expected), details)
+    if passed == len(expected):
+        return ItemGrade(item, item.weight, f"all {passed} cases pass", passed, passed)
+    if scheme.partial_credit == "fraction":
+        return ItemGrade(item, item.weight * passed / len(expected),
+                         f"{passed} of {len(expected)} cases pass; first failure: {details[0]}", passed,
+                         len(expected), details)
+    return ItemGrade(item, 0.0, f"{len(expected) - passed} of {len(expected)} cases fail; first: {details[0]}",
+                     passed, len(expected), details)
+
+
+def _read_records(path: Path) -> list[dict]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _crash_reason(returncode: int, stderr: str) -> str | None:
+    """Why the worker died, if it did (a lost CUDA context shows in the records instead)."""
+    if returncode < 0:
+        return f"the worker process was killed by {signal.Signals(-returncode).name} (a crash in the submission's code?)"
+    if returncode not in (0, 3):  # 3: the worker stopped after a CUDA error, which the records show
+        last = (stderr.strip().splitlines() or ["no output"])[-1]
+        return f"the worker process failed (exit {returncode}): {last}"
+    return None
+
+
+def _judge_record(record: dict, out: Path, seed: int) -> Result | None:
+    kernel_cases = cases(record["kernel"], seed) if record.get("kernel") in FUNCTIONS else []
+    case = next((c for c in kernel_cases if c.id == record["case"]), None)
+    if case is None:
+        return None
+    problem = build(case)
+    if record["error"] is not None:
+        return Result(case, False, record["error"])
+    if record["launches"] == 0:
+        return Result(case, False, "no custom kernel launched: the output came from library operations")
+    with np.load(out / f"{case.id}.npz") as saved:
+        execution = Execution({k[4:]: saved[k] for k in saved.files if k.startswith("out_")},
+                              {k[3:]: saved[k] for k in saved.files if k.startswith("in_")})
+    missing = [k for k in problem.outputs if k not in execution.outputs]
+    if missing:
+        return Result(case, False, f"outputs missing from the worker's record: {missing}")
+    return judge(case, problem, execution)

@@ -1,0 +1,59 @@
+"""The students' starter kit, generated from this repository.
+
+Every kernel body between `// BEGIN SOLUTION` and `// END SOLUTION` in kernels/
+becomes a TODO stub: it compiles, writes nothing, and so fails its tests cleanly (the
+outputs stay NaN). Everything else is kept, except what only the staff use: the
+grader, the known-wrong implementations and the test that runs them.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+LEFT_OUT = ("grading/", "tests/kernels/wrong/", "tests/kernels/test_known_wrong.py", "slurm/grade_class.slurm",
+            ".ci/")
+SOLUTION = re.compile(r"^([ \t]*)// BEGIN SOLUTION\n.*?^[ \t]*// END SOLUTION\n", re.MULTILINE | re.DOTALL)
+LEFTOVER_MARKER = re.compile(r"^[ \t]*// (BEGIN|END) SOLUTION", re.MULTILINE)
+STUB = "{indent}// TODO: write this kernel (the comment at the top of this file says what it computes)\n"
+
+
+def strip_solutions(text: str) -> tuple[str, int]:
+    """`text` with every solution block replaced by a stub, and how many there were."""
+    return SOLUTION.subn(lambda m: STUB.format(indent=m.group(1)), text)
+
+
+def repository_files(root: Path) -> list[Path]:
+    """The files git tracks (or, outside a git checkout, every file but caches)."""
+    try:
+        listed = subprocess.run(["git", "ls-files", "-z"], cwd=root, capture_output=True, check=True).stdout
+        return [Path(p) for p in listed.decode().split("\0") if p]
+    except (OSError, subprocess.CalledProcessError):
+        skip = {".git", ".venv", "__pycache__", ".pytest_cache"}
+        return [p.relative_to(root) for p in root.rglob("*") if p.is_file() and not skip & set(p.parts)]
+
+
+def make_handout(destination: Path, root: Path = REPO_ROOT) -> list[str]:
+    """Write the starter kit to `destination` (which must not exist); returns the stubbed kernel files."""
+    if destination.exists():
+        raise FileExistsError(f"{destination} already exists; choose a new directory")
+    stubbed = []
+    for relative in repository_files(root):
+        name = relative.as_posix()
+        if any(name == left or name.startswith(left) for left in LEFT_OUT) or not (root / relative).exists():
+            continue
+        target = destination / relative
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if name.startswith("kernels/") and name.endswith(".py"):
+            text, count = strip_solutions((root / relative).read_text())
+            if LEFTOVER_MARKER.search(text):
+                raise ValueError(f"{name}: unbalanced solution markers")
+            target.write_text(text)
+            if count:
+                stubbed.append(f"{name} ({count} kernel{'s' if count > 1 else ''})")
+        else:
+            shutil.copy2(root / relative, target)
+    return stubbed

@@ -1,0 +1,133 @@
+"""The grader on the GPU: the kit's solution scores full marks, every known-wrong
+implementation loses its item, and crashing, hanging, tampering and library-only
+submissions score 0 on their items while the rest of the submission is graded."""
+
+import dataclasses
+import shutil
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from grading.grade import grade_item, grade_submission
+from grading.items import load_scheme
+from reference.checks import FUNCTIONS
+from tests.kernels.wrong import all_wrong
+
+pytestmark = pytest.mark.gpu
+
+ROOT = Path(__file__).parents[2]
+SEED = 20261130
+
+
+def module_of(kernel: str) -> str:
+    return "attention" if kernel == "softmax" else kernel
+
+
+def solution_copy(directory: Path) -> Path:
+    shutil.copytree(ROOT / "kernels", directory / "kernels")
+    return directory
+
+
+def test_the_solution_scores_full_marks(tmp_path):
+    grade = grade_submission(solution_copy(tmp_path), load_scheme(), SEED)
+    assert grade.score == 10, "\n".join(f"{g.item.title}: {g.reason}" for g in grade.items)
+
+
+WRONG = all_wrong()
+
+
+@pytest.mark.parametrize("wrong", WRONG, ids=[m.__name__.rsplit(".", 1)[1] for m in WRONG])
+def test_a_known_wrong_kernel_loses_its_item(tmp_path, wrong):
+    submission = solution_copy(tmp_path)
+    with open(submission / "kernels" / f"{module_of(wrong.KERNEL)}.py", "a") as f:
+        f.write(f"\nfrom {wrong.__name__} import {FUNCTIONS[wrong.KERNEL]}  # noqa: E402,F401\n")
+    scheme = load_scheme()
+    item = next(i for i in scheme.items if wrong.KERNEL in i.functions)
+    grade = grade_item(submission, item, scheme, SEED)
+    assert grade.score == 0, grade.reason
+    assert "cases fail" in grade.reason
+
+
+BAD_KERNELS = {
+    "encoder.py": '''
+        import numpy as np
+        from gpt2.cuda import CudaKernel
+
+        SOURCE = r"""
+        extern "C" __global__ void scribble(float* out) { ((float*)0x10)[threadIdx.x] = 1.0f; }
+        """
+        scribble = CudaKernel(SOURCE, "scribble")
+
+        def encoder_forward(out, inp, wte, wpe, B, T, C):
+            scribble((1,), (32,), (out,))  # an illegal address
+        ''',
+    "gelu.py": '''
+        import numpy as np
+        from gpt2.cuda import CudaKernel
+
+        SOURCE = r"""
+        extern "C" __global__ void forever(volatile int* flag) { while (flag[0] == 0) { } }
+        """
+        forever = CudaKernel(SOURCE, "forever")
+
+        def gelu_forward(out, inp, N):
+            import cupy
+            forever((1,), (1,), (cupy.zeros(1, np.int32),))  # never returns
+        ''',
+    "layernorm.py": '''
+        import ctypes
+
+        def layernorm_forward(out, mean, rstd, inp, weight, bias, B, T, C):
+            ctypes.string_at(0)  # a segmentation fault
+        ''',
+    "matmul.py": '''
+        def matmul_forward(out, inp, weight, bias, B, T, C, OC):
+            result = inp.reshape(B * T, C) @ weight.reshape(OC, C).T  # cuBLAS, not a kernel of our own
+            if bias is not None:
+                result += bias
+            out.reshape(B * T, OC)[...] = result
+        ''',
+    "residual.py": '''
+        import numpy as np
+        from gpt2.cuda import CudaKernel
+
+        SOURCE = r"""
+        extern "C" __global__ void add_and_tamper(float* out, float* inp1, const float* inp2, long long N) {
+            long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+            if (i < N) { out[i] = inp1[i] + inp2[i]; }
+            if (i == 0) inp1[0] = 0.0f;  // changes an input
+        }
+        """
+        add_and_tamper = CudaKernel(SOURCE, "add_and_tamper")
+
+        def residual_forward(out, inp1, inp2, N):
+            add_and_tamper(((N + 255) // 256,), (256,), (out, inp1, inp2, np.int64(N)))
+        ''',
+}
+
+
+def test_bad_submissions_score_zero_on_their_items_only(tmp_path):
+    submission = solution_copy(tmp_path)
+    for name, text in BAD_KERNELS.items():
+        (submission / "kernels" / name).write_text(textwrap.dedent(text))
+    scheme = dataclasses.replace(load_scheme(), time_limit_seconds=60)
+    grade = grade_submission(submission, scheme, SEED)
+    by_name = {g.item.name: g for g in grade.items}
+    assert by_name["attention"].score == 3, by_name["attention"].reason  # the untouched kernel keeps its points
+    assert grade.score == 3
+    assert "cudaErrorIllegalAddress" in by_name["encoder"].reason or "illegal" in by_name["encoder"].reason.lower()
+    assert "timed out after 60 s" in by_name["gelu"].reason
+    assert "SIGSEGV" in by_name["layernorm"].reason
+    assert "no custom kernel launched" in by_name["matmul"].reason
+    assert "input inp1 was modified" in by_name["residual"].reason
+
+
+def test_a_kernel_that_does_not_compile_scores_zero_with_the_compiler_message(tmp_path):
+    submission = solution_copy(tmp_path)
+    path = submission / "kernels" / "gelu.py"
+    path.write_text(path.read_text().replace("float cube = 0.044715f * x * x * x;", "float cube = 0.044715f * x * y;"))
+    scheme = load_scheme()
+    grade = grade_item(submission, next(i for i in scheme.items if i.name == "gelu"), scheme, SEED)
+    assert grade.score == 0
+    assert "KernelCompileError" in grade.reason and "gelu.py:" in grade.reason and '"y"' in grade.reason

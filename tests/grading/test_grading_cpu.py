@@ -1,0 +1,203 @@
+"""The grader's logic on the CPU: the scheme, scoring, reports, the handout, no-GPU exit."""
+
+import csv
+import dataclasses
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from gpt2.cuda import compile_report, gpu_unavailable_reason, kernels_in, load_kernel_package
+from grading import reports
+from grading.grade import ItemGrade, SubmissionGrade, score_item
+from grading.handout import LEFTOVER_MARKER, make_handout, strip_solutions
+from grading.items import load_scheme
+from reference import gold
+from reference.checks import FUNCTIONS, build, cases, execute
+
+ROOT = Path(__file__).parents[2]
+SEED = 123
+
+
+def test_weights_are_the_course_s():
+    scheme = load_scheme()
+    assert {i.title: i.weight for i in scheme.items} == {
+        "Attention (including Softmax)": 3, "Encoder": 1, "LayerNorm": 2, "MatMul": 2, "Residual": 1, "GELU": 1}
+    assert scheme.total_points == 10 and scheme.partial_credit == "none"
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda t: t.replace("weight = 3", "weight = 4"), "add up to 11"),
+    (lambda t: t.replace('partial_credit = "none"', 'partial_credit = "some"'), "partial_credit must be one of"),
+    (lambda t: t.replace('functions = ["gelu"]', 'functions = []'), "must cover each kernel once"),
+])
+def test_bad_scheme_is_refused(tmp_path, edit, message):
+    path = tmp_path / "weights.toml"
+    path.write_text(edit((ROOT / "grading" / "weights.toml").read_text()))
+    with pytest.raises(ValueError, match=message):
+        load_scheme(path)
+
+
+def worker_records(out: Path, kernel_function, kernels, launches=1, error=None):
+    """What a worker would leave behind after running `kernel_function(kernel)` on every case (on NumPy arrays)."""
+    with open(out / "records.jsonl", "a") as log:
+        for kernel in kernels:
+            for case in cases(kernel, SEED):
+                execution = execute(kernel_function(kernel), build(case), device="cpu")
+                arrays = {f"out_{k}": v for k, v in execution.outputs.items()}
+                arrays |= {f"in_{k}": v for k, v in execution.inputs_after.items()}
+                np.savez(out / f"{case.id}.npz", **arrays)
+                log.write(json.dumps({"kernel": kernel, "case": case.id, "launches": launches,
+                                      "error": error}) + "\n")
+
+
+def honest(kernel):
+    return getattr(gold, FUNCTIONS[kernel])
+
+
+def item(name):
+    return next(i for i in load_scheme().items if i.name == name)
+
+
+def test_every_case_passing_scores_the_weight(tmp_path):
+    worker_records(tmp_path, honest, ["attention", "softmax"])
+    grade = score_item(item("attention"), load_scheme(), SEED, tmp_path)
+    assert grade.score == 3 and grade.cases_passed == grade.cases_run == 11
+
+
+def wrong_when_large(kernel):
+    def function(*args):
+        honest(kernel)(*args)
+        if args[0].size > 1000:
+            args[0].reshape(-1)[-1] += 1.0  # one wrong element, in the large cases only
+    return function
+
+
+def test_a_wrong_element_costs_the_item_under_none_and_a_share_under_fraction(tmp_path):
+    worker_records(tmp_path, wrong_when_large, ["gelu"])
+    scheme = load_scheme()
+    none = score_item(item("gelu"), scheme, SEED, tmp_path)
+    assert none.score == 0 and "cases fail" in none.reason
+    fraction = score_item(item("gelu"), dataclasses.replace(scheme, partial_credit="fraction"), SEED, tmp_path)
+    assert (fraction.cases_passed, fraction.cases_run) == (3, 5) and fraction.score == pytest.approx(0.6)
+
+
+def test_no_custom_kernel_scores_zero(tmp_path):
+    worker_records(tmp_path, honest, ["residual"], launches=0)
+    grade = score_item(item("residual"), load_scheme(), SEED, tmp_path)
+    assert grade.score == 0 and "no custom kernel launched" in grade.reason
+
+
+def test_a_cuda_error_scores_zero_with_the_reason(tmp_path):
+    case = cases("encoder", SEED)[0]
+    (tmp_path / "records.jsonl").write_text(json.dumps({
+        "kernel": "encoder", "case": case.id, "launches": 1,
+        "error": "CUDARuntimeError: cudaErrorIllegalAddress: an illegal memory access was encountered"}) + "\n")
+    grade = score_item(item("encoder"), load_scheme(), SEED, tmp_path)
+    assert grade.score == 0 and "cudaErrorIllegalAddress" in grade.reason
+
+
+def test_forged_and_repeated_records_do_not_count(tmp_path):
+    worker_records(tmp_path, honest, ["layernorm"])
+    records = (tmp_path / "records.jsonl").read_text().splitlines()
+    first = json.loads(records[0])
+    forged = [json.dumps(first)] * 20 + [json.dumps(first | {"case": "made-up-case"})]
+    (tmp_path / "records.jsonl").write_text("\n".join(forged) + "\n")
+    grade = score_item(item("layernorm"), load_scheme(), SEED, tmp_path)
+    assert grade.score == 0 and "only 1 of" in grade.reason
+
+
+def test_a_crash_scores_zero_with_the_reason(tmp_path):
+    grade = score_item(item("matmul"), load_scheme(), SEED, tmp_path, crash="the worker process was killed by SIGSEGV")
+    assert grade.score == 0 and "SIGSEGV" in grade.reason
+
+
+def sample_grade():
+    scheme = load_scheme()
+    grades = [ItemGrade(i, i.weight if i.name != "gelu" else 0.0, "all 5 cases pass" if i.name != "gelu"
+                        else "1 of 5 cases fail; first: gelu N7: out: 1 of 7 elements wrong", 5, 5,
+                        [] if i.name != "gelu" else ["gelu N7: out: 1 of 7 elements wrong"]) for i in scheme.items]
+    return SubmissionGrade("submissions/alice", 42, grades)
+
+
+def test_console_table():
+    table = reports.console_table(sample_grade())
+    assert "seed 42" in table and table.splitlines()[-1].split()[-2:] == ["10", "9.00"]
+    assert any(line.startswith("GELU") and " 0.00 " in line for line in table.splitlines())
+
+
+def test_gradescope_results_format():
+    results = reports.gradescope_results(sample_grade())
+    assert results["score"] == 9
+    assert [t["name"] for t in results["tests"]][:2] == ["Attention (including Softmax)", "Encoder"]
+    gelu = results["tests"][-1]
+    assert (gelu["score"], gelu["max_score"]) == (0, 1) and "elements wrong" in gelu["output"]
+    assert set(gelu) == {"name", "score", "max_score", "output"}
+
+
+def test_gradebook_gathers_every_results_json(tmp_path):
+    for name in ("alice", "bob"):
+        grade = dataclasses.replace(sample_grade(), submission=name)
+        reports.write_results_json(grade, tmp_path / name / "results.json")
+    done = subprocess.run([sys.executable, "-m", "grading", "gather", str(tmp_path)], capture_output=True, text=True,
+                          cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    rows = list(csv.reader(open(tmp_path / "gradebook.csv")))
+    assert rows[0][:3] == ["submission", "total", "Attention (including Softmax)"]
+    assert [r[0] for r in rows[1:]] == ["alice", "bob"] and rows[1][1] == "9.0"
+
+
+@pytest.mark.skipif(gpu_unavailable_reason() is None, reason="this machine has a GPU")
+def test_without_a_gpu_grading_exits_with_one_line(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "grading", str(ROOT)], capture_output=True, text=True, cwd=ROOT)
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [f"grading: cannot grade without a GPU: {gpu_unavailable_reason()}"]
+
+
+def test_strip_solutions_keeps_indentation_and_counts():
+    text = "a\n    // BEGIN SOLUTION\n    x = 1;\n    // END SOLUTION\n}\n"
+    stripped, count = strip_solutions(text)
+    assert count == 1 and stripped == "a\n    // TODO: write this kernel (the comment at the top of this file says " \
+                                      "what it computes)\n}\n"
+
+
+@pytest.fixture(scope="module")
+def handout(tmp_path_factory):
+    destination = tmp_path_factory.mktemp("handout") / "kit"
+    stubbed = make_handout(destination)
+    return destination, stubbed
+
+
+def test_handout_stubs_every_solution_and_leaves_out_staff_files(handout):
+    destination, stubbed = handout
+    assert len(stubbed) == 6
+    for path in (destination / "kernels").glob("*.py"):
+        assert LEFTOVER_MARKER.search(path.read_text()) is None, path
+    assert "TODO: write this kernel" in (destination / "kernels" / "layernorm.py").read_text()
+    assert not (destination / "grading").exists() and not (destination / "tests/kernels/wrong").exists()
+    assert (destination / "kernels" / "decode.py").read_text() == (ROOT / "kernels" / "decode.py").read_text()
+
+
+@pytest.mark.parametrize("arch", ["sm_86", "sm_90"])
+def test_handout_kernels_compile(handout, arch):
+    destination, _ = handout
+    package = load_kernel_package(destination)
+    modules = {sys.modules[f.__module__] for f in vars(package).values()}
+    for module in modules:
+        for kernel in {k.source: k for k in kernels_in(module)}.values():
+            assert compile_report(kernel, arch)
+
+
+def test_handout_test_run_works(handout):
+    destination, _ = handout
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/kernels",
+                           "tests/reference"], capture_output=True, text=True, cwd=destination, timeout=600)
+    summary = done.stdout.strip().splitlines()[-1]
+    assert "error" not in summary, done.stdout[-3000:]
+    if gpu_unavailable_reason() is not None:
+        assert done.returncode == 0, done.stdout[-3000:]
+    else:  # the stubs write nothing, so their tests fail, cleanly
+        assert done.returncode == 1 and "failed" in summary
