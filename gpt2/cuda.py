@@ -19,7 +19,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import importlib.util
-import inspect
 import re
 import sys
 import types
@@ -90,8 +89,7 @@ class SourceOrigin:
 
 
 def _origin_of(source: str, caller_depth: int) -> SourceOrigin:
-    frame = inspect.stack()[caller_depth]
-    path = frame.filename
+    path = sys._getframe(caller_depth).f_code.co_filename
     try:
         text = Path(path).read_text()
     except OSError:

@@ -27,13 +27,17 @@ def strip_solutions(text: str) -> tuple[str, int]:
 
 
 def repository_files(root: Path) -> list[Path]:
-    """The files git tracks (or, outside a git checkout, every file but caches)."""
-    try:
+    """The files git tracks when `root` is a git checkout, else every file but caches and builds."""
+    if (root / ".git").exists():
         listed = subprocess.run(["git", "ls-files", "-z"], cwd=root, capture_output=True, check=True).stdout
         return [Path(p) for p in listed.decode().split("\0") if p]
-    except (OSError, subprocess.CalledProcessError):
-        skip = {".git", ".venv", "__pycache__", ".pytest_cache"}
-        return [p.relative_to(root) for p in root.rglob("*") if p.is_file() and not skip & set(p.parts)]
+    skip = {".git", ".venv", "__pycache__", ".pytest_cache", ".kitcache", "build"}
+    files = []
+    for path in root.rglob("*"):
+        parts = path.relative_to(root).parts
+        if path.is_file() and not skip & set(parts) and not any(p.endswith(".egg-info") for p in parts):
+            files.append(path.relative_to(root))
+    return files
 
 
 def make_handout(destination: Path, root: Path = REPO_ROOT) -> list[str]:
