@@ -24,6 +24,7 @@ per row against them, with positions read from the cache's device-side lengths
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import types
 
@@ -49,6 +50,11 @@ ACTIVATION_SHAPES = {
 
 GLOBAL_WEIGHTS = ("wte", "wpe", "lnfw", "lnfb")  # the others are stacked over layers
 
+# a kernel call's step in GPT-2's list, named after the activation it writes
+STEP_OF_OUTPUT = {"encoded": "encoder", "ln1": "ln1", "qkv": "qkv", "atty": "attention", "attproj": "attproj",
+                  "residual2": "residual2", "ln2": "ln2", "fch": "fc", "fch_gelu": "gelu", "fcproj": "fcproj",
+                  "residual3": "residual3", "lnf": "lnf", "logits": "lm_head"}
+
 
 def _shape(spec: str, sizes: dict) -> tuple[int, ...]:
     """"L B T 3C" -> (L, B, T, 3 * C); a token like "3BTC" multiplies its letters' sizes."""
@@ -59,6 +65,21 @@ def _shape(spec: str, sizes: dict) -> tuple[int, ...]:
         value = sizes[names] if names in sizes else int(np.prod([sizes[n] for n in names]))
         dims.append(factor * value)
     return tuple(dims)
+
+
+class _NvtxOps:
+    """The backend's host functions, each call inside an NVTX range named after its step."""
+
+    def __init__(self, model: "GPT2"):
+        self._model = model
+
+    def __getattr__(self, function: str):
+        kernel = getattr(self._model.backend.ops, function)
+
+        def call(*args):
+            with self._model._range(f"{self._model.step_name(args[0])} ({function})"):
+                kernel(*args)
+        return call
 
 
 class TokenError(ValueError):
@@ -91,7 +112,9 @@ class GPT2:
         self.weights = types.SimpleNamespace(**{name: array if name in GLOBAL_WEIGHTS else list(array)
                                                 for name, array in uploaded.items()})
         self.step_check = None  # set by gpt2.step_check to watch every kernel call
+        self.nvtx = False       # True: NVTX ranges around the pass, each layer and each kernel call
         self._activations_for = None
+        self._output_names: dict[int, str] = {}
 
     @classmethod
     def from_pretrained(cls, source, backend: str = "kernels", kernels: str | None = None) -> "GPT2":
@@ -148,25 +171,27 @@ class GPT2:
         max_T, Vp, w = self.config.max_seq_len, self.config.padded_vocab_size, self.weights
         residual = a.encoded
         for l in range(L):
-            ops = self._ops(l)
-            ops.layernorm_forward(a.ln1[l], a.ln1_mean[l], a.ln1_rstd[l], residual, w.ln1w[l], w.ln1b[l], B, T, C)
-            ops.matmul_forward(a.qkv[l], a.ln1[l], w.qkvw[l], w.qkvb[l], B, T, C, 3 * C)
-            if cache is not None:
-                ops.kv_cache_append_forward(cache.k[l], cache.v[l], a.qkv[l], cache.lengths, B, T, C, NH, max_T)
-            if decoding:
-                ops.decode_attention_forward(a.atty[l], a.qkv[l], cache.k[l], cache.v[l], cache.lengths,
-                                             B, C, NH, max_T)
-            else:
-                ops.attention_forward(a.atty[l], a.qkvr, a.att[l], a.qkv[l], B, T, C, NH)
-            ops.matmul_forward(a.attproj[l], a.atty[l], w.attprojw[l], w.attprojb[l], B, T, C, C)
-            ops.residual_forward(a.residual2[l], residual, a.attproj[l], B * T * C)
-            ops.layernorm_forward(a.ln2[l], a.ln2_mean[l], a.ln2_rstd[l], a.residual2[l], w.ln2w[l], w.ln2b[l],
-                                  B, T, C)
-            ops.matmul_forward(a.fch[l], a.ln2[l], w.fcw[l], w.fcb[l], B, T, C, 4 * C)
-            ops.gelu_forward(a.fch_gelu[l], a.fch[l], B * T * 4 * C)
-            ops.matmul_forward(a.fcproj[l], a.fch_gelu[l], w.fcprojw[l], w.fcprojb[l], B, T, 4 * C, C)
-            ops.residual_forward(a.residual3[l], a.residual2[l], a.fcproj[l], B * T * C)
-            residual = a.residual3[l]
+            with self._range(f"layer {l}"):
+                ops = self._ops(l)
+                ops.layernorm_forward(a.ln1[l], a.ln1_mean[l], a.ln1_rstd[l], residual, w.ln1w[l], w.ln1b[l],
+                                      B, T, C)
+                ops.matmul_forward(a.qkv[l], a.ln1[l], w.qkvw[l], w.qkvb[l], B, T, C, 3 * C)
+                if cache is not None:
+                    ops.kv_cache_append_forward(cache.k[l], cache.v[l], a.qkv[l], cache.lengths, B, T, C, NH, max_T)
+                if decoding:
+                    ops.decode_attention_forward(a.atty[l], a.qkv[l], cache.k[l], cache.v[l], cache.lengths,
+                                                 B, C, NH, max_T)
+                else:
+                    ops.attention_forward(a.atty[l], a.qkvr, a.att[l], a.qkv[l], B, T, C, NH)
+                ops.matmul_forward(a.attproj[l], a.atty[l], w.attprojw[l], w.attprojb[l], B, T, C, C)
+                ops.residual_forward(a.residual2[l], residual, a.attproj[l], B * T * C)
+                ops.layernorm_forward(a.ln2[l], a.ln2_mean[l], a.ln2_rstd[l], a.residual2[l], w.ln2w[l], w.ln2b[l],
+                                      B, T, C)
+                ops.matmul_forward(a.fch[l], a.ln2[l], w.fcw[l], w.fcb[l], B, T, C, 4 * C)
+                ops.gelu_forward(a.fch_gelu[l], a.fch[l], B * T * 4 * C)
+                ops.matmul_forward(a.fcproj[l], a.fch_gelu[l], w.fcprojw[l], w.fcprojb[l], B, T, 4 * C, C)
+                ops.residual_forward(a.residual3[l], a.residual2[l], a.fcproj[l], B * T * C)
+                residual = a.residual3[l]
         ops = self._ops()
         ops.layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, residual, w.lnfw, w.lnfb, B, T, C)
         ops.matmul_forward(a.logits, a.lnf, w.wte, None, B, T, C, Vp)
@@ -190,11 +215,26 @@ class GPT2:
             arrays = {name: self.backend.empty(*_shape(spec, sizes)) for name, spec in ACTIVATION_SHAPES.items()}
             arrays = {name: list(array) if ACTIVATION_SHAPES[name].startswith("L ") else array
                       for name, array in arrays.items()}
+            self._output_names = {id(view): name for name, value in arrays.items()
+                                  for view in (value if isinstance(value, list) else [value])}
             self._activations_for = ((B, T), types.SimpleNamespace(**arrays))
         return self._activations_for[1]
 
+    def step_name(self, output) -> str:
+        """The forward-pass step that writes `output` (ln1, qkv, attention, ...), or "kv_append"."""
+        return STEP_OF_OUTPUT.get(self._output_names.get(id(output)), "kv_append")
+
     def _ops(self, layer: int | None = None):
-        return self.backend.ops if self.step_check is None else self.step_check.at(layer)
+        if self.step_check is not None:
+            return self.step_check.at(layer)
+        return _NvtxOps(self) if self.nvtx else self.backend.ops
+
+    def _range(self, name: str):
+        """An NVTX range on the profiler's timeline when self.nvtx is set."""
+        if not self.nvtx:
+            return contextlib.nullcontext()
+        from cupyx.profiler import time_range
+        return time_range(name)
 
     def _check_tokens(self, tokens, ndim: int):
         """Token ids as int32 on the backend, after checking shape, range and length on the host."""

@@ -30,8 +30,6 @@ OUTPUT_ARGUMENTS = {  # host function -> positions of its outputs (and scratch) 
     "attention_forward": (0, 1, 2), "residual_forward": (0,), "gelu_forward": (0,),
 }
 SCRATCH_ARGUMENTS = {"attention_forward": (1,)}
-LAYER_STEPS = ("ln1", "qkv", "attention", "attproj", "residual2", "ln2", "fc", "gelu", "fcproj", "residual3")
-OUTER_STEPS = {"encoder_forward": "encoder", "layernorm_forward": "lnf", "matmul_forward": "lm_head"}
 
 
 @dataclasses.dataclass
@@ -59,14 +57,13 @@ def compare(candidate: np.ndarray, gold: np.ndarray) -> tuple[float, float]:
 class StepChecker:
     """Stands in for the model's host functions (model.step_check = checker)."""
 
-    def __init__(self, candidate, gold):
-        self.candidate, self.gold = candidate, gold
+    def __init__(self, candidate, gold, step_name):
+        self.candidate, self.gold, self.step_name = candidate, gold, step_name
         self.steps: list[Step] = []
-        self._layer, self._index = None, 0
+        self._layer = None
 
     def at(self, layer: int | None):
-        if layer != self._layer:
-            self._layer, self._index = layer, 0
+        self._layer = layer
         return types.SimpleNamespace(**{name: self._checked(name) for name in OUTPUT_ARGUMENTS})
 
     def first_failure(self) -> Step | None:
@@ -76,9 +73,8 @@ class StepChecker:
         def call(*args):
             import cupy
 
-            where = (OUTER_STEPS[name] if self._layer is None
-                     else f"layer {self._layer} {LAYER_STEPS[self._index % len(LAYER_STEPS)]}")
-            self._index += 1
+            step = self.step_name(args[0])
+            where = step if self._layer is None else f"layer {self._layer} {step}"
             mine = list(args)
             for i in OUTPUT_ARGUMENTS[name]:
                 mine[i] = cupy.full_like(args[i], np.nan)
@@ -92,7 +88,7 @@ class StepChecker:
 
 def run(model, tokens: np.ndarray, candidate) -> StepChecker:
     """One forward pass of `model` (on the gold backend) with every call checked against `candidate`."""
-    checker = StepChecker(candidate, model.backend.ops)
+    checker = StepChecker(candidate, model.backend.ops, model.step_name)
     model.step_check = checker
     try:
         model.forward(tokens)

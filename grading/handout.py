@@ -29,8 +29,11 @@ def strip_solutions(text: str) -> tuple[str, int]:
 def repository_files(root: Path) -> list[Path]:
     """The files git tracks when `root` is a git checkout, else every file but caches and builds."""
     if (root / ".git").exists():
-        listed = subprocess.run(["git", "ls-files", "-z"], cwd=root, capture_output=True, check=True).stdout
-        return [Path(p) for p in listed.decode().split("\0") if p]
+        try:
+            listed = subprocess.run(["git", "ls-files", "-z"], cwd=root, capture_output=True, check=True).stdout
+            return [Path(p) for p in listed.decode().split("\0") if p]
+        except (OSError, subprocess.CalledProcessError):  # no git on this machine: walk the tree instead
+            pass
     skip = {".git", ".venv", "__pycache__", ".pytest_cache", ".kitcache", "build"}
     files = []
     for path in root.rglob("*"):

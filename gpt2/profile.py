@@ -1,0 +1,52 @@
+"""One forward pass, marked for the profilers: NVTX ranges around the pass, each layer
+and each kernel call (named after its step: ln1, qkv, attention, ...), inside a
+cudaProfilerStart/Stop window so that nsys and ncu see that pass alone.
+
+    nsys profile -t cuda,nvtx --capture-range=cudaProfilerApi -o forward python -m gpt2.profile
+    ncu --nvtx --profile-from-start off -o forward python -m gpt2.profile
+
+A warm-up pass first compiles every kernel outside the window.
+"""
+
+import argparse
+import sys
+import time
+
+import numpy as np
+
+from gpt2.cuda import gpu_unavailable_reason
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m gpt2.profile", description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="random", help="weights (default: random 124M)")
+    parser.add_argument("--kernels", help="kernels/ directory to profile (default: this repo's)")
+    parser.add_argument("--batch", type=int, default=4)
+    parser.add_argument("--tokens", type=int, default=64)
+    args = parser.parse_args(argv)
+    reason = gpu_unavailable_reason()
+    if reason is not None:
+        print(f"gpt2.profile: cannot run kernels: {reason}", file=sys.stderr)
+        return 2
+    import cupy
+
+    from gpt2.model import GPT2
+
+    model = GPT2.from_pretrained(args.model, backend="kernels", kernels=args.kernels)
+    tokens = np.random.default_rng(0).integers(0, model.config.vocab_size, (args.batch, args.tokens), dtype=np.int32)
+    model(tokens)  # warm-up: compiles and loads every kernel
+    cupy.cuda.Device().synchronize()
+    model.nvtx = True
+    cupy.cuda.profiler.start()
+    started = time.perf_counter()
+    with model._range(f"forward B={args.batch} T={args.tokens}"):
+        model(tokens)
+    cupy.cuda.Device().synchronize()
+    cupy.cuda.profiler.stop()
+    print(f"profiled one forward pass, B={args.batch} T={args.tokens}: {1e3 * (time.perf_counter() - started):.1f} ms "
+          f"(with profiling overhead)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
