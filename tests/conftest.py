@@ -3,6 +3,8 @@
     pytest tests/kernels                      # the repo's kernels, default seed
     pytest tests/kernels --seed 7             # other random inputs (or KIT_SEED=7)
     pytest tests/kernels --kernels ../mine    # another kernels/ directory
+
+KIT_NO_MEMORY_POOL=1 turns CuPy's memory pool off, for runs under compute-sanitizer.
 """
 
 import os
@@ -23,6 +25,11 @@ def pytest_addoption(parser):
 def pytest_configure(config):
     config.addinivalue_line("markers", "gpu: needs a CUDA GPU; skipped with the reason when there is none")
     config.compile_reports = []
+    if os.environ.get("KIT_NO_MEMORY_POOL") == "1" and gpu_unavailable_reason() is None:
+        # Every array its own cudaMalloc: compute-sanitizer then sees an out-of-bounds
+        # access as one, instead of a read of the pool's neighbouring block.
+        import cupy
+        cupy.cuda.set_allocator(None)
 
 
 def pytest_collection_modifyitems(config, items):
