@@ -31,9 +31,11 @@ def repository_files(root: Path) -> list[Path]:
     if (root / ".git").exists():
         try:
             listed = subprocess.run(["git", "ls-files", "-z"], cwd=root, capture_output=True, check=True).stdout
-            return [Path(p) for p in listed.decode().split("\0") if p]
-        except (OSError, subprocess.CalledProcessError):  # no git on this machine: walk the tree instead
-            pass
+            tracked = [p for p in listed.decode().split("\0") if p]
+            if any(p.startswith("kernels/") for p in tracked):
+                return [Path(p) for p in tracked]
+        except (OSError, subprocess.CalledProcessError):
+            pass  # no git here, or a copy whose .git tracks nothing: walk the tree instead
     skip = {".git", ".venv", "__pycache__", ".pytest_cache", ".kitcache", "build"}
     files = []
     for path in root.rglob("*"):
