@@ -20,6 +20,7 @@ import dataclasses
 import functools
 import importlib.util
 import re
+import secrets
 import sys
 import types
 from pathlib import Path
@@ -212,7 +213,10 @@ def compile_report(kernel: CudaKernel, arch: str) -> list[KernelResources]:
     """
     from cupy.cuda import nvrtc
 
-    program = nvrtc.createProgram(kernel.source, kernel.origin.path, [], [])
+    # NVRTC can reuse an earlier identical compilation, and then ptxas does not run and
+    # prints no report: an unused symbol of its own makes every report compilation new.
+    nonce = f'\nextern "C" __device__ int kit_resource_report_{secrets.token_hex(8)};\n'
+    program = nvrtc.createProgram(kernel.source + nonce, kernel.origin.path, [], [])
     try:
         options = [f"-arch={arch}", "-Xptxas=-v", "-std=c++17", *kernel.options]
         try:
