@@ -3,7 +3,8 @@
 Every kernel body between `// BEGIN SOLUTION` and `// END SOLUTION` in kernels/
 becomes a TODO stub: it compiles, writes nothing, and so fails its tests cleanly (the
 outputs stay NaN). Everything else is kept, except what only the staff use: the
-grader, the known-wrong implementations and the test that runs them.
+grader, the known-wrong implementations and the test that runs them, and the
+README's grading section.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ LEFT_OUT = ("grading/", "tests/kernels/wrong/", "tests/kernels/test_known_wrong.
             ".ci/")
 SOLUTION = re.compile(r"^([ \t]*)// BEGIN SOLUTION\n.*?^[ \t]*// END SOLUTION\n", re.MULTILINE | re.DOTALL)
 LEFTOVER_MARKER = re.compile(r"^[ \t]*// (BEGIN|END) SOLUTION", re.MULTILINE)
+STAFF_SECTION = re.compile(r"^<!-- staff only.*?^<!-- end staff only -->\n\n?", re.MULTILINE | re.DOTALL)
 STUB = "{indent}// TODO: write this kernel (the comment at the top of this file says what it computes)\n"
 
 
@@ -56,7 +58,9 @@ def make_handout(destination: Path, root: Path = REPO_ROOT) -> list[str]:
             continue
         target = destination / relative
         target.parent.mkdir(parents=True, exist_ok=True)
-        if name.startswith("kernels/") and name.endswith(".py"):
+        if name == "README.md":
+            target.write_text(STAFF_SECTION.sub("", (root / relative).read_text()))
+        elif name.startswith("kernels/") and name.endswith(".py"):
             text, count = strip_solutions((root / relative).read_text())
             if LEFTOVER_MARKER.search(text):
                 raise ValueError(f"{name}: unbalanced solution markers")

@@ -179,6 +179,8 @@ def test_handout_stubs_every_solution_and_leaves_out_staff_files(handout):
     assert "TODO: write this kernel" in (destination / "kernels" / "layernorm.py").read_text()
     assert not (destination / "grading").exists() and not (destination / "tests/kernels/wrong").exists()
     assert (destination / "kernels" / "decode.py").read_text() == (ROOT / "kernels" / "decode.py").read_text()
+    readme = (destination / "README.md").read_text()
+    assert "## Grading (for TAs)" not in readme and "## On Delta" in readme and "staff only" not in readme
 
 
 @pytest.mark.parametrize("arch", ["sm_86", "sm_90"])
