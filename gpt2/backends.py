@@ -20,7 +20,6 @@ import numpy as np
 from gpt2.cuda import load_kernel_package, require_gpu
 
 BACKENDS = ("kernels", "gold", "reference")
-DECODE_FUNCTIONS = ("encoder_at_positions_forward", "kv_cache_append_forward", "decode_attention_forward")
 
 
 @dataclasses.dataclass
@@ -38,10 +37,6 @@ class Backend:
 
     def empty(self, *shape):
         return self.xp.empty(shape, dtype=self.activation_dtype)
-
-    def synchronize(self) -> None:
-        if self.xp is not np:
-            self.xp.cuda.get_current_stream().synchronize()
 
 
 def make_backend(name: str, kernels: str | None = None) -> Backend:
@@ -61,7 +56,7 @@ def make_backend(name: str, kernels: str | None = None) -> Backend:
         return Backend(name, cupy, np.float32, _namespace(gold))
     from kernels import decode
 
-    ops = vars(load_kernel_package(kernels)) | {f: getattr(decode, f) for f in DECODE_FUNCTIONS}
+    ops = vars(load_kernel_package(kernels)) | vars(_namespace(decode))
     return Backend(name, cupy, np.float32, types.SimpleNamespace(**ops))
 
 

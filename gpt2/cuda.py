@@ -290,6 +290,11 @@ HOST_FUNCTIONS = {
 }
 
 
+def module_of(function: str) -> str:
+    """The kernels/ module that defines a host function (softmax_forward lives in attention.py)."""
+    return next(module for module, functions in HOST_FUNCTIONS.items() if function in functions)
+
+
 def load_kernel_package(path: str | Path | None = None) -> types.SimpleNamespace:
     """The host functions of a kernels/ directory, as a namespace.
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from gpt2.model import GPT2, KVCache, TokenError
+from gpt2.model import GPT2, KVCache
 
 
 class CapturedDecodeStep:
@@ -42,9 +42,7 @@ class CapturedDecodeStep:
 
     def __call__(self, tokens) -> np.ndarray:
         """Run one step for `tokens` (B,) and return the logits (B, V) on the host."""
-        if self.cache.length + 1 > self.model.config.max_seq_len:
-            raise TokenError(f"the KV cache is full: {self.cache.length} tokens, the model's context is "
-                             f"{self.model.config.max_seq_len}")
+        self.cache.check_room(1)
         with self.stream:  # the copy in, the step and the copy out, in order on one stream
             self.tokens.set(np.asarray(tokens, dtype=np.int32).reshape(self.tokens.shape))
             self.graph.launch()

@@ -77,7 +77,7 @@ class _NvtxOps:
         kernel = getattr(self._model.backend.ops, function)
 
         def call(*args):
-            with self._model._range(f"{self._model.step_name(args[0])} ({function})"):
+            with self._model.profile_range(f"{self._model.step_name(args[0])} ({function})"):
                 kernel(*args)
         return call
 
@@ -97,6 +97,12 @@ class KVCache:
     v: list
     lengths: object
     length: int = 0
+
+    def check_room(self, count: int) -> None:
+        """TokenError unless `count` more tokens fit in the cache."""
+        max_T = self.k[0].shape[2]
+        if self.length + count > max_T:
+            raise TokenError(f"the KV cache is full: {self.length} tokens, the model's context is {max_T}")
 
     def advance(self, count: int) -> None:
         self.lengths += count  # a device-side add: nothing is copied to the host
@@ -144,9 +150,7 @@ class GPT2:
     def decode_step(self, tokens, cache: KVCache):
         """Logits (B, V) for one new token per row (tokens (B,)), attending to the cache."""
         tokens = self._check_tokens(tokens, 1)
-        if cache.length + 1 > self.config.max_seq_len:
-            raise TokenError(f"the KV cache is full: {cache.length} tokens, the model's context is "
-                             f"{self.config.max_seq_len}")
+        cache.check_room(1)
         logits = self.decode_launches(tokens, cache)
         cache.length += 1
         return logits
@@ -171,7 +175,7 @@ class GPT2:
         max_T, Vp, w = self.config.max_seq_len, self.config.padded_vocab_size, self.weights
         residual = a.encoded
         for l in range(L):
-            with self._range(f"layer {l}"):
+            with self.profile_range(f"layer {l}"):
                 ops = self._ops(l)
                 ops.layernorm_forward(a.ln1[l], a.ln1_mean[l], a.ln1_rstd[l], residual, w.ln1w[l], w.ln1b[l],
                                       B, T, C)
@@ -229,7 +233,7 @@ class GPT2:
             return self.step_check.at(layer)
         return _NvtxOps(self) if self.nvtx else self.backend.ops
 
-    def _range(self, name: str):
+    def profile_range(self, name: str):
         """An NVTX range on the profiler's timeline when self.nvtx is set."""
         if not self.nvtx:
             return contextlib.nullcontext()

@@ -39,7 +39,7 @@ def main(argv=None) -> int:
     model.nvtx = True
     cupy.cuda.profiler.start()
     started = time.perf_counter()
-    with model._range(f"forward B={args.batch} T={args.tokens}"):
+    with model.profile_range(f"forward B={args.batch} T={args.tokens}"):
         model(tokens)
     cupy.cuda.Device().synchronize()
     cupy.cuda.profiler.stop()

@@ -20,10 +20,10 @@ from typing import Callable
 import numpy as np
 
 from grading.items import Item, Scheme
-from reference.checks import FUNCTIONS, Execution, Result, build, cases, judge
+from grading.worker import CUDA_CONTEXT_LOST, is_cuda_error
+from reference.checks import Case, Execution, Result, build, cases, judge
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-CUDA_ERROR_MARKERS = ("cudaError", "CUDA_ERROR")
 
 
 @dataclasses.dataclass
@@ -81,18 +81,18 @@ def grade_item(submission: Path, item: Item, scheme: Scheme, seed: int) -> ItemG
 
 def score_item(item: Item, scheme: Scheme, seed: int, out: Path, crash: str | None = None) -> ItemGrade:
     """Judge the worker's records in `out` against our own references and apply the scheme."""
-    expected = [c for f in item.functions for c in cases(f, seed)]
+    expected = {c.id: c for f in item.functions for c in cases(f, seed)}
     records = _read_records(out / "records.jsonl")
     judged = {}  # by case id: a case counts once, and only if it is one of ours
     for record in records:
-        result = _judge_record(record, out, seed) if "case" in record else None
-        if result is not None:
-            judged[result.case.id] = result
+        case = expected.get(record.get("case"))
+        if case is not None:
+            judged[case.id] = _judge_record(record, case, out)
     results = list(judged.values())
     passed = sum(r.passed for r in results)
     details = [f"{r.case.kernel} {r.case.id}: {r.message}" for r in results if not r.passed]
     load_errors = [r["error"] for r in records if "case" not in r]
-    cuda_errors = [r["error"] for r in records if r.get("error") and any(m in r["error"] for m in CUDA_ERROR_MARKERS)]
+    cuda_errors = [r["error"] for r in records if is_cuda_error(r.get("error"))]
     reason = (load_errors[0] if load_errors else crash if crash else
               f"CUDA error: {cuda_errors[0]}" if cuda_errors else
               f"only {len(results)} of {len(expected)} cases ran" if len(results) < len(expected) else None)
@@ -118,18 +118,13 @@ def _crash_reason(returncode: int, stderr: str) -> str | None:
     """Why the worker died, if it did (a lost CUDA context shows in the records instead)."""
     if returncode < 0:
         return f"the worker process was killed by {signal.Signals(-returncode).name} (a crash in the submission's code?)"
-    if returncode not in (0, 3):  # 3: the worker stopped after a CUDA error, which the records show
+    if returncode not in (0, CUDA_CONTEXT_LOST):
         last = (stderr.strip().splitlines() or ["no output"])[-1]
         return f"the worker process failed (exit {returncode}): {last}"
     return None
 
 
-def _judge_record(record: dict, out: Path, seed: int) -> Result | None:
-    kernel_cases = cases(record["kernel"], seed) if record.get("kernel") in FUNCTIONS else []
-    case = next((c for c in kernel_cases if c.id == record["case"]), None)
-    if case is None:
-        return None
-    problem = build(case)
+def _judge_record(record: dict, case: Case, out: Path) -> Result:
     if record["error"] is not None:
         return Result(case, False, record["error"])
     if record["launches"] == 0:
@@ -137,6 +132,7 @@ def _judge_record(record: dict, out: Path, seed: int) -> Result | None:
     with np.load(out / f"{case.id}.npz") as saved:
         execution = Execution({k[4:]: saved[k] for k in saved.files if k.startswith("out_")},
                               {k[3:]: saved[k] for k in saved.files if k.startswith("in_")})
+    problem = build(case)
     missing = [k for k in problem.outputs if k not in execution.outputs]
     if missing:
         return Result(case, False, f"outputs missing from the worker's record: {missing}")

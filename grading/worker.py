@@ -29,6 +29,12 @@ from pathlib import Path
 import numpy as np
 
 LAUNCHES = [0]
+CUDA_CONTEXT_LOST = 3  # exit status: a CUDA error stopped the worker; its records say which
+
+
+def is_cuda_error(message: str | None) -> bool:
+    """Whether an error message is CUDA's (a sticky error: the process's context is gone)."""
+    return message is not None and ("cudaError" in message or "CUDA_ERROR" in message)
 
 
 def install_launch_counter() -> None:
@@ -90,6 +96,7 @@ def main(argv=None) -> int:
     parser.add_argument("--out", required=True, type=Path)
     args = parser.parse_args(argv)
 
+    from gpt2.cuda import module_of
     from grading.items import load_scheme
     from reference.checks import FUNCTIONS, build, cases, execute
 
@@ -100,7 +107,7 @@ def main(argv=None) -> int:
     records = args.out / "records.jsonl"
     with open(records, "w") as log:
         for kernel in item.functions:
-            module_name = "attention" if kernel == "softmax" else kernel
+            module_name = module_of(FUNCTIONS[kernel])
             try:
                 function = getattr(importlib.import_module(f"kernels.{module_name}"), FUNCTIONS[kernel])
             except Exception as err:  # a missing file, a syntax error, a missing function
@@ -119,8 +126,8 @@ def main(argv=None) -> int:
                     np.savez(args.out / f"{case.id}.npz", **arrays)
                 log.write(json.dumps(record) + "\n")
                 log.flush()
-                if execution.error is not None and "cudaError" in execution.error:
-                    return 3  # the CUDA context is lost; nothing later in this process can run
+                if is_cuda_error(execution.error):
+                    return CUDA_CONTEXT_LOST  # nothing later in this process can run
     return 0
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from gpt2.cuda import module_of
 from grading.grade import grade_item, grade_submission
 from grading.items import load_scheme
 from reference.checks import FUNCTIONS
@@ -18,10 +19,6 @@ pytestmark = pytest.mark.gpu
 
 ROOT = Path(__file__).parents[2]
 SEED = 20261130
-
-
-def module_of(kernel: str) -> str:
-    return "attention" if kernel == "softmax" else kernel
 
 
 def solution_copy(directory: Path) -> Path:
@@ -40,7 +37,7 @@ WRONG = all_wrong()
 @pytest.mark.parametrize("wrong", WRONG, ids=[m.__name__.rsplit(".", 1)[1] for m in WRONG])
 def test_a_known_wrong_kernel_loses_its_item(tmp_path, wrong):
     submission = solution_copy(tmp_path)
-    with open(submission / "kernels" / f"{module_of(wrong.KERNEL)}.py", "a") as f:
+    with open(submission / "kernels" / f"{module_of(FUNCTIONS[wrong.KERNEL])}.py", "a") as f:
         f.write(f"\nfrom {wrong.__name__} import {FUNCTIONS[wrong.KERNEL]}  # noqa: E402,F401\n")
     scheme = load_scheme()
     item = next(i for i in scheme.items if wrong.KERNEL in i.functions)
