@@ -78,6 +78,14 @@ def test_verify_refuses_an_unknown_check(tmp_path):
     assert code == 2 and "verify.slurm: unknown check 'everything'" in text
 
 
+def test_verify_takes_the_four_sanitizers_and_refuses_others(tmp_path):
+    code, _, text, _ = submit("verify.slurm", tmp_path, "kernels", export="SANITIZER=initcheck")
+    assert code == 0, text
+    assert "compute-sanitizer initcheck: skipped: no NVIDIA GPU or driver on this machine" in text
+    code, _, text, _ = submit("verify.slurm", tmp_path, "kernels", export="SANITIZER=asan")
+    assert code == 2 and "verify.slurm: unknown SANITIZER 'asan' (none, memcheck, racecheck, synccheck or initcheck)" in text
+
+
 def test_a_missing_environment_is_one_clear_line(tmp_path):
     kit = tmp_path / "kit"
     shutil.copytree(ROOT / "slurm", kit / "slurm")
