@@ -54,10 +54,11 @@ def grade_main(argv) -> int:
     for number, submission in enumerate(submissions, start=1):
         print(f"[{number}/{len(submissions)}] grading {submission} ...", file=sys.stderr, flush=True)
         grade = grade_submission(submission, scheme, seed, progress=lambda m: print(m, file=sys.stderr, flush=True))
-        print(reports.console_table(grade), flush=True)
-        print(flush=True)
         name = submission.resolve().name
-        reports.write_results_json(grade, args.out / name / "results.json")
+        results_json = args.out / name / "results.json"
+        reports.write_results_json(grade, results_json)
+        print(reports.console_table(grade), flush=True)
+        print(f"details: {results_json}\n", flush=True)
         if args.results_json:
             reports.write_results_json(grade, args.results_json)
         rows.append((name, reports.gradescope_results(grade)))

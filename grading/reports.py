@@ -20,11 +20,19 @@ def console_table(grade: SubmissionGrade, width: int = 100) -> str:
     return "\n".join(lines)
 
 
+MAX_LISTED_FAILURES = 20  # per item, so one broken kernel cannot flood the student's page
+
+
 def gradescope_results(grade: SubmissionGrade) -> dict:
     """Gradescope's autograder format: the total, and one test per item with its output."""
     tests = []
     for g in grade.items:
-        output = g.reason if not g.details else g.reason + "\n" + "\n".join(g.details[:20])
+        output = g.reason
+        if g.details:
+            shown = g.details[:MAX_LISTED_FAILURES]
+            output += f"\nfailing cases ({len(g.details)}):\n" + "\n".join(f"- {d}" for d in shown)
+            if len(g.details) > len(shown):
+                output += f"\n... and {len(g.details) - len(shown)} more"
         tests.append({"name": g.item.title, "score": round(g.score, 4), "max_score": g.item.weight,
                       "output": output})
     return {"score": round(grade.score, 4), "output": f"{grade.score:g} of {grade.max_score:g} points",

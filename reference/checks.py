@@ -528,7 +528,7 @@ def _compare(case: Case, actual: dict, expected: dict, bounds: dict) -> Result:
             failures.append(
                 f"{name}: {int(bad.sum())} of {want.size} elements wrong; worst at {tuple(int(i) for i in where)}: "
                 f"got {got[where]:.7g}, expected {want[where]:.7g} (allowed error {allowed[where]:.2g})"
-                + (f"; {unwritten} NaN (not written?)" if unwritten else ""))
+                + (f"; {unwritten} NaN (never written, or computed as NaN)" if unwritten else ""))
     message = "; ".join(failures) if failures else "ok"
     return Result(case, not failures, message, max_abs, max_rel, worst_ratio)
 
