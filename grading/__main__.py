@@ -55,13 +55,13 @@ def grade_main(argv) -> int:
         print(f"[{number}/{len(submissions)}] grading {submission} ...", file=sys.stderr, flush=True)
         grade = grade_submission(submission, scheme, seed, progress=lambda m: print(m, file=sys.stderr, flush=True))
         name = submission.resolve().name
-        results_json = args.out / name / "results.json"
-        reports.write_results_json(grade, results_json)
+        results, results_json = reports.gradescope_results(grade), args.out / name / "results.json"
+        reports.write_results_json(results, results_json)
         print(reports.console_table(grade), flush=True)
         print(f"details: {results_json}\n", flush=True)
         if args.results_json:
-            reports.write_results_json(grade, args.results_json)
-        rows.append((name, reports.gradescope_results(grade)))
+            reports.write_results_json(results, args.results_json)
+        rows.append((name, results))
     if len(rows) > 1:
         reports.write_gradebook(rows, scheme, args.out / "gradebook.csv")
         print(f"gradebook: {args.out / 'gradebook.csv'}", file=sys.stderr)

@@ -17,11 +17,9 @@ import tempfile
 from pathlib import Path
 from typing import Callable
 
-import numpy as np
-
 from grading.items import Item, Scheme
-from grading.worker import CUDA_CONTEXT_LOST, is_cuda_error
-from reference.checks import Case, Execution, Result, build, cases, judge
+from grading.worker import CUDA_CONTEXT_LOST, is_cuda_error, load_execution
+from reference.checks import Case, Result, build, cases, judge
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -72,16 +70,15 @@ def grade_item(submission: Path, item: Item, scheme: Scheme, seed: int) -> ItemG
             done = subprocess.run(command, capture_output=True, text=True, timeout=scheme.time_limit_seconds,
                                   cwd=out, env=env)
         except subprocess.TimeoutExpired:
-            expected = sum(len(cases(f, seed)) for f in item.functions)
             return ItemGrade(item, 0.0, f"timed out after {scheme.time_limit_seconds:g} s (a kernel that never "
-                                        f"returns?)", 0, expected)
+                                        f"returns?)", 0, len(item_cases(item, seed)))
         crash = _crash_reason(done.returncode, done.stderr)
         return score_item(item, scheme, seed, Path(out), crash)
 
 
 def score_item(item: Item, scheme: Scheme, seed: int, out: Path, crash: str | None = None) -> ItemGrade:
     """Judge the worker's records in `out` against our own references and apply the scheme."""
-    expected = {c.id: c for f in item.functions for c in cases(f, seed)}
+    expected = item_cases(item, seed)
     records = _read_records(out / "records.jsonl")
     judged = {}  # by case id: a case counts once, and only if it is one of ours
     for record in records:
@@ -108,6 +105,11 @@ def score_item(item: Item, scheme: Scheme, seed: int, out: Path, crash: str | No
                      passed, len(expected), details)
 
 
+def item_cases(item: Item, seed: int) -> dict[str, Case]:
+    """Every test case of the item's kernels for this seed, by case id."""
+    return {c.id: c for f in item.functions for c in cases(f, seed)}
+
+
 def _read_records(path: Path) -> list[dict]:
     if not path.exists():
         return []
@@ -129,9 +131,7 @@ def _judge_record(record: dict, case: Case, out: Path) -> Result:
         return Result(case, False, record["error"])
     if record["launches"] == 0:
         return Result(case, False, "no custom kernel launched: the output came from library operations")
-    with np.load(out / f"{case.id}.npz") as saved:
-        execution = Execution({k[4:]: saved[k] for k in saved.files if k.startswith("out_")},
-                              {k[3:]: saved[k] for k in saved.files if k.startswith("in_")})
+    execution = load_execution(out / f"{case.id}.npz")
     problem = build(case)
     missing = [k for k in problem.outputs if k not in execution.outputs]
     if missing:

@@ -27,6 +27,12 @@ class Scheme:
     partial_credit: str
     time_limit_seconds: float
 
+    def item(self, name: str) -> Item:
+        for item in self.items:
+            if item.name == name:
+                return item
+        raise ValueError(f"no grading item {name!r} (items: {', '.join(i.name for i in self.items)})")
+
 
 def load_scheme(path: Path = WEIGHTS_FILE) -> Scheme:
     try:

@@ -39,9 +39,10 @@ def gradescope_results(grade: SubmissionGrade) -> dict:
             "tests": tests}
 
 
-def write_results_json(grade: SubmissionGrade, path: Path) -> None:
+def write_results_json(results: dict, path: Path) -> None:
+    """Write gradescope_results(...) to `path`."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(gradescope_results(grade), indent=2) + "\n")
+    path.write_text(json.dumps(results, indent=2) + "\n")
 
 
 def write_gradebook(rows: list[tuple[str, dict]], scheme: Scheme, path: Path) -> None:

@@ -28,6 +28,8 @@ from pathlib import Path
 
 import numpy as np
 
+from reference.checks import Execution
+
 LAUNCHES = [0]
 CUDA_CONTEXT_LOST = 3  # exit status: a CUDA error stopped the worker; its records say which
 
@@ -35,6 +37,18 @@ CUDA_CONTEXT_LOST = 3  # exit status: a CUDA error stopped the worker; its recor
 def is_cuda_error(message: str | None) -> bool:
     """Whether an error message is CUDA's (a sticky error: the process's context is gone)."""
     return message is not None and ("cudaError" in message or "CUDA_ERROR" in message)
+
+
+def save_execution(path: Path, execution: Execution) -> None:
+    """A case's outputs and its inputs after the call, as one .npz the grader reads back."""
+    np.savez(path, **{f"out_{k}": v for k, v in execution.outputs.items()},
+             **{f"in_{k}": v for k, v in execution.inputs_after.items()})
+
+
+def load_execution(path: Path) -> Execution:
+    with np.load(path) as saved:
+        return Execution({k[4:]: saved[k] for k in saved.files if k.startswith("out_")},
+                         {k[3:]: saved[k] for k in saved.files if k.startswith("in_")})
 
 
 def install_launch_counter() -> None:
@@ -100,7 +114,7 @@ def main(argv=None) -> int:
     from grading.items import load_scheme
     from reference.checks import FUNCTIONS, build, cases, execute
 
-    item = next(i for i in load_scheme().items if i.name == args.item)
+    item = load_scheme().item(args.item)
     install_launch_counter()
     fence_references()
     import_submission(args.submission)
@@ -121,9 +135,7 @@ def main(argv=None) -> int:
                 record = {"kernel": kernel, "case": case.id, "launches": LAUNCHES[0] - before,
                           "error": execution.error}
                 if execution.error is None:
-                    arrays = {f"out_{k}": v for k, v in execution.outputs.items()}
-                    arrays |= {f"in_{k}": v for k, v in execution.inputs_after.items()}
-                    np.savez(args.out / f"{case.id}.npz", **arrays)
+                    save_execution(args.out / f"{case.id}.npz", execution)
                 log.write(json.dumps(record) + "\n")
                 log.flush()
                 if is_cuda_error(execution.error):

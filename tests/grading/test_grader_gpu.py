@@ -125,6 +125,6 @@ def test_a_kernel_that_does_not_compile_scores_zero_with_the_compiler_message(tm
     path = submission / "kernels" / "gelu.py"
     path.write_text(path.read_text().replace("float cube = 0.044715f * x * x * x;", "float cube = 0.044715f * x * y;"))
     scheme = load_scheme()
-    grade = grade_item(submission, next(i for i in scheme.items if i.name == "gelu"), scheme, SEED)
+    grade = grade_item(submission, scheme.item("gelu"), scheme, SEED)
     assert grade.score == 0
     assert "KernelCompileError" in grade.reason and "gelu.py:" in grade.reason and '"y"' in grade.reason

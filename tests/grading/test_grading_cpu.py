@@ -7,7 +7,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from gpt2.cuda import compile_report, gpu_unavailable_reason, kernels_in, load_kernel_package
@@ -15,6 +14,7 @@ from grading import reports
 from grading.grade import ItemGrade, SubmissionGrade, score_item
 from grading.handout import LEFTOVER_MARKER, make_handout, strip_solutions
 from grading.items import load_scheme
+from grading.worker import save_execution
 from reference import gold
 from reference.checks import FUNCTIONS, build, cases, execute
 
@@ -46,10 +46,7 @@ def worker_records(out: Path, kernel_function, kernels, launches=1, error=None):
     with open(out / "records.jsonl", "a") as log:
         for kernel in kernels:
             for case in cases(kernel, SEED):
-                execution = execute(kernel_function(kernel), build(case), device="cpu")
-                arrays = {f"out_{k}": v for k, v in execution.outputs.items()}
-                arrays |= {f"in_{k}": v for k, v in execution.inputs_after.items()}
-                np.savez(out / f"{case.id}.npz", **arrays)
+                save_execution(out / f"{case.id}.npz", execute(kernel_function(kernel), build(case), device="cpu"))
                 log.write(json.dumps({"kernel": kernel, "case": case.id, "launches": launches,
                                       "error": error}) + "\n")
 
@@ -59,7 +56,7 @@ def honest(kernel):
 
 
 def item(name):
-    return next(i for i in load_scheme().items if i.name == name)
+    return load_scheme().item(name)
 
 
 def test_every_case_passing_scores_the_weight(tmp_path):
@@ -143,7 +140,7 @@ def test_gradescope_results_format():
 def test_gradebook_gathers_every_results_json(tmp_path):
     for name in ("alice", "bob"):
         grade = dataclasses.replace(sample_grade(), submission=name)
-        reports.write_results_json(grade, tmp_path / name / "results.json")
+        reports.write_results_json(reports.gradescope_results(grade), tmp_path / name / "results.json")
     done = subprocess.run([sys.executable, "-m", "grading", "gather", str(tmp_path)], capture_output=True, text=True,
                           cwd=ROOT)
     assert done.returncode == 0, done.stderr

@@ -124,7 +124,7 @@ def test_grade_class_array_then_gather(tmp_path):
     assert f"grading {submissions[1]}: skipped: no NVIDIA GPU" in text
 
     for name in ("alice", "bob"):  # what graded tasks would have written on a GPU node
-        reports.write_results_json(sample_grade(), results / name / "results.json")
+        reports.write_results_json(reports.gradescope_results(sample_grade()), results / name / "results.json")
     code, _, text, _ = submit("grade_class.slurm", tmp_path, str(class_list), str(results))
     assert code == 0, text
     assert "gradebook of 2 submissions" in text
