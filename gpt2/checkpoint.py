@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from gpt2.config import PRESET_ALIASES, PRESETS, GPT2Config
+from gpt2.config import PRESET_ALIASES, PRESETS, GPT2Config, preset
 
 LLMC_MAGIC = 20240326
 LLMC_VERSIONS = {3: "float32", 5: "bfloat16"}
@@ -143,11 +143,11 @@ def read_hf(directory: str | Path) -> tuple[GPT2Config, Parameters]:
     tensors = _open_safetensors(directory)
     params = {}
     shapes = config.parameter_shapes()
+    V = config.vocab_size
+    stored_shapes = shapes | {"wte": (V, config.channels)}  # HF stores only the real vocabulary's rows
     for name, hf_name in _HF_GLOBAL_TENSORS.items():
         params[name] = tensors.load(hf_name)
-    V, Vp = config.vocab_size, config.padded_vocab_size
-    _expect_shape(tensors, "wte.weight", params["wte"], (V, config.channels))
-    _expect_shape(tensors, "wpe.weight", params["wpe"], shapes["wpe"])
+        _expect_shape(tensors, hf_name, params[name], stored_shapes[name])
     padded = np.zeros(shapes["wte"], np.float32)
     padded[:V] = params["wte"]
     params["wte"] = padded
@@ -160,8 +160,6 @@ def read_hf(directory: str | Path) -> tuple[GPT2Config, Parameters]:
             _expect_shape(tensors, hf_name, tensor, want)
             stacked[layer] = tensor.T if transposed else tensor
         params[name] = stacked
-    for name in ("lnfw", "lnfb"):
-        _expect_shape(tensors, _HF_GLOBAL_TENSORS[name], params[name], shapes[name])
     return config, {name: params[name] for name in shapes}
 
 
@@ -368,7 +366,6 @@ def download_from_hub(name: str) -> Path:
 
 
 def _preset_or_error(name: str) -> GPT2Config:
-    from gpt2.config import preset
     try:
         return preset(name)
     except ValueError as err:

@@ -8,6 +8,7 @@ to a multiple of 128 rows (the padding rows are zero and never produce a token).
 from __future__ import annotations
 
 import dataclasses
+import math
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,13 +51,7 @@ class GPT2Config:
         }
 
     def num_parameters(self) -> int:
-        total = 0
-        for shape in self.parameter_shapes().values():
-            count = 1
-            for n in shape:
-                count *= n
-            total += count
-        return total
+        return sum(math.prod(shape) for shape in self.parameter_shapes().values())
 
 
 PRESETS = {

@@ -380,9 +380,7 @@ def _decode_attention_bound(x, e):
     for b, length in enumerate(x["lengths"].astype(int)):
         q = x["qkv"][b].reshape(3, NH, 1, HS)[0]
         k, v = x["k_cache"][b, :, :length + 1], x["v_cache"][b, :, :length + 1]
-        scores = q @ np.swapaxes(k, -1, -2) / math.sqrt(HS)
-        p = np.exp(scores - scores.max(axis=-1, keepdims=True))
-        p /= p.sum(axis=-1, keepdims=True)
+        p = cpu.softmax_rows(q @ np.swapaxes(k, -1, -2) / math.sqrt(HS))
         out[b] = _attention_bounds(np.abs(q), np.abs(k), np.abs(v), p, np.ones(p.shape, dtype=bool))[1][:, 0]
     return {"out": out.reshape(B, 1, C)}
 

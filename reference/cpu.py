@@ -39,14 +39,18 @@ def matmul_forward(out, inp, weight, bias, B, T, C, OC):
     out.reshape(B * T, OC)[...] = product
 
 
+def softmax_rows(scores: np.ndarray) -> np.ndarray:
+    """Softmax over the last axis, in float64; -inf scores get probability 0."""
+    weights = np.exp(scores - scores.max(axis=-1, keepdims=True))
+    return weights / weights.sum(axis=-1, keepdims=True)
+
+
 def softmax_forward(out, inp, scale, N, T):
     """Row (n, t) is softmax(scale * inp[n, t, :t+1]), then zeros; out may be inp."""
     scores = scale * inp.reshape(N, T, T).astype(np.float64)
     causal = np.tril(np.ones((T, T), dtype=bool))
     scores = np.where(causal, scores, -np.inf)  # entries above the diagonal are never used
-    scores -= scores.max(axis=-1, keepdims=True)
-    weights = np.exp(scores)
-    out.reshape(N, T, T)[...] = weights / weights.sum(axis=-1, keepdims=True)
+    out.reshape(N, T, T)[...] = softmax_rows(scores)
 
 
 def attention_forward(out, qkvr, att, inp, B, T, C, NH):
@@ -95,7 +99,5 @@ def decode_attention_forward(out, qkv, k_cache, v_cache, lengths, B, C, NH, max_
     keys, values = k_cache.reshape(B, NH, max_T, HS), v_cache.reshape(B, NH, max_T, HS)
     for b, length in enumerate(np.asarray(lengths).reshape(B)):
         k, v = keys[b, :, :length + 1].astype(np.float64), values[b, :, :length + 1].astype(np.float64)
-        scores = np.einsum("hd,hjd->hj", q[b], k) / np.sqrt(HS)
-        weights = np.exp(scores - scores.max(axis=-1, keepdims=True))
-        weights /= weights.sum(axis=-1, keepdims=True)
+        weights = softmax_rows(np.einsum("hd,hjd->hj", q[b], k) / np.sqrt(HS))
         out.reshape(B, C)[b] = np.einsum("hj,hjd->hd", weights, v).reshape(C)
