@@ -18,9 +18,9 @@ import time
 
 import numpy as np
 
-from gpt2.cuda import gpu_unavailable_reason
 from gpt2.generate import GREEDY, generate
 from gpt2.model import GPT2
+from kernel_runtime.device import exit_without_gpu
 
 PROMPT_TOKENS, NEW_TOKENS = 32, 128
 
@@ -61,10 +61,7 @@ def main(argv=None) -> int:
     parser.add_argument("--hf", action="store_true", help="also time transformers' eager generate")
     parser.add_argument("--profile", action="store_true", help="print where the host's time goes (cProfile)")
     args = parser.parse_args(argv)
-    reason = gpu_unavailable_reason()
-    if reason is not None:
-        print(f"benchmarks.generation: cannot run: {reason}", file=sys.stderr)
-        return 2
+    exit_without_gpu("benchmarks.generation", "cannot run")
     from gpt2 import checkpoint
 
     config, params = checkpoint.load(args.model)

@@ -1,12 +1,12 @@
-"""Time every kernel at GPT-2 124M sizes against gold and the card's ceilings.
+"""Time every host function at GPT-2 124M sizes against gold and the card's ceilings.
 
     python -m benchmarks.kernels [--kernels DIR] [--csv results.csv]
 
-Sizes: B=8, T=1024, C=768, NH=12; the matmul at OC = 2304 (qkv), 768 (attention
-projection), 3072 (MLP up) and 50257 (LM head). Timing: CUDA events around each
-call, after warm-up, median of many calls. The calls are queued behind a short
-spin kernel so that Python's launch overhead never leaves the GPU idle between the
-events: the numbers are GPU time.
+The rows are the benchmark sizes of the specs in reference/specs/: B=8, T=1024,
+C=768, NH=12; the matmul at OC = 2304 (qkv), 768 (attention projection), 3072 (MLP
+up) and 50257 (LM head). Timing: CUDA events around each call, after warm-up, median
+of many calls. The calls are queued behind a short spin kernel so that Python's
+launch overhead never leaves the GPU idle between the events: the numbers are GPU time.
 
 Ceilings measured here, not taken from a datasheet: the copy bandwidth of a 1 GiB
 device-to-device copy (bytes read + written) and gold's matmul rate. GB/s counts the
@@ -21,12 +21,10 @@ import sys
 
 import numpy as np
 
-from gpt2.cuda import gpu_unavailable_reason, load_kernel_package
-from reference.checks import FUNCTIONS
-
-B, T, C, NH = 8, 1024, 768, 12
-V, MAX_T = 50257, 1024
-MATMUL_OUT_CHANNELS = (2304, 768, 3072, 50257)
+from kernel_runtime import KitError
+from kernel_runtime.device import exit_without_gpu
+from kernel_runtime.loader import use_kernels
+from reference.registry import SPECS, build, host_function
 
 SPIN_SOURCE = r"""
 extern "C" __global__ void spin(long long nanoseconds) {
@@ -68,38 +66,17 @@ def copy_bandwidth_gbs():
 
 
 def workloads():
-    """(name, size, make_args, bytes, flops) for every timed call."""
+    """(spec, case) for every timed call: each spec's benchmark sizes."""
+    return [(spec, case) for spec in SPECS.values() for case in spec.benchmark_cases()]
+
+
+def device_arguments(problem) -> tuple:
+    """The call's arguments on the GPU; outputs uninitialised (their content is not looked at)."""
     import cupy
 
-    rng = cupy.random.default_rng(0)
-
-    def normal(*shape):
-        return rng.standard_normal(shape, dtype=np.float32)
-
-    def empty(*shape):
-        return cupy.empty(shape, np.float32)
-
-    N = B * T * C
-    yield ("encoder", f"B{B} T{T} C{C}",
-           lambda: (empty(B, T, C), rng.integers(0, V, (B, T)).astype(np.int32), normal(V, C), normal(MAX_T, C), B, T, C),
-           4 * (N + N + T * C + B * T), 0)
-    yield ("layernorm", f"B{B} T{T} C{C}",
-           lambda: (empty(B, T, C), empty(B, T), empty(B, T), normal(B, T, C), normal(C), normal(C), B, T, C),
-           4 * (2 * N + 2 * C + 2 * B * T), 0)
-    for OC in MATMUL_OUT_CHANNELS:
-        yield ("matmul", f"{B * T}x{C} @ {C}x{OC}",
-               lambda OC=OC: (empty(B, T, OC), normal(B, T, C), normal(OC, C), normal(OC), B, T, C, OC),
-               4 * (N + OC * C + B * T * OC + OC), 2 * B * T * C * OC)
-    causal = T * (T + 1) // 2
-    yield ("attention", f"B{B} T{T} C{C} NH{NH}",
-           lambda: (empty(B, T, C), empty(3 * B * T * C), empty(B, NH, T, T), normal(B, T, 3 * C), B, T, C, NH),
-           4 * (3 * N + B * NH * T * T + N), 2 * 2 * B * NH * causal * (C // NH))
-    yield ("softmax", f"N{B * NH} T{T}",
-           lambda: (empty(B * NH, T, T), normal(B * NH, T, T), 0.125, B * NH, T),
-           4 * B * NH * (causal + T * T), 0)
-    yield ("residual", f"N{N}", lambda: (empty(N), normal(N), normal(N), N), 12 * N, 0)
-    yield ("gelu", f"N{4 * N}", lambda: (empty(4 * N), normal(4 * N), 4 * N), 8 * 4 * N, 0)
-
+    return tuple(cupy.empty(value, np.float32) if name in problem.spec.written
+                 else cupy.asarray(value) if isinstance(value, np.ndarray) else value
+                 for name, value in problem.args.items())
 
 
 def main(argv=None) -> int:
@@ -107,42 +84,46 @@ def main(argv=None) -> int:
     parser.add_argument("--kernels", help="kernels/ directory to time (default: this repo's)")
     parser.add_argument("--csv", help="also write the table to this CSV file")
     args = parser.parse_args(argv)
-    reason = gpu_unavailable_reason()
-    if reason is not None:
-        print(f"benchmarks.kernels: cannot run: {reason}", file=sys.stderr)
-        return 2
+    exit_without_gpu("benchmarks.kernels", "cannot run")
     import cupy
 
     from reference import gold
 
-    package = load_kernel_package(args.kernels)
+    try:
+        use_kernels(args.kernels)
+        rows = [(spec, case, host_function(spec.function)) for spec, case in workloads()]
+    except KitError as err:
+        print(f"benchmarks.kernels: {err}", file=sys.stderr)
+        return 2
     device = cupy.cuda.runtime.getDeviceProperties(0)["name"].decode()
     print(f"measuring copy bandwidth on {device} ...", flush=True)
     copy_gbs = copy_bandwidth_gbs()
     print(f"copy bandwidth (1 GiB device-to-device, read + write): {copy_gbs:.0f} GB/s\n")
 
-    header = (f"{'kernel':10s} {'size':22s} {'ms':>8s} {'gold ms':>8s} {'vs gold':>8s} "
+    header = (f"{'host function':18s} {'size':24s} {'ms':>8s} {'gold ms':>8s} {'vs gold':>8s} "
               f"{'GB/s':>7s} {'%copy':>6s} {'TFLOP/s':>8s} {'gold TF/s':>9s}")
     print(header)
-    rows = []
-    for name, size, make_args, nbytes, flops in workloads():
-        call_args = make_args()
-        ms = gpu_times_ms(lambda: getattr(package, FUNCTIONS[name])(*call_args))
-        gold_ms = gpu_times_ms(lambda: getattr(gold, FUNCTIONS[name])(*call_args))
-        row = dict(kernel=name, size=size, ms=ms, gold_ms=gold_ms, speedup_vs_gold=gold_ms / ms,
+    table = []
+    for spec, case, function in rows:
+        call_args = device_arguments(build(case))
+        ms = gpu_times_ms(lambda: function(*call_args))
+        gold_ms = gpu_times_ms(lambda: getattr(gold, spec.function)(*call_args))
+        nbytes, flops = spec.traffic(case.size), spec.flops(case.size) if spec.flops else 0
+        size = case.id.rsplit("-seed", 1)[0]
+        row = dict(function=spec.function, size=size, ms=ms, gold_ms=gold_ms, speedup_vs_gold=gold_ms / ms,
                    gbs=nbytes / ms / 1e6, pct_copy=100 * nbytes / ms / 1e6 / copy_gbs,
                    tflops=flops / ms / 1e9, gold_tflops=flops / gold_ms / 1e9)
-        rows.append(row)
+        table.append(row)
         tf = f"{row['tflops']:8.1f} {row['gold_tflops']:9.1f}" if flops else f"{'':8s} {'':9s}"
-        print(f"{name:10s} {size:22s} {ms:8.3f} {gold_ms:8.3f} {row['speedup_vs_gold']:7.2f}x "
+        print(f"{spec.function:18s} {size:24s} {ms:8.3f} {gold_ms:8.3f} {row['speedup_vs_gold']:7.2f}x "
               f"{row['gbs']:7.0f} {row['pct_copy']:5.0f}% {tf}", flush=True)
         del call_args
         cupy.get_default_memory_pool().free_all_blocks()
     if args.csv:
         with open(args.csv, "w", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+            writer = csv.DictWriter(f, fieldnames=list(table[0]))
             writer.writeheader()
-            writer.writerows(rows)
+            writer.writerows(table)
         print(f"\nwrote {args.csv}")
     return 0
 

@@ -16,11 +16,10 @@ import os
 import sys
 from pathlib import Path
 
-from gpt2.checkpoint import CheckpointError
-from gpt2.cuda import KernelArgumentError, KernelCompileError, gpu_unavailable_reason
 from gpt2.generate import Sampling, generate
-from gpt2.model import GPT2, TokenError
-from gpt2.tokenizer import TokenizerMissing, get_tokenizer
+from gpt2.model import GPT2
+from gpt2.tokenizer import get_tokenizer
+from kernel_runtime import KitError, gpu_unavailable_reason
 
 COURSE_CHECKPOINT = "gpt2_124M.bin"
 
@@ -110,8 +109,7 @@ def main(argv=None) -> int:
             generate(model, tokenizer.encode(prompt), args.max_new_tokens, sampling, use_cache=not args.no_cache,
                      use_graph=not args.no_graph, on_token=Streamer(tokenizer), warn=note)
             print(flush=True)
-    except (CheckpointError, TokenizerMissing, TokenError, KernelArgumentError, KernelCompileError,
-            FileNotFoundError, ValueError, RuntimeError) as err:
+    except KitError as err:
         print(f"gpt2: {err}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

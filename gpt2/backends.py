@@ -1,8 +1,8 @@
-"""Where the model's kernels come from: a backend is an array module plus host functions.
+"""Where the model's host functions come from: a backend is an array module plus the
+functions of gpt2.ops.ForwardOps.
 
-* kernels:   this repo's kernels/ (or a kernels/ directory a student or grader points
-             to) on the GPU. The KV-cache decoding kernels always come from this
-             repo's kernels/decode.py, which students do not write.
+* kernels:   the kernels directory this process runs (this kit's kernels/, or another
+             one: `kernels=` binds it, see kernel_runtime.loader), on the GPU.
 * gold:      reference/gold.py, CuPy library operations, on the GPU.
 * reference: reference/cpu.py, NumPy in float64 on the CPU; works without a GPU.
 
@@ -17,9 +17,16 @@ import types
 
 import numpy as np
 
-from gpt2.cuda import load_kernel_package, require_gpu
+from gpt2.ops import MODEL_FUNCTIONS, ForwardOps
+from kernel_runtime import KitError, require_gpu
+from kernel_runtime.loader import use_kernels
+from reference.registry import host_functions
 
 BACKENDS = ("kernels", "gold", "reference")
+
+
+class BackendError(KitError):
+    """A backend that does not exist, or options it does not take."""
 
 
 @dataclasses.dataclass
@@ -27,7 +34,7 @@ class Backend:
     name: str
     xp: types.ModuleType          # numpy or cupy
     activation_dtype: type
-    ops: types.SimpleNamespace    # the host functions
+    ops: ForwardOps
 
     def upload(self, host_array: np.ndarray):
         return self.xp.asarray(host_array)
@@ -42,9 +49,9 @@ class Backend:
 def make_backend(name: str, kernels: str | None = None) -> Backend:
     """A backend by name; `kernels` is a kernels/ directory for the kernels backend."""
     if name not in BACKENDS:
-        raise ValueError(f"unknown backend {name!r} (choose from {', '.join(BACKENDS)})")
+        raise BackendError(f"unknown backend {name!r} (choose from {', '.join(BACKENDS)})")
     if kernels is not None and name != "kernels":
-        raise ValueError(f"a kernels directory only applies to the kernels backend, not {name!r}")
+        raise BackendError(f"a kernels directory only applies to the kernels backend, not {name!r}")
     if name == "reference":
         from reference import cpu
         return Backend(name, np, np.float64, _namespace(cpu))
@@ -54,11 +61,14 @@ def make_backend(name: str, kernels: str | None = None) -> Backend:
     if name == "gold":
         from reference import gold
         return Backend(name, cupy, np.float32, _namespace(gold))
-    from kernels import decode
-
-    ops = vars(load_kernel_package(kernels)) | vars(_namespace(decode))
-    return Backend(name, cupy, np.float32, types.SimpleNamespace(**ops))
+    return Backend(name, cupy, np.float32, kernel_ops(kernels))
 
 
-def _namespace(module) -> types.SimpleNamespace:
-    return types.SimpleNamespace(**{k: v for k, v in vars(module).items() if k.endswith("_forward")})
+def kernel_ops(kernels: str | None = None) -> ForwardOps:
+    """The model's host functions from a kernels directory (None: this kit's), bound for this process."""
+    use_kernels(kernels)
+    return host_functions(MODEL_FUNCTIONS)
+
+
+def _namespace(module) -> ForwardOps:
+    return types.SimpleNamespace(**{name: getattr(module, name) for name in MODEL_FUNCTIONS})

@@ -4,7 +4,7 @@ Weights live in host memory as a dict of float32 NumPy arrays in llm.c's layout
 (GPT2Config.parameter_shapes): linear weights (out, in), stacked over layers.
 
 * llm.c (`gpt2_124M.bin`, what the course hands out): a header of 256 int32
-  (magic 20240326, version 3 = float32 or 5 = bfloat16, maxT, V, L, NH, C, Vp), then
+  (magic 20240326, version 3 = float32 or 5 = bfloat16, max_T, V, L, NH, C, Vp), then
   every tensor in parameter_shapes order.
 * Hugging Face: a directory with config.json and model.safetensors, or shards
   model-0000k-of-0000n.safetensors with model.safetensors.index.json. HF's Conv1D
@@ -24,7 +24,8 @@ from pathlib import Path
 
 import numpy as np
 
-from gpt2.config import PRESET_ALIASES, PRESETS, GPT2Config, preset
+from gpt2.config import PRESET_ALIASES, PRESETS, ConfigError, GPT2Config, preset
+from kernel_runtime import KitError
 
 LLMC_MAGIC = 20240326
 LLMC_VERSIONS = {3: "float32", 5: "bfloat16"}
@@ -33,7 +34,7 @@ LLMC_HEADER_INTS = 256
 Parameters = dict  # name -> float32 np.ndarray, GPT2Config.parameter_shapes() order
 
 
-class CheckpointError(ValueError):
+class CheckpointError(KitError):
     """A weights file or directory that cannot be read as GPT-2."""
 
 
@@ -76,14 +77,14 @@ def read_llmc(path: str | Path) -> tuple[GPT2Config, Parameters]:
     max_T, V, L, NH, C, Vp = (int(x) for x in header[2:8])
     try:
         config = GPT2Config(max_T, V, Vp, L, NH, C)
-    except ValueError as err:
+    except ConfigError as err:
         raise CheckpointError(f"{path}: header describes no valid GPT-2 ({err})") from None
     item = 4 if version == 3 else 2
     expected = 4 * LLMC_HEADER_INTS + config.num_parameters() * item
     if size != expected:
         what = "truncated" if size < expected else "has trailing bytes"
         raise CheckpointError(f"{path}: {what}: {size} bytes, expected {expected} for "
-                              f"L={L} NH={NH} C={C} V={V} Vp={Vp} maxT={max_T} in {LLMC_VERSIONS[version]}")
+                              f"L={L} NH={NH} C={C} V={V} Vp={Vp} max_T={max_T} in {LLMC_VERSIONS[version]}")
     params, offset = {}, 4 * LLMC_HEADER_INTS
     for name, shape in config.parameter_shapes().items():
         count = math.prod(shape)
@@ -102,7 +103,7 @@ def write_llmc(path: str | Path, config: GPT2Config, params: Parameters, dtype: 
         raise ValueError(f"write_llmc: dtype must be float32 or bfloat16, got {dtype!r}")
     _check_parameters(config, params, str(path))
     header = np.zeros(LLMC_HEADER_INTS, dtype="<i4")
-    header[:8] = [LLMC_MAGIC, versions[dtype], config.max_seq_len, config.vocab_size, config.num_layers,
+    header[:8] = [LLMC_MAGIC, versions[dtype], config.max_T, config.vocab_size, config.num_layers,
                   config.num_heads, config.channels, config.padded_vocab_size]
     with open(path, "wb") as f:
         header.tofile(f)
@@ -196,7 +197,7 @@ def _hf_config(config: GPT2Config) -> dict:
     return {
         "architectures": ["GPT2LMHeadModel"], "model_type": "gpt2",
         "n_embd": config.channels, "n_head": config.num_heads, "n_layer": config.num_layers,
-        "n_positions": config.max_seq_len, "n_ctx": config.max_seq_len, "vocab_size": config.vocab_size,
+        "n_positions": config.max_T, "n_ctx": config.max_T, "vocab_size": config.vocab_size,
         "n_inner": None, "activation_function": "gelu_new", "layer_norm_epsilon": 1e-5,
         "bos_token_id": 50256, "eos_token_id": 50256, "tie_word_embeddings": True,
         "torch_dtype": "float32",
@@ -221,10 +222,10 @@ def _read_hf_config(path: Path) -> GPT2Config:
         if n_inner not in (None, 4 * C):
             raise CheckpointError(f"{path}: n_inner={n_inner} is not 4 * n_embd")
         return GPT2Config.sized(raw["n_layer"], raw["n_head"], C, vocab_size=raw["vocab_size"],
-                                max_seq_len=raw["n_positions"])
+                                max_T=raw["n_positions"])
     except KeyError as err:
         raise CheckpointError(f"{path}: missing field {err.args[0]}") from None
-    except ValueError as err:
+    except ConfigError as err:
         raise CheckpointError(f"{path}: {err}") from None
 
 
@@ -368,7 +369,7 @@ def download_from_hub(name: str) -> Path:
 def _preset_or_error(name: str) -> GPT2Config:
     try:
         return preset(name)
-    except ValueError as err:
+    except ConfigError as err:
         raise CheckpointError(str(err)) from None
 
 

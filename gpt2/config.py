@@ -10,10 +10,16 @@ from __future__ import annotations
 import dataclasses
 import math
 
+from kernel_runtime import KitError
+
+
+class ConfigError(KitError):
+    """Sizes that describe no GPT-2."""
+
 
 @dataclasses.dataclass(frozen=True)
 class GPT2Config:
-    max_seq_len: int = 1024       # maxT: positions in wpe
+    max_T: int = 1024             # the context length: positions in wpe
     vocab_size: int = 50257       # V: real tokens
     padded_vocab_size: int = 50304  # Vp: rows of wte, V rounded up to a multiple of 128
     num_layers: int = 12          # L
@@ -24,21 +30,21 @@ class GPT2Config:
         for field in dataclasses.fields(self):
             value = getattr(self, field.name)
             if not isinstance(value, int) or value < 1:
-                raise ValueError(f"GPT2Config.{field.name} must be a positive integer, got {value!r}")
+                raise ConfigError(f"GPT2Config.{field.name} must be a positive integer, got {value!r}")
         if self.channels % self.num_heads:
-            raise ValueError(f"channels={self.channels} is not a multiple of num_heads={self.num_heads}")
+            raise ConfigError(f"channels={self.channels} is not a multiple of num_heads={self.num_heads}")
         if self.padded_vocab_size < self.vocab_size:
-            raise ValueError(f"padded_vocab_size={self.padded_vocab_size} < vocab_size={self.vocab_size}")
+            raise ConfigError(f"padded_vocab_size={self.padded_vocab_size} < vocab_size={self.vocab_size}")
 
     @classmethod
     def sized(cls, num_layers: int, num_heads: int, channels: int, *, vocab_size: int = 50257,
-              max_seq_len: int = 1024) -> "GPT2Config":
+              max_T: int = 1024) -> "GPT2Config":
         padded = -(-vocab_size // 128) * 128
-        return cls(max_seq_len, vocab_size, padded, num_layers, num_heads, channels)
+        return cls(max_T, vocab_size, padded, num_layers, num_heads, channels)
 
     def parameter_shapes(self) -> dict[str, tuple[int, ...]]:
         """Every parameter tensor, in checkpoint order."""
-        L, C, Vp, T = self.num_layers, self.channels, self.padded_vocab_size, self.max_seq_len
+        L, C, Vp, T = self.num_layers, self.channels, self.padded_vocab_size, self.max_T
         return {
             "wte": (Vp, C), "wpe": (T, C),
             "ln1w": (L, C), "ln1b": (L, C),
@@ -67,5 +73,5 @@ def preset(name: str) -> GPT2Config:
     key = PRESET_ALIASES.get(name, name)
     if key not in PRESETS:
         known = ", ".join([*PRESETS, *PRESET_ALIASES])
-        raise ValueError(f"unknown GPT-2 size {name!r} (known: {known})")
+        raise ConfigError(f"unknown GPT-2 size {name!r} (known: {known})")
     return PRESETS[key]

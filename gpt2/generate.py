@@ -22,6 +22,11 @@ import numpy as np
 from gpt2.graph import CapturedDecodeStep
 from gpt2.model import GPT2, TokenError
 from gpt2.tokenizer import END_OF_TEXT
+from kernel_runtime import KitError
+
+
+class SamplingError(KitError):
+    """Sampling options that mean nothing."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,11 +40,11 @@ class Sampling:
 
     def __post_init__(self):
         if self.temperature < 0:
-            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
+            raise SamplingError(f"temperature must be >= 0, got {self.temperature}")
         if self.top_k is not None and self.top_k < 1:
-            raise ValueError(f"top_k must be >= 1, got {self.top_k}")
+            raise SamplingError(f"top_k must be >= 1, got {self.top_k}")
         if self.top_p is not None and not 0 < self.top_p <= 1:
-            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+            raise SamplingError(f"top_p must be in (0, 1], got {self.top_p}")
 
 
 GREEDY = Sampling(temperature=0.0)
@@ -88,7 +93,7 @@ def generate(model: GPT2, prompt: list[int], max_new_tokens: int, sampling: Samp
 
     With the cache on the kernels backend, decode steps after the first replay a CUDA
     graph of the step (gpt2.graph) unless use_graph is False."""
-    tokens = fit_prompt(list(prompt), max_new_tokens, model.config.max_seq_len, warn)
+    tokens = fit_prompt(list(prompt), max_new_tokens, model.config.max_T, warn)
     rng = np.random.default_rng(sampling.seed)
     to_host = model.backend.to_host
     new: list[int] = []

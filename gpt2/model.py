@@ -33,6 +33,7 @@ import numpy as np
 from gpt2 import checkpoint
 from gpt2.backends import Backend, make_backend
 from gpt2.config import GPT2Config
+from kernel_runtime import KitError
 
 # name -> shape; L layers, B rows, T tokens, C channels, NH heads, Vp padded vocabulary
 ACTIVATION_SHAPES = {
@@ -82,13 +83,13 @@ class _NvtxOps:
         return call
 
 
-class TokenError(ValueError):
+class TokenError(KitError):
     """Token ids the model cannot take: wrong shape, out of range, or too many."""
 
 
 @dataclasses.dataclass
 class KVCache:
-    """Keys and values of every token so far: k[l] and v[l] (B, NH, maxT, HS) for layer l.
+    """Keys and values of every token so far: k[l] and v[l] (B, NH, max_T, HS) for layer l.
 
     lengths (B,) int32 lives on the backend's device and is what the kernels read;
     `length` is the host's copy, used only for checks (all rows advance together)."""
@@ -172,7 +173,7 @@ class GPT2:
     def _transformer(self, a, B: int, T: int, cache: KVCache | None, decoding: bool) -> None:
         """Every layer, the final layernorm and the LM head, from a.encoded to a.logits."""
         C, NH, L = self.config.channels, self.config.num_heads, self.config.num_layers
-        max_T, Vp, w = self.config.max_seq_len, self.config.padded_vocab_size, self.weights
+        max_T, Vp, w = self.config.max_T, self.config.padded_vocab_size, self.weights
         residual = a.encoded
         for l in range(L):
             with self.profile_range(f"layer {l}"):
@@ -204,7 +205,7 @@ class GPT2:
 
     def new_cache(self, batch_size: int) -> KVCache:
         c = self.config
-        shape = (c.num_layers, batch_size, c.num_heads, c.max_seq_len, c.channels // c.num_heads)
+        shape = (c.num_layers, batch_size, c.num_heads, c.max_T, c.channels // c.num_heads)
         xp, dtype = self.backend.xp, self.backend.activation_dtype
         return KVCache(list(xp.zeros(shape, dtype)), list(xp.zeros(shape, dtype)), xp.zeros(batch_size, np.int32))
 
@@ -247,7 +248,7 @@ class GPT2:
         if host.ndim != ndim or host.size == 0 or not np.issubdtype(host.dtype, np.integer):
             raise TokenError(f"tokens must be a non-empty {shape_name} array of integer ids, "
                              f"got shape {host.shape} of {host.dtype}")
-        V, max_T = self.config.vocab_size, self.config.max_seq_len
+        V, max_T = self.config.vocab_size, self.config.max_T
         bad = (host < 0) | (host >= V)
         if bad.any():
             where = tuple(int(i) for i in np.argwhere(bad)[0])

@@ -14,7 +14,8 @@ import time
 
 import numpy as np
 
-from gpt2.cuda import gpu_unavailable_reason
+from kernel_runtime import KitError
+from kernel_runtime.device import exit_without_gpu
 
 
 def main(argv=None) -> int:
@@ -24,15 +25,16 @@ def main(argv=None) -> int:
     parser.add_argument("--batch", type=int, default=4)
     parser.add_argument("--tokens", type=int, default=64)
     args = parser.parse_args(argv)
-    reason = gpu_unavailable_reason()
-    if reason is not None:
-        print(f"gpt2.profile: cannot run kernels: {reason}", file=sys.stderr)
-        return 2
+    exit_without_gpu("gpt2.profile")
     import cupy
 
     from gpt2.model import GPT2
 
-    model = GPT2.from_pretrained(args.model, backend="kernels", kernels=args.kernels)
+    try:
+        model = GPT2.from_pretrained(args.model, backend="kernels", kernels=args.kernels)
+    except KitError as err:
+        print(f"gpt2.profile: {err}", file=sys.stderr)
+        return 2
     tokens = np.random.default_rng(0).integers(0, model.config.vocab_size, (args.batch, args.tokens), dtype=np.int32)
     model(tokens)  # warm-up: compiles and loads every kernel
     cupy.cuda.Device().synchronize()

@@ -22,14 +22,19 @@ import types
 
 import numpy as np
 
+from gpt2.ops import MODEL_FUNCTIONS, parameters
+from kernel_runtime import KitError
+from kernel_runtime.device import exit_without_gpu
+from reference.registry import spec
+
 ELEMENT_TOLERANCE = 0.05
 RMSE_TOLERANCE = 1e-3
 
-OUTPUT_ARGUMENTS = {  # host function -> positions of its outputs (and scratch) among its arguments
-    "encoder_forward": (0,), "layernorm_forward": (0, 1, 2), "matmul_forward": (0,),
-    "attention_forward": (0, 1, 2), "residual_forward": (0,), "gelu_forward": (0,),
-}
-SCRATCH_ARGUMENTS = {"attention_forward": (1,)}
+
+def written_positions(function: str) -> tuple[list[int], list[int]]:
+    """Where a host function's outputs, and the scratch it may write, sit among its arguments."""
+    names, written = parameters(function), spec(function)
+    return ([names.index(n) for n in written.outputs], [names.index(n) for n in written.scratch])
 
 
 @dataclasses.dataclass
@@ -64,25 +69,26 @@ class StepChecker:
 
     def at(self, layer: int | None):
         self._layer = layer
-        return types.SimpleNamespace(**{name: self._checked(name) for name in OUTPUT_ARGUMENTS})
+        return types.SimpleNamespace(**{name: self._checked(name) for name in MODEL_FUNCTIONS})
 
     def first_failure(self) -> Step | None:
         return next((s for s in self.steps if not s.passed), None)
 
     def _checked(self, name: str):
+        outputs, scratch = written_positions(name)
+
         def call(*args):
             import cupy
 
             step = self.step_name(args[0])
             where = step if self._layer is None else f"layer {self._layer} {step}"
             mine = list(args)
-            for i in OUTPUT_ARGUMENTS[name]:
+            for i in outputs + scratch:
                 mine[i] = cupy.full_like(args[i], np.nan)
             getattr(self.gold, name)(*args)
             getattr(self.candidate, name)(*mine)
-            for i in OUTPUT_ARGUMENTS[name]:
-                if i not in SCRATCH_ARGUMENTS.get(name, ()):
-                    self.steps.append(Step(where, name, i, *compare(cupy.asnumpy(mine[i]), cupy.asnumpy(args[i]))))
+            for i in outputs:
+                self.steps.append(Step(where, name, i, *compare(cupy.asnumpy(mine[i]), cupy.asnumpy(args[i]))))
         return call
 
 
@@ -106,17 +112,19 @@ def main(argv=None) -> int:
     parser.add_argument("--seed", type=int, default=0, help="seed of the random token ids")
     args = parser.parse_args(argv)
 
-    from gpt2.cuda import gpu_unavailable_reason, load_kernel_package
+    from gpt2.backends import kernel_ops
     from gpt2.model import GPT2
 
-    reason = gpu_unavailable_reason()
-    if reason is not None:
-        print(f"gpt2.step_check: cannot run kernels: {reason}", file=sys.stderr)
+    exit_without_gpu("gpt2.step_check")
+    try:
+        candidate = kernel_ops(args.kernels)
+        model = GPT2.from_pretrained(args.model, backend="gold")
+    except KitError as err:
+        print(f"gpt2.step_check: {err}", file=sys.stderr)
         return 2
-    model = GPT2.from_pretrained(args.model, backend="gold")
     rng = np.random.default_rng(args.seed)
     tokens = rng.integers(0, model.config.vocab_size, (args.batch, args.tokens), dtype=np.int32)
-    checker = run(model, tokens, load_kernel_package(args.kernels))
+    checker = run(model, tokens, candidate)
     print(f"{'step':22s} {'function':18s} {'out':>3s} {'max err':>9s} {'rmse':>9s}")
     for s in checker.steps:
         print(f"{s.where:22s} {s.function:18s} {s.output:3d} {s.max_error:9.2e} {s.rmse:9.2e}"

@@ -24,6 +24,8 @@ import tarfile
 import tempfile
 from pathlib import Path
 
+from kernel_runtime import KitError
+
 END_OF_TEXT = 50256
 BPE_SHA256 = "306cd27f03c1a714eca7108e03d66b7dc042abe8c258b44c199a7ed9838dd930"  # tiktoken's r50k_base
 WHISPER_SDIST = "openai-whisper==20250625"
@@ -32,7 +34,7 @@ WHISPER_MEMBER = "whisper/assets/gpt2.tiktoken"
 PATTERN = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}++| ?\p{N}++| ?[^\s\p{L}\p{N}]++|\s++$|\s+(?!\S)|\s"""
 
 
-class TokenizerMissing(RuntimeError):
+class TokenizerMissing(KitError):
     """GPT-2's BPE file is not on this machine."""
 
 

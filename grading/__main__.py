@@ -19,11 +19,12 @@ import secrets
 import sys
 from pathlib import Path
 
-from gpt2.cuda import gpu_unavailable_reason
 from grading import reports
 from grading.grade import grade_submission
 from grading.handout import make_handout
 from grading.items import load_scheme
+from kernel_runtime import KitError
+from kernel_runtime.device import exit_without_gpu
 
 
 def grade_main(argv) -> int:
@@ -44,10 +45,7 @@ def grade_main(argv) -> int:
     if missing:
         print(f"grading: no such submission directory: {', '.join(missing)}", file=sys.stderr)
         return 2
-    reason = gpu_unavailable_reason()
-    if reason is not None:
-        print(f"grading: cannot grade without a GPU: {reason}", file=sys.stderr)
-        return 2
+    exit_without_gpu("grading", "cannot grade without a GPU")
     scheme = load_scheme()
     seed = args.seed if args.seed is not None else secrets.randbelow(2**31)
     rows = []
@@ -87,7 +85,7 @@ def handout_main(argv) -> int:
     args = parser.parse_args(argv)
     try:
         stubbed = make_handout(args.destination)
-    except (FileExistsError, ValueError) as err:
+    except KitError as err:
         print(f"grading handout: {err}", file=sys.stderr)
         return 2
     print(f"handout written to {args.destination}; stubbed: {', '.join(stubbed)}")

@@ -18,8 +18,10 @@ from pathlib import Path
 from typing import Callable
 
 from grading.items import Item, Scheme
-from grading.worker import CUDA_CONTEXT_LOST, is_cuda_error, load_execution
-from reference.checks import Case, Result, build, cases, judge
+from reference.execution import CUDA_CONTEXT_LOST, Execution
+from reference.judging import Result, judge
+from reference.registry import build, cases
+from reference.spec import Case
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -79,17 +81,17 @@ def grade_item(submission: Path, item: Item, scheme: Scheme, seed: int) -> ItemG
 def score_item(item: Item, scheme: Scheme, seed: int, out: Path, crash: str | None = None) -> ItemGrade:
     """Judge the worker's records in `out` against our own references and apply the scheme."""
     expected = item_cases(item, seed)
-    records = _read_records(out / "records.jsonl")
+    records = Execution.load_all(out)
     judged = {}  # by case id: a case counts once, and only if it is one of ours
     for record in records:
-        case = expected.get(record.get("case"))
-        if case is not None:
-            judged[case.id] = _judge_record(record, case, out)
+        case = expected.get(record.case_id)
+        if case is not None and record.function == case.function:
+            judged[case.id] = judge(build(case), record)
     results = list(judged.values())
     passed = sum(r.passed for r in results)
-    details = [f"{r.case.kernel} {r.case.id}: {r.message}" for r in results if not r.passed]
-    load_errors = [r["error"] for r in records if "case" not in r]
-    cuda_errors = [r["error"] for r in records if is_cuda_error(r.get("error"))]
+    details = [f"{r.case.function} {r.case.id}: {r.message}" for r in results if not r.passed]
+    load_errors = [r.error for r in records if r.case_id is None]
+    cuda_errors = [r.error for r in records if r.cuda_error]
     reason = (load_errors[0] if load_errors else crash if crash else
               f"CUDA error: {cuda_errors[0]}" if cuda_errors else
               f"only {len(results)} of {len(expected)} cases ran" if len(results) < len(expected) else None)
@@ -106,14 +108,8 @@ def score_item(item: Item, scheme: Scheme, seed: int, out: Path, crash: str | No
 
 
 def item_cases(item: Item, seed: int) -> dict[str, Case]:
-    """Every test case of the item's kernels for this seed, by case id."""
+    """Every test case of the item's host functions for this seed, by case id."""
     return {c.id: c for f in item.functions for c in cases(f, seed)}
-
-
-def _read_records(path: Path) -> list[dict]:
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
 def _crash_reason(returncode: int, stderr: str) -> str | None:
@@ -124,16 +120,3 @@ def _crash_reason(returncode: int, stderr: str) -> str | None:
         last = (stderr.strip().splitlines() or ["no output"])[-1]
         return f"the worker process failed (exit {returncode}): {last}"
     return None
-
-
-def _judge_record(record: dict, case: Case, out: Path) -> Result:
-    if record["error"] is not None:
-        return Result(case, False, record["error"])
-    if record["launches"] == 0:
-        return Result(case, False, "no custom kernel launched: the output came from library operations")
-    execution = load_execution(out / f"{case.id}.npz")
-    problem = build(case)
-    missing = [k for k in problem.outputs if k not in execution.outputs]
-    if missing:
-        return Result(case, False, f"outputs missing from the worker's record: {missing}")
-    return judge(case, problem, execution)

@@ -14,6 +14,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from kernel_runtime import KitError
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 LEFT_OUT = ("grading/", "tests/kernels/wrong/", "tests/kernels/test_known_wrong.py", "slurm/grade_class.slurm",
             ".ci/")
@@ -21,6 +23,10 @@ SOLUTION = re.compile(r"^([ \t]*)// BEGIN SOLUTION\n.*?^[ \t]*// END SOLUTION\n"
 LEFTOVER_MARKER = re.compile(r"^[ \t]*// (BEGIN|END) SOLUTION", re.MULTILINE)
 STAFF_SECTION = re.compile(r"^<!-- staff only.*?^<!-- end staff only -->\n\n?", re.MULTILINE | re.DOTALL)
 STUB = "{indent}// TODO: write this kernel (the comment at the top of this file says what it computes)\n"
+
+
+class HandoutError(KitError):
+    """The handout cannot be written."""
 
 
 def strip_solutions(text: str) -> tuple[str, int]:
@@ -50,7 +56,7 @@ def repository_files(root: Path) -> list[Path]:
 def make_handout(destination: Path, root: Path = REPO_ROOT) -> list[str]:
     """Write the starter kit to `destination` (which must not exist); returns the stubbed kernel files."""
     if destination.exists():
-        raise FileExistsError(f"{destination} already exists; choose a new directory")
+        raise HandoutError(f"{destination} already exists; choose a new directory")
     stubbed = []
     for relative in repository_files(root):
         name = relative.as_posix()
@@ -63,7 +69,7 @@ def make_handout(destination: Path, root: Path = REPO_ROOT) -> list[str]:
         elif name.startswith("kernels/") and name.endswith(".py"):
             text, count = strip_solutions((root / relative).read_text())
             if LEFTOVER_MARKER.search(text):
-                raise ValueError(f"{name}: unbalanced solution markers")
+                raise HandoutError(f"{name}: unbalanced solution markers")
             target.write_text(text)
             if count:
                 stubbed.append(f"{name} ({count} kernel{'s' if count > 1 else ''})")

@@ -3,78 +3,35 @@
     python -m grading.worker --submission DIR --item NAME --seed N --out DIR
 
 The grader starts one worker per item, so a crash, a hang or a corrupted CUDA
-context costs that item only. The worker never judges: it runs each case and
-writes what the call left behind (outputs, inputs afterwards, the number of kernel
-launches the submission made, any error) to --out, and the grader compares that
-with references it computes itself, in its own process.
+context costs that item only. The worker never judges: it executes each case
+(reference.execution: the call recorded, then replayed on other inputs) and saves
+the Execution record to --out; the grader judges that record against references it
+computes itself, in its own process.
 
 Inside the worker:
-* `kernels` is the submission's own directory, so `import kernels.x` in a submission
-  finds the student's file, never the kit's solution;
-* reference.cpu and reference.gold are replaced by modules that refuse to work;
-* cupy.RawKernel and cupy.RawModule are subclasses that count launches, so a call
-  that launched no kernel of its own is visible (its output came from library
-  operations such as cupy.matmul, cupy.exp or NumPy).
+* `kernels` is the submission's own directory (kernel_runtime.loader), so
+  `import kernels.x` in a submission finds the student's file, never the kit's;
+* the oracle never enters: this program imports the case catalogue (reference.spec,
+  reference.specs, reference.registry) and reference.execution only, and
+  reference.cpu, reference.gold and reference.judging are fenced off, so importing
+  them fails too;
+* CuPy is watched (kernel_runtime.recording) before the submission is imported.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
-import json
 import sys
 import types
 from pathlib import Path
 
-import numpy as np
+from grading.items import load_scheme
+from kernel_runtime import KitError, recording
+from kernel_runtime.loader import use_kernels
+from reference.execution import CUDA_CONTEXT_LOST, Execution, execute
+from reference.registry import build, cases, host_function
 
-from reference.checks import Execution
-
-LAUNCHES = [0]
-CUDA_CONTEXT_LOST = 3  # exit status: a CUDA error stopped the worker; its records say which
-
-
-def is_cuda_error(message: str | None) -> bool:
-    """Whether an error message is CUDA's (a sticky error: the process's context is gone)."""
-    return message is not None and ("cudaError" in message or "CUDA_ERROR" in message)
-
-
-def save_execution(path: Path, execution: Execution) -> None:
-    """A case's outputs and its inputs after the call, as one .npz the grader reads back."""
-    np.savez(path, **{f"out_{k}": v for k, v in execution.outputs.items()},
-             **{f"in_{k}": v for k, v in execution.inputs_after.items()})
-
-
-def load_execution(path: Path) -> Execution:
-    with np.load(path) as saved:
-        return Execution({k[4:]: saved[k] for k in saved.files if k.startswith("out_")},
-                         {k[3:]: saved[k] for k in saved.files if k.startswith("in_")})
-
-
-def install_launch_counter() -> None:
-    import cupy
-
-    class CountingRawKernel(cupy.RawKernel):
-        def __call__(self, *args, **kwargs):
-            LAUNCHES[0] += 1
-            return super().__call__(*args, **kwargs)
-
-    class CountedFunction:
-        def __init__(self, kernel):
-            self._kernel = kernel
-
-        def __call__(self, *args, **kwargs):
-            LAUNCHES[0] += 1
-            return self._kernel(*args, **kwargs)
-
-        def __getattr__(self, name):
-            return getattr(self._kernel, name)
-
-    class CountingRawModule(cupy.RawModule):
-        def get_function(self, name):
-            return CountedFunction(super().get_function(name))
-
-    cupy.RawKernel, cupy.RawModule = CountingRawKernel, CountingRawModule
+FENCED = ("reference.cpu", "reference.gold", "reference.judging")
 
 
 class OffLimits(types.ModuleType):
@@ -85,21 +42,15 @@ class OffLimits(types.ModuleType):
 
 
 def fence_references() -> None:
+    """Make the oracle modules unimportable here (they are not loaded: nothing this program imports needs them)."""
     import reference
 
-    for name in ("cpu", "gold"):
-        stub = OffLimits(f"reference.{name}")
-        sys.modules[f"reference.{name}"] = stub
-        setattr(reference, name, stub)
-
-
-def import_submission(submission: Path) -> types.ModuleType:
-    """The submission's kernels/ directory, importable as the package `kernels`."""
-    directory = submission / "kernels" if (submission / "kernels").is_dir() else submission
-    package = types.ModuleType("kernels")
-    package.__path__ = [str(directory)]
-    sys.modules["kernels"] = package
-    return package
+    for qualified in FENCED:
+        if qualified in sys.modules:
+            raise RuntimeError(f"{qualified} was imported into the worker")
+        stub = OffLimits(qualified)
+        sys.modules[qualified] = stub
+        setattr(reference, qualified.rsplit(".", 1)[1], stub)
 
 
 def main(argv=None) -> int:
@@ -110,36 +61,21 @@ def main(argv=None) -> int:
     parser.add_argument("--out", required=True, type=Path)
     args = parser.parse_args(argv)
 
-    from gpt2.cuda import module_of
-    from grading.items import load_scheme
-    from reference.checks import FUNCTIONS, build, cases, execute
-
     item = load_scheme().item(args.item)
-    install_launch_counter()
     fence_references()
-    import_submission(args.submission)
-    records = args.out / "records.jsonl"
-    with open(records, "w") as log:
-        for kernel in item.functions:
-            module_name = module_of(FUNCTIONS[kernel])
-            try:
-                function = getattr(importlib.import_module(f"kernels.{module_name}"), FUNCTIONS[kernel])
-            except Exception as err:  # a missing file, a syntax error, a missing function
-                log.write(json.dumps({"kernel": kernel, "error": f"cannot load kernels/{module_name}.py: "
-                                      f"{type(err).__name__}: {err}"}) + "\n")
-                continue
-            for case in cases(kernel, args.seed):
-                problem = build(case)
-                before = LAUNCHES[0]
-                execution = execute(function, problem)
-                record = {"kernel": kernel, "case": case.id, "launches": LAUNCHES[0] - before,
-                          "error": execution.error}
-                if execution.error is None:
-                    save_execution(args.out / f"{case.id}.npz", execution)
-                log.write(json.dumps(record) + "\n")
-                log.flush()
-                if is_cuda_error(execution.error):
-                    return CUDA_CONTEXT_LOST  # nothing later in this process can run
+    recording.install()
+    use_kernels(args.submission)
+    for function_name in item.functions:
+        try:
+            function = host_function(function_name)
+        except KitError as err:  # a missing file, a syntax error, a missing function
+            Execution(function_name, None, error=str(err)).save(args.out)
+            continue
+        for case in cases(function_name, args.seed):
+            execution = execute(function, build(case))
+            execution.save(args.out)
+            if execution.cuda_error:
+                return CUDA_CONTEXT_LOST  # nothing later in this process can run
     return 0
 
 

@@ -26,7 +26,7 @@ import math
 
 import numpy as np
 
-from gpt2.cuda import CudaKernel, KernelArgumentError, ceil_div, check_array, check_dims
+from kernel_runtime import CudaKernel, KernelArgumentError, ceil_div, check_array, check_dims
 
 SOFTMAX_SOURCE = r"""
 #define NEG_INFINITY __int_as_float(0xff800000)
@@ -76,11 +76,12 @@ extern "C" __global__ void softmax_forward_kernel(float* out, const float* inp, 
 }
 """
 
-ATTENTION_SOURCE = r"""
-#define TILE 64      // query rows, and key columns or head dims, per block
-#define TILE_K 16    // depth of one shared-memory slice
-#define THREADS 256  // 16 x 16 threads, each owning a 4 x 4 part of the tile
+TILE = 64                 # query rows, and key columns or head dims, per block
+TILE_K = 16               # depth of one shared-memory slice
+THREADS = 256             # 16 x 16 threads, each owning a 4 x 4 part of the tile
+SOFTMAX_BLOCK_SIZE = 256  # 8 warps, 8 rows per block
 
+ATTENTION_SOURCE = r"""
 // acc[i][j] += sum over the slice of a[k][ty + 16 i] * b[k][tx + 16 j].
 // Rows and columns interleave with stride 16 so a warp reads distinct banks.
 __device__ void accumulate_slice(float acc[4][4], const float (*a)[TILE + 1],
@@ -182,13 +183,10 @@ attention_values_kernel(float* out, const float* att, const float* qkv, int T, i
 }
 """
 
+ATTENTION_DEFINES = dict(TILE=TILE, TILE_K=TILE_K, THREADS=THREADS)
 softmax_forward_kernel = CudaKernel(SOFTMAX_SOURCE, "softmax_forward_kernel")
-attention_scores_kernel = CudaKernel(ATTENTION_SOURCE, "attention_scores_kernel")
-attention_values_kernel = CudaKernel(ATTENTION_SOURCE, "attention_values_kernel")
-
-TILE = 64
-THREADS = 256
-SOFTMAX_BLOCK_SIZE = 256  # 8 warps, 8 rows per block
+attention_scores_kernel = CudaKernel(ATTENTION_SOURCE, "attention_scores_kernel", defines=ATTENTION_DEFINES)
+attention_values_kernel = CudaKernel(ATTENTION_SOURCE, "attention_values_kernel", defines=ATTENTION_DEFINES)
 
 
 def softmax_forward(out, inp, scale, N, T):

@@ -2,7 +2,7 @@
 
 After the prompt has been processed once (the prefill), each new token only needs
 its own query against the keys and values of every earlier token. Those are kept,
-per layer, in a cache of shape (B, NH, maxT, HS), filled as tokens arrive.
+per layer, in a cache of shape (B, NH, max_T, HS), filled as tokens arrive.
 
 Positions and cache lengths are read from device memory (`lengths`, int32 (B,)),
 never passed as launch arguments. The launches of a decode step are therefore the
@@ -27,11 +27,12 @@ import math
 
 import numpy as np
 
-from gpt2.cuda import CudaKernel, KernelArgumentError, ceil_div, check_array, check_dims, check_rows
+from kernel_runtime import CudaKernel, KernelArgumentError, ceil_div, check_array, check_dims, check_rows
+
+WARPS = 8  # per decode_attention block: each takes every WARPS-th key
 
 DECODE_SOURCE = r"""
 #define NAN_FLOAT __int_as_float(0x7fffffff)
-#define WARPS 8
 
 extern "C" __global__ void encoder_at_positions_kernel(float* out, const int* inp, const int* positions,
                                                        const float* wte, const float* wpe,
@@ -124,11 +125,10 @@ extern "C" __global__ void decode_attention_kernel(float* out, const float* qkv,
 }
 """
 
-encoder_at_positions_kernel = CudaKernel(DECODE_SOURCE, "encoder_at_positions_kernel")
-kv_cache_append_kernel = CudaKernel(DECODE_SOURCE, "kv_cache_append_kernel")
-decode_attention_kernel = CudaKernel(DECODE_SOURCE, "decode_attention_kernel")
-
-WARPS = 8
+DECODE_DEFINES = dict(WARPS=WARPS)
+encoder_at_positions_kernel = CudaKernel(DECODE_SOURCE, "encoder_at_positions_kernel", defines=DECODE_DEFINES)
+kv_cache_append_kernel = CudaKernel(DECODE_SOURCE, "kv_cache_append_kernel", defines=DECODE_DEFINES)
+decode_attention_kernel = CudaKernel(DECODE_SOURCE, "decode_attention_kernel", defines=DECODE_DEFINES)
 
 
 def encoder_at_positions_forward(out, inp, positions, wte, wpe, B, T, C):

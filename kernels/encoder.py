@@ -2,7 +2,7 @@
 
     out[b, t, :] = wte[inp[b, t], :] + wpe[t, :]
 
-inp (B, T) int32 token ids, wte (V, C) token embeddings, wpe (maxT, C) position
+inp (B, T) int32 token ids, wte (V, C) token embeddings, wpe (max_T, C) position
 embeddings, out (B, T, C).
 
 One block per (b, t) row: the block reads the token id once, then its threads walk
@@ -18,7 +18,7 @@ row is filled with NaN, which any later check sees.
 
 import numpy as np
 
-from gpt2.cuda import CudaKernel, KernelArgumentError, ceil_div, check_array, check_dims, check_rows
+from kernel_runtime import CudaKernel, KernelArgumentError, ceil_div, check_array, check_dims, check_rows
 
 ENCODER_SOURCE = r"""
 extern "C" __global__ void encoder_forward_kernel(float* out, const int* inp, const float* wte,

@@ -20,7 +20,7 @@ the two-pass sum of squared deviations, never sum(x^2) - mean^2.
 
 import numpy as np
 
-from gpt2.cuda import CudaKernel, ceil_div, check_array, check_dims
+from kernel_runtime import CudaKernel, ceil_div, check_array, check_dims
 
 LAYERNORM_SOURCE = r"""
 __device__ float warp_sum(float value) {

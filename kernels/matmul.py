@@ -32,16 +32,14 @@ with each input row: the weights stream through once and the time is memory time
 
 import numpy as np
 
-from gpt2.cuda import CudaKernel, ceil_div, check_array, check_dims
+from kernel_runtime import CudaKernel, ceil_div, check_array, check_dims
 
-TILE = 128
-THREADS = 256
-FEW_ROWS = 8
+TILE = 128      # rows and columns of out per block
+TILE_K = 16     # depth of one shared-memory slice
+THREADS = 256   # per block, each owning an 8 x 8 part of the tile
+FEW_ROWS = 8    # up to this many rows, matmul_few_rows_kernel runs instead
 
 MATMUL_SOURCE = r"""
-#define TILE 128        // rows and columns of out per block
-#define TILE_K 16       // depth of one shared-memory slice
-#define THREADS 256
 #define LOADS_PER_THREAD (TILE * TILE_K / THREADS)  // 8
 
 extern "C" __global__ void __launch_bounds__(THREADS)
@@ -122,11 +120,10 @@ matmul_forward_kernel(float* out, const float* inp, const float* weight, const f
 }
 """
 
-matmul_forward_kernel = CudaKernel(MATMUL_SOURCE, "matmul_forward_kernel")
+matmul_forward_kernel = CudaKernel(MATMUL_SOURCE, "matmul_forward_kernel",
+                                   defines=dict(TILE=TILE, TILE_K=TILE_K, THREADS=THREADS))
 
 MATMUL_FEW_ROWS_SOURCE = r"""
-#define FEW_ROWS 8
-
 __device__ float warp_sum(float value) {
     for (int offset = 16; offset > 0; offset /= 2) value += __shfl_xor_sync(0xffffffff, value, offset);
     return value;
@@ -169,7 +166,7 @@ extern "C" __global__ void matmul_few_rows_kernel(float* out, const float* inp, 
 }
 """
 
-matmul_few_rows_kernel = CudaKernel(MATMUL_FEW_ROWS_SOURCE, "matmul_few_rows_kernel")
+matmul_few_rows_kernel = CudaKernel(MATMUL_FEW_ROWS_SOURCE, "matmul_few_rows_kernel", defines=dict(FEW_ROWS=FEW_ROWS))
 
 
 def matmul_forward(out, inp, weight, bias, B, T, C, OC):

@@ -8,7 +8,7 @@ yardstick of the benchmark.
 
 Each function takes its array module from its arguments (cupy.get_array_module), so
 the same float32 code also runs on NumPy arrays: that is how the GPU-less tests
-check that the tolerances in reference.checks admit an honest float32 computation.
+check that the tolerances in reference/specs/ admit an honest float32 computation.
 """
 
 import math

@@ -1,6 +1,6 @@
 """The grader on the GPU: the kit's solution scores full marks, every known-wrong
-implementation loses its item, and crashing, hanging, tampering and library-only
-submissions score 0 on their items while the rest of the submission is graded."""
+implementation and cheat loses its item, and crashing, hanging, tampering and
+library-only submissions score 0 on their items while the rest of the submission is graded."""
 
 import dataclasses
 import shutil
@@ -9,11 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from gpt2.cuda import module_of
 from grading.grade import grade_item, grade_submission
 from grading.items import load_scheme
-from reference.checks import FUNCTIONS
-from tests.kernels.wrong import all_wrong
+from reference.registry import spec
+from tests.kernels.wrong import load, names
 
 pytestmark = pytest.mark.gpu
 
@@ -31,25 +30,62 @@ def test_the_solution_scores_full_marks(tmp_path):
     assert grade.score == 10, "\n".join(f"{g.item.title}: {g.reason}" for g in grade.items)
 
 
-WRONG = all_wrong()
-
-
-@pytest.mark.parametrize("wrong", WRONG, ids=[m.__name__.rsplit(".", 1)[1] for m in WRONG])
-def test_a_known_wrong_kernel_loses_its_item(tmp_path, wrong):
+@pytest.mark.parametrize("name", names())
+def test_a_known_wrong_kernel_loses_its_item(tmp_path, name):
+    wrong = load(name)
     submission = solution_copy(tmp_path)
-    with open(submission / "kernels" / f"{module_of(FUNCTIONS[wrong.KERNEL])}.py", "a") as f:
-        f.write(f"\nfrom {wrong.__name__} import {FUNCTIONS[wrong.KERNEL]}  # noqa: E402,F401\n")
+    with open(submission / "kernels" / f"{spec(wrong.FUNCTION).module}.py", "a") as f:
+        f.write(f"\nfrom {wrong.__name__} import {wrong.FUNCTION}  # noqa: E402,F401\n")
     scheme = load_scheme()
-    item = next(i for i in scheme.items if wrong.KERNEL in i.functions)
+    item = next(i for i in scheme.items if wrong.FUNCTION in i.functions)
     grade = grade_item(submission, item, scheme, SEED)
     assert grade.score == 0, grade.reason
     assert "cases fail" in grade.reason
+    assert CHEATS_CAUGHT_BY.get(name, "") in grade.reason
+
+
+CHEATS_CAUGHT_BY = {  # what the grader says of each cheat (each first launches a kernel that does nothing)
+    "cheat_matmul_cupy": "refused: computed with cupy.matmul",
+    "cheat_gelu_numpy": "refused: copied device data to the host (cupy.ndarray.get)",
+    "cheat_residual_reference": "reference.gold is the grader's reference: submissions may not use it",
+    "cheat_layernorm_oracle_by_path": "wrong when its recorded kernel launches alone are replayed on other inputs",
+}
+
+
+def test_every_cheat_has_its_expected_reason():
+    assert set(CHEATS_CAUGHT_BY) == {name for name in names() if name.startswith("cheat_")}
+
+
+WALKING_GELU = '''
+from kernels.gelu_solution import gelu_forward as solution
+from tests.grading.reachable import reachable_oracle
+
+
+def gelu_forward(out, inp, N):
+    found = reachable_oracle()
+    if found:
+        raise RuntimeError(f"the oracle is reachable from the submission as {found[0]}")
+    solution(out, inp, N)
+'''
+
+
+def test_no_reference_function_is_reachable_inside_the_worker(tmp_path):
+    from tests.grading.reachable import reachable_oracle
+
+    import reference.judging  # noqa: F401  (the walk must be able to fail: here the oracle is loaded)
+    assert reachable_oracle(), "the walk finds nothing even where reference.cpu is loaded"
+    submission = solution_copy(tmp_path)
+    (submission / "kernels" / "gelu.py").rename(submission / "kernels" / "gelu_solution.py")
+    (submission / "kernels" / "gelu.py").write_text(WALKING_GELU)
+    scheme = load_scheme()
+    grade = grade_item(submission, scheme.item("gelu"), scheme, SEED)
+    assert grade.score == 1, grade.reason
 
 
 BAD_KERNELS = {
     "encoder.py": '''
         import numpy as np
-        from gpt2.cuda import CudaKernel
+        from kernel_runtime import CudaKernel
 
         SOURCE = r"""
         extern "C" __global__ void scribble(float* out) { ((float*)0x10)[threadIdx.x] = 1.0f; }
@@ -61,7 +97,7 @@ BAD_KERNELS = {
         ''',
     "gelu.py": '''
         import numpy as np
-        from gpt2.cuda import CudaKernel
+        from kernel_runtime import CudaKernel
 
         SOURCE = r"""
         extern "C" __global__ void forever(volatile int* flag) { while (flag[0] == 0) { } }
@@ -87,7 +123,7 @@ BAD_KERNELS = {
         ''',
     "residual.py": '''
         import numpy as np
-        from gpt2.cuda import CudaKernel
+        from kernel_runtime import CudaKernel
 
         SOURCE = r"""
         extern "C" __global__ void add_and_tamper(float* out, float* inp1, const float* inp2, long long N) {

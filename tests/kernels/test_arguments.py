@@ -1,22 +1,23 @@
 """Bad arguments give one clear KernelArgumentError naming the argument, never a CUDA crash."""
 
-import cupy
 import numpy as np
 import pytest
 
-from gpt2.cuda import KernelArgumentError
-from reference.checks import FUNCTIONS, build, cases
+from kernel_runtime import KernelArgumentError
+from reference.registry import SPECS, build, host_function
 
 pytestmark = pytest.mark.gpu
 
 MISTAKES = ("float64", "too-small", "host-array", "not-contiguous")
 
 
-def broken_call(kernel, mistake):
-    """A valid call of `kernel` with its first input array broken in one way."""
-    problem = build(cases(kernel)[1])
-    args = {k: (cupy.zeros(v, np.float32) if k in problem.output_names else v) for k, v in problem.args.items()}
-    args = {k: (cupy.asarray(v) if isinstance(v, np.ndarray) else v) for k, v in args.items()}
+def broken_call(spec, mistake):
+    """A valid call of `spec`'s host function with its first float32 input broken in one way."""
+    import cupy
+
+    problem = build(spec.test_cases()[1])
+    args = {k: (cupy.zeros(v, np.float32) if k in spec.written else cupy.asarray(v) if isinstance(v, np.ndarray)
+                else v) for k, v in problem.args.items()}
     name = next(k for k, v in problem.inputs().items() if v.dtype == np.float32)
     good = args[name]
     args[name] = {
@@ -29,17 +30,19 @@ def broken_call(kernel, mistake):
 
 
 @pytest.mark.parametrize("mistake", MISTAKES)
-@pytest.mark.parametrize("kernel", list(FUNCTIONS))
-def test_bad_argument_is_named(kernel_package, kernel, mistake):
-    args, name = broken_call(kernel, mistake)
-    with pytest.raises(KernelArgumentError, match=rf"{FUNCTIONS[kernel]}: {name}\b") as raised:
-        getattr(kernel_package, FUNCTIONS[kernel])(*args.values())
+@pytest.mark.parametrize("function", list(SPECS))
+def test_bad_argument_is_named(function, mistake):
+    args, name = broken_call(SPECS[function], mistake)
+    with pytest.raises(KernelArgumentError, match=rf"{function}: {name}\b") as raised:
+        host_function(function)(*args.values())
     assert "\n" not in str(raised.value)
 
 
-def test_attention_rejects_heads_that_do_not_divide_channels(kernel_package):
+def test_attention_rejects_heads_that_do_not_divide_channels():
+    import cupy
+
     B, T, C, NH = 1, 4, 10, 3
     out, qkvr = cupy.zeros(B * T * C, np.float32), cupy.zeros(3 * B * T * C, np.float32)
     att, inp = cupy.zeros(B * NH * T * T, np.float32), cupy.zeros(B * T * 3 * C, np.float32)
     with pytest.raises(KernelArgumentError, match="not a multiple of NH"):
-        kernel_package.attention_forward(out, qkvr, att, inp, B, T, C, NH)
+        host_function("attention_forward")(out, qkvr, att, inp, B, T, C, NH)

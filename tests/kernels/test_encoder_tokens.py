@@ -1,13 +1,16 @@
 """Out-of-range token ids must not pass silently: the encoder fills their rows with NaN."""
 
-import cupy
 import numpy as np
 import pytest
+
+from reference.registry import host_function
 
 pytestmark = pytest.mark.gpu
 
 
-def test_out_of_range_token_rows_are_nan(kernel_package):
+def test_out_of_range_token_rows_are_nan():
+    import cupy
+
     rng = np.random.default_rng(11)
     B, T, C, V = 2, 5, 40, 30
     wte = rng.standard_normal((V, C)).astype(np.float32)
@@ -15,7 +18,7 @@ def test_out_of_range_token_rows_are_nan(kernel_package):
     tokens = rng.integers(0, V, (B, T)).astype(np.int32)
     tokens[0, 1], tokens[1, 4] = -1, V
     out = cupy.full((B, T, C), 123.0, np.float32)  # not NaN: the NaN must come from the kernel
-    kernel_package.encoder_forward(out, cupy.asarray(tokens), cupy.asarray(wte), cupy.asarray(wpe), B, T, C)
+    host_function("encoder_forward")(out, cupy.asarray(tokens), cupy.asarray(wte), cupy.asarray(wpe), B, T, C)
     got = cupy.asnumpy(out)
     bad = np.zeros((B, T), dtype=bool)
     bad[0, 1] = bad[1, 4] = True

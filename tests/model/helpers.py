@@ -5,7 +5,7 @@ import numpy as np
 from gpt2.checkpoint import random_parameters
 from gpt2.config import GPT2Config
 
-TINY = GPT2Config.sized(2, 4, 64, max_seq_len=64)  # the real vocabulary, so the tokenizer fits
+TINY = GPT2Config.sized(2, 4, 64, max_T=64)  # the real vocabulary, so the tokenizer fits
 
 
 def perturbed_parameters(config: GPT2Config, seed: int) -> dict:

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from gpt2.generate import GREEDY, Sampling, fit_prompt, generate, next_token
+from gpt2.generate import GREEDY, Sampling, SamplingError, fit_prompt, generate, next_token
 from gpt2.model import GPT2, TokenError
 from tests.model.helpers import TINY, perturbed_parameters
 
@@ -46,7 +46,7 @@ def test_same_seed_same_text(model):
 
 def test_bad_sampling_options_raise():
     for kwargs in (dict(temperature=-1.0), dict(top_k=0), dict(top_p=0.0), dict(top_p=1.5)):
-        with pytest.raises(ValueError):
+        with pytest.raises(SamplingError):
             Sampling(**kwargs)
 
 

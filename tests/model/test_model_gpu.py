@@ -13,7 +13,7 @@ import pytest
 
 from gpt2 import step_check
 from gpt2.config import preset
-from gpt2.cuda import load_kernel_package
+from gpt2.backends import kernel_ops
 from gpt2.generate import GREEDY, generate
 from gpt2.graph import CapturedDecodeStep
 from gpt2.model import GPT2
@@ -51,14 +51,14 @@ def test_124M_logits_match_the_reference(weights, tokens, reference_logits, back
 
 def test_step_check_passes_with_the_kits_kernels(weights, tokens):
     model = GPT2(*weights, backend="gold")
-    checker = step_check.run(model, tokens, load_kernel_package())
+    checker = step_check.run(model, tokens, kernel_ops())
     assert len(checker.steps) == 1 + 12 * 15 + 3 + 1  # encoder, 12 layers x 15 outputs, lnf's 3, logits
     assert checker.first_failure() is None, checker.first_failure()
 
 
 def test_step_check_names_the_first_wrong_step(weights, tokens):
     model = GPT2(*weights, backend="gold")
-    solution = load_kernel_package()
+    solution = kernel_ops()
 
     def matmul_without_bias(out, inp, weight, bias, B, T, C, OC):
         solution.matmul_forward(out, inp, weight, None, B, T, C, OC)

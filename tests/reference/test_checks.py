@@ -3,72 +3,122 @@
 * An honest float32 computation (reference.gold run on NumPy arrays) passes every
   case: the tolerances are not tighter than float32 allows.
 * Answers that are wrong in the ways kernels go wrong fail: an element left
-  unwritten, an input overwritten, an error just past the bound.
+  unwritten, an input overwritten, an error just past the bound, outputs that do
+  not follow the inputs when the call is replayed on other ones.
 """
+
+import dataclasses
 
 import numpy as np
 import pytest
 
-from reference import checks, gold
-from reference.checks import ALL_FUNCTIONS, FUNCTIONS, KERNELS, build, cases, run_case
+from reference import gold
+from reference.execution import Execution, execute
+from reference.judging import allowed_errors, expected_outputs, judge, run_case
+from reference.registry import SPECS, build, cases
 
-ALL_CASES = [c for k in KERNELS for c in cases(k)]
+ALL_CASES = [c for function in SPECS for c in cases(function)]
 
 
-@pytest.mark.parametrize("case", ALL_CASES, ids=lambda c: f"{c.kernel}-{c.id}")
+@pytest.mark.parametrize("case", ALL_CASES, ids=lambda c: f"{c.function}-{c.id}")
 def test_float32_implementation_passes(case):
-    result = run_case(getattr(gold, ALL_FUNCTIONS[case.kernel]), case, device="cpu")
+    result = run_case(getattr(gold, case.function), case, device="cpu")
     assert result.passed, result.message
     assert result.worst_ratio <= 1
 
 
-def gold_then(kernel, damage):
-    """gold's host function for `kernel`, followed by `damage(args)`."""
-    def function(*args):
-        getattr(gold, FUNCTIONS[kernel])(*args)
+def gold_then(function, damage):
+    """gold's `function`, followed by `damage(args)`."""
+    def call(*args):
+        getattr(gold, function)(*args)
         damage(args)
-    return function
+    return call
 
 
 def test_unwritten_element_fails():
     def forget_last(args):
         args[0].reshape(-1)[-1] = np.nan  # as if the kernel never wrote it: the poison shows
-    result = run_case(gold_then("layernorm", forget_last), cases("layernorm")[1], device="cpu")
+    result = run_case(gold_then("layernorm_forward", forget_last), cases("layernorm_forward")[1], device="cpu")
     assert not result.passed and "NaN (never written, or computed as NaN)" in result.message
 
 
 def test_modified_input_fails():
     def scribble(args):
         args[1].reshape(-1)[0] += 1  # inp1
-    result = run_case(gold_then("residual", scribble), cases("residual")[2], device="cpu")
+    result = run_case(gold_then("residual_forward", scribble), cases("residual_forward")[2], device="cpu")
     assert not result.passed and "input inp1 was modified" in result.message
 
 
-@pytest.mark.parametrize("kernel", ["matmul", "layernorm", "attention", "gelu", "softmax"])
-def test_error_past_the_bound_fails(kernel):
-    case = cases(kernel)[1]
+@pytest.mark.parametrize("function", ["matmul_forward", "layernorm_forward", "attention_forward", "gelu_forward",
+                                      "softmax_forward"])
+def test_error_past_the_bound_fails(function):
+    case = cases(function)[1]
     problem = build(case)
-    expected = checks.expected_outputs(problem)
-    bounds = problem.error_bound({k: v.astype(np.float64) for k, v in problem.inputs().items()}, expected)
-    name = problem.outputs[0]
+    expected = expected_outputs(problem)
+    bounds = allowed_errors(problem, expected)
+    name = problem.spec.outputs[0]
     worst = np.unravel_index(np.argmax(np.abs(expected[name])), expected[name].shape)
+    position = list(problem.args).index(name)
+    values = {}
 
     def nudge(args):
-        position = list(problem.args).index(name)
-        args[position][worst] = expected[name][worst] + 3 * bounds[name][worst] + 1e-6 * abs(expected[name][worst])
-    result = run_case(gold_then(kernel, nudge), case, device="cpu")
-    assert not result.passed, f"an error of 3x the bound passed for {kernel}"
+        if not values:  # the first call is on the case's own inputs
+            values["done"] = True
+            args[position][worst] = expected[name][worst] + 3 * bounds[name][worst] + 1e-6 * abs(expected[name][worst])
+    result = run_case(gold_then(function, nudge), case, device="cpu")
+    assert not result.passed, f"an error of 3x the bound passed for {function}"
+
+
+def test_outputs_that_do_not_follow_other_inputs_fail():
+    """A call right on its own inputs whose replay on the other inputs is stale (what the
+    replay of a cheat's taped launches gives) fails, and says so."""
+    case = cases("gelu_forward")[2]
+    problem = build(case)
+    honest = execute(getattr(gold, "gelu_forward"), problem, device="cpu")
+    stale = dataclasses.replace(honest, replay_outputs=honest.outputs)
+    assert judge(problem, honest).passed
+    result = judge(problem, stale)
+    assert not result.passed and "replayed on other inputs" in result.message
+
+
+@pytest.mark.parametrize("record, message", [
+    (dict(launches=0), "no custom kernel launched"),
+    (dict(refused="computed with cupy.matmul"), "refused: computed with cupy.matmul"),
+    (dict(replay_error="CUDARuntimeError: boom"), "replaying its kernel launches on other inputs failed"),
+])
+def test_a_record_that_breaks_a_rule_fails(record, message):
+    case = cases("residual_forward")[1]
+    problem = build(case)
+    execution = dataclasses.replace(execute(getattr(gold, "residual_forward"), problem, device="cpu"), **record)
+    result = judge(problem, execution)
+    assert not result.passed and message in result.message
+
+
+def test_records_survive_their_storage(tmp_path):
+    problem = build(cases("layernorm_forward")[0])
+    saved = dataclasses.replace(execute(gold.layernorm_forward, problem, device="cpu"), launches=3)
+    saved.save(tmp_path)
+    Execution("matmul_forward", None, error="cannot load kernels/matmul.py").save(tmp_path)
+    (tmp_path / "records.jsonl").open("a").write("not json\n")
+    loaded, load_error = Execution.load_all(tmp_path)
+    assert (loaded.function, loaded.case_id, loaded.launches, loaded.error) == ("layernorm_forward", problem.case.id, 3, None)
+    for field in ("outputs", "inputs_after", "replay_outputs"):
+        assert getattr(loaded, field).keys() == getattr(saved, field).keys()
+        for name, array in getattr(saved, field).items():
+            np.testing.assert_array_equal(getattr(loaded, field)[name], array)
+    assert load_error.case_id is None and load_error.error == "cannot load kernels/matmul.py"
 
 
 def test_case_ids_carry_their_seed_and_seeds_differ():
-    ids = [c.id for k in KERNELS for c in cases(k)]
-    assert len(set(ids)) == len(ids)
+    ids = [c.id for c in ALL_CASES]
+    assert len(set(f"{c.function}-{c.id}" for c in ALL_CASES)) == len(ids)
     assert all("seed" in i for i in ids)
-    assert cases("gelu", base_seed=1)[0].seed != cases("gelu", base_seed=2)[0].seed
+    assert cases("gelu_forward", base_seed=1)[0].seed != cases("gelu_forward", base_seed=2)[0].seed
+    assert all(c.other_inputs().seed != c.seed for c in ALL_CASES)
 
 
 def test_same_seed_same_inputs_other_seed_other_inputs():
-    a, b = build(cases("matmul", 5)[1]), build(cases("matmul", 5)[1])
-    c = build(cases("matmul", 6)[1])
+    a, b = build(cases("matmul_forward", 5)[1]), build(cases("matmul_forward", 5)[1])
+    c = build(cases("matmul_forward", 6)[1])
     assert np.array_equal(a.args["inp"], b.args["inp"])
     assert not np.array_equal(a.args["inp"], c.args["inp"])

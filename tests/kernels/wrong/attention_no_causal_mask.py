@@ -7,9 +7,9 @@ import math
 
 import numpy as np
 
-from gpt2.cuda import CudaKernel, ceil_div
+from kernel_runtime import CudaKernel, ceil_div
 
-KERNEL = "attention"
+FUNCTION = "attention_forward"
 
 SOURCE = r"""
 extern "C" __global__ void attention_unmasked(float* out, float* att, const float* inp,

@@ -4,7 +4,7 @@ import numpy as np
 
 from kernels.encoder import encoder_forward_kernel
 
-KERNEL = "encoder"
+FUNCTION = "encoder_forward"
 
 
 def encoder_forward(out, inp, wte, wpe, B, T, C):

@@ -2,9 +2,9 @@
 
 import numpy as np
 
-from gpt2.cuda import CudaKernel, ceil_div
+from kernel_runtime import CudaKernel, ceil_div
 
-KERNEL = "encoder"
+FUNCTION = "encoder_forward"
 
 SOURCE = r"""
 extern "C" __global__ void encoder_no_position(float* out, const int* inp, const float* wte, int N, int C) {

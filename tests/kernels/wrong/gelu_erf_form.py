@@ -2,11 +2,11 @@
 
 import numpy as np
 
-from gpt2.cuda import CudaKernel, ceil_div
+from kernel_runtime import CudaKernel, ceil_div
 from kernels.gelu import GELU_SOURCE
 from tests.kernels.wrong import mutate
 
-KERNEL = "gelu"
+FUNCTION = "gelu_forward"
 
 kernel = CudaKernel(mutate(GELU_SOURCE, "0.5f * x * (1.0f + tanhf(GELU_SCALE * (x + cube)))",
                            "0.5f * x * (1.0f + erff(x * 0.70710678f))"), "gelu_forward_kernel")

@@ -2,9 +2,9 @@
 
 import numpy as np
 
-from gpt2.cuda import CudaKernel, ceil_div
+from kernel_runtime import CudaKernel, ceil_div
 
-KERNEL = "layernorm"
+FUNCTION = "layernorm_forward"
 
 SOURCE = r"""
 extern "C" __global__ void layernorm_one_pass(float* out, float* mean, float* rstd, const float* inp,

@@ -2,11 +2,11 @@
 
 import numpy as np
 
-from gpt2.cuda import CudaKernel, ceil_div
+from kernel_runtime import CudaKernel, ceil_div
 from kernels.layernorm import LAYERNORM_SOURCE
 from tests.kernels.wrong import mutate
 
-KERNEL = "layernorm"
+FUNCTION = "layernorm_forward"
 
 kernel = CudaKernel(mutate(LAYERNORM_SOURCE, "warp_sum(squares) / C", "warp_sum(squares) / (C - 1)"),
                     "layernorm_forward_kernel")

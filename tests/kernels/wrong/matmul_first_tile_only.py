@@ -4,7 +4,7 @@ import numpy as np
 
 from kernels.matmul import matmul_forward_kernel
 
-KERNEL = "matmul"
+FUNCTION = "matmul_forward"
 
 
 def matmul_forward(out, inp, weight, bias, B, T, C, OC):

@@ -2,7 +2,7 @@
 
 from kernels.matmul import matmul_forward as solution
 
-KERNEL = "matmul"
+FUNCTION = "matmul_forward"
 
 
 def matmul_forward(out, inp, weight, bias, B, T, C, OC):

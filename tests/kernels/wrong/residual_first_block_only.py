@@ -4,7 +4,7 @@ import numpy as np
 
 from kernels.residual import residual_forward_kernel
 
-KERNEL = "residual"
+FUNCTION = "residual_forward"
 
 
 def residual_forward(out, inp1, inp2, N):

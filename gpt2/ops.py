@@ -1,0 +1,58 @@
+"""The host functions the model calls, as a typed protocol: follow `ops.matmul_forward(...)`
+in gpt2/model.py to here, and from each method's docstring to its kernel module.
+
+Every backend (gpt2.backends) offers exactly these functions: the kernels of the
+kernels directory the process runs, reference.gold, or reference.cpu. Arrays are the
+backend's (CuPy float32 on the GPU, NumPy on the CPU); each call writes its outputs
+in place and returns None. Each method's spec is reference/specs/<name without _forward>.py.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any, Protocol
+
+Array = Any  # a CuPy or NumPy array, or None for an absent bias
+
+
+class ForwardOps(Protocol):
+    def encoder_forward(self, out: Array, inp: Array, wte: Array, wpe: Array, B: int, T: int, C: int) -> None:
+        """kernels/encoder.py: out[b, t] = wte[inp[b, t]] + wpe[t]."""
+
+    def layernorm_forward(self, out: Array, mean: Array, rstd: Array, inp: Array, weight: Array, bias: Array,
+                          B: int, T: int, C: int) -> None:
+        """kernels/layernorm.py: LayerNorm of every (b, t) row; mean and rstd are outputs too."""
+
+    def matmul_forward(self, out: Array, inp: Array, weight: Array, bias: Array, B: int, T: int, C: int,
+                       OC: int) -> None:
+        """kernels/matmul.py: out = inp @ weight^T + bias."""
+
+    def attention_forward(self, out: Array, qkvr: Array, att: Array, inp: Array, B: int, T: int, C: int,
+                          NH: int) -> None:
+        """kernels/attention.py: causal multi-head attention of packed q|k|v."""
+
+    def residual_forward(self, out: Array, inp1: Array, inp2: Array, N: int) -> None:
+        """kernels/residual.py: out = inp1 + inp2."""
+
+    def gelu_forward(self, out: Array, inp: Array, N: int) -> None:
+        """kernels/gelu.py: GELU, tanh form."""
+
+    def encoder_at_positions_forward(self, out: Array, inp: Array, positions: Array, wte: Array, wpe: Array,
+                                     B: int, T: int, C: int) -> None:
+        """kernels/decode.py: out[b, t] = wte[inp[b, t]] + wpe[positions[b] + t]."""
+
+    def kv_cache_append_forward(self, k_cache: Array, v_cache: Array, qkv: Array, lengths: Array, B: int, T: int,
+                                C: int, NH: int, max_T: int) -> None:
+        """kernels/decode.py: cache rows lengths[b] + t get the keys and values of qkv."""
+
+    def decode_attention_forward(self, out: Array, qkv: Array, k_cache: Array, v_cache: Array, lengths: Array,
+                                 B: int, C: int, NH: int, max_T: int) -> None:
+        """kernels/decode.py: one query per row attends to cache rows 0..lengths[b]."""
+
+
+MODEL_FUNCTIONS: tuple[str, ...] = tuple(name for name in vars(ForwardOps) if name.endswith("_forward"))
+
+
+def parameters(function: str) -> tuple[str, ...]:
+    """A host function's argument names in call order, from the protocol."""
+    return tuple(inspect.signature(getattr(ForwardOps, function)).parameters)[1:]  # all but self

@@ -1,0 +1,28 @@
+"""The kit's ground floor: compiling and launching CUDA kernels, checking a host
+function's arguments, knowing whether a GPU is here, and recording a call.
+
+A kernel module imports what it needs from here, and nothing else of the kit:
+
+    from kernel_runtime import CudaKernel, ceil_div, check_array, check_dims
+
+* compiler:  CudaKernel (NVRTC through CuPy, cached; errors point at the .py line),
+             compile_report (registers and spills for sm_86/sm_90, no GPU needed)
+* arguments: check_array, check_rows, check_dims, ceil_div
+* device:    gpu_unavailable_reason, require_gpu, exit_without_gpu
+* loader:    use_kernels, the one kernels directory a process runs
+* recording: record, the tape of a call's own launches, and the refusal of the rest
+* errors:    KitError and its kinds: what a user can act on, printed as one line
+
+Nothing here imports kernels/, reference/, gpt2/ or grading/: they stand on it.
+"""
+
+from kernel_runtime.arguments import ceil_div, check_array, check_dims, check_rows
+from kernel_runtime.compiler import CudaKernel
+from kernel_runtime.device import gpu_unavailable_reason, require_gpu
+from kernel_runtime.errors import (GPUUnavailableError, KernelArgumentError, KernelCompileError, KernelLoadError,
+                                   KitError)
+
+__all__ = [
+    "CudaKernel", "GPUUnavailableError", "KernelArgumentError", "KernelCompileError", "KernelLoadError", "KitError",
+    "ceil_div", "check_array", "check_dims", "check_rows", "gpu_unavailable_reason", "require_gpu",
+]

@@ -1,0 +1,192 @@
+"""Compiling and launching the kit's kernels.
+
+Every kernel in kernels/ is a CUDA C string compiled at run time by NVRTC through
+CuPy. `CudaKernel` wraps one `extern "C" __global__` function of such a string:
+
+* it compiles lazily, on the first launch, and once per process (sources are cached),
+  so importing a kernel module never touches the GPU;
+* launch constants are written once, in Python, and reach the source as defines
+  (`CudaKernel(SOURCE, "k", defines={"TILE": TILE})` compiles with -DTILE=128);
+* a compile error is reported as ``kernels/layernorm.py:57: error: ...``, the line of
+  the .py file that holds the offending CUDA line, followed by the compiler's text;
+* each launch is taped while a call is being recorded (kernel_runtime.recording);
+* `compile_report` compiles the same source for a named architecture (sm_86, sm_90)
+  without any GPU and returns registers, spills and shared memory per kernel.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import re
+import secrets
+import sys
+import types
+from pathlib import Path
+
+from kernel_runtime import recording
+from kernel_runtime.device import cupy, require_gpu
+from kernel_runtime.errors import KernelCompileError
+
+
+@dataclasses.dataclass(frozen=True)
+class SourceOrigin:
+    """Where a CUDA source string lives: its .py file and the file line of its first line."""
+
+    path: str
+    first_line: int
+
+    def file_line(self, source_line: int) -> int:
+        return self.first_line + source_line - 1
+
+
+def _origin_of(source: str, caller_depth: int) -> SourceOrigin:
+    path = sys._getframe(caller_depth).f_code.co_filename
+    try:
+        text = Path(path).read_text()
+    except OSError:
+        return SourceOrigin(path, 1)
+    at = text.find(source)
+    first_line = text.count("\n", 0, at) + 1 if at >= 0 else 1
+    return SourceOrigin(_short_path(path), first_line)
+
+
+def _short_path(path: str) -> str:
+    """A path relative to the working directory when it is inside it."""
+    try:
+        return str(Path(path).resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return path
+
+
+_DIAGNOSTIC = re.compile(r"^[^\s()]*\((\d+)\): ", re.MULTILINE)
+
+
+def describe_compile_log(log: str, origin: SourceOrigin) -> str:
+    """Rewrite NVRTC's `name.cu(12): error: ...` lines as `kernels/x.py:68: error: ...`."""
+
+    def to_file_line(match: re.Match) -> str:
+        return f"{origin.path}:{origin.file_line(int(match.group(1)))}: "
+
+    return _DIAGNOSTIC.sub(to_file_line, log.replace("\x00", "")).strip()
+
+
+class CudaKernel:
+    """One `extern "C" __global__` function of a CUDA source string, compiled on first use.
+
+    Call it like a CuPy RawKernel: ``kernel(grid, block, args, shared_mem=0)``. It
+    launches on CuPy's current stream, so launches can be captured into CUDA graphs.
+    """
+
+    def __init__(self, source: str, name: str, *, defines: dict[str, int | float | str] | None = None,
+                 options: tuple[str, ...] = ()):
+        if f" {name}(" not in source and f"\n{name}(" not in source:
+            raise KernelCompileError(f"kernel {name!r} is not defined in its source string")
+        self.source = source
+        self.name = name
+        self.defines = dict(defines or {})
+        self.options = tuple(f"-D{key}={value}" for key, value in self.defines.items()) + tuple(options)
+        self.origin = _origin_of(source, caller_depth=2)
+        self._function = None
+
+    def __repr__(self) -> str:
+        return f"CudaKernel({self.name!r} from {self.origin.path})"
+
+    def compiled(self):
+        """The CuPy kernel function, compiling the source for this GPU on first use."""
+        if self._function is None:
+            require_gpu()
+            self._function = _compiled_module(self.source, self.options, self.origin).get_function(self.name)
+        return self._function
+
+    def __call__(self, grid, block, args, shared_mem: int = 0) -> None:
+        function = self._function or self.compiled()
+        function(grid, block, args, shared_mem=shared_mem)
+        recording.tape_launch(self.name, function, grid, block, args, shared_mem=shared_mem)
+
+
+@functools.lru_cache(maxsize=None)
+def _compiled_module(source: str, options: tuple[str, ...], origin: SourceOrigin):
+    # CuPy's own class, not cupy.RawModule: a recording may have put a watching
+    # subclass there, and CudaKernel tapes its launches itself.
+    module = cupy._core.raw.RawModule(code=source, options=options)
+    try:
+        module.compile()
+    except cupy.cuda.compiler.CompileException as err:
+        raise KernelCompileError(
+            f"{origin.path}: CUDA compile failed\n{describe_compile_log(err.get_message(), origin)}"
+        ) from None
+    return module
+
+
+def kernels_in(module: types.ModuleType) -> list[CudaKernel]:
+    """The CudaKernel objects a kernel module defines at its top level."""
+    return [value for value in vars(module).values() if isinstance(value, CudaKernel)]
+
+
+# --------------------------------------------------------------------------- offline report
+
+
+@dataclasses.dataclass(frozen=True)
+class KernelResources:
+    name: str
+    arch: str
+    registers: int
+    spill_stores: int
+    spill_loads: int
+    stack_frame: int
+    shared_bytes: int
+
+
+_PTXAS_FUNCTION = re.compile(r"Compiling entry function '(\w+)' for '(sm_\d+\w?)'")
+_PTXAS_FRAME = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
+_PTXAS_USAGE = re.compile(r"Used (\d+) registers(.*)")
+_PTXAS_SMEM = re.compile(r"(\d+) bytes smem")
+
+
+def parse_ptxas_log(log: str) -> list[KernelResources]:
+    """Registers, spills and shared memory per kernel from `ptxas -v` output."""
+    found: list[KernelResources] = []
+    name = arch = None
+    frame = (0, 0, 0)
+    for line in log.splitlines():
+        if m := _PTXAS_FUNCTION.search(line):
+            name, arch, frame = m.group(1), m.group(2), (0, 0, 0)
+        elif m := _PTXAS_FRAME.search(line):
+            frame = tuple(int(g) for g in m.groups())
+        elif (m := _PTXAS_USAGE.search(line)) and name is not None:
+            smem = _PTXAS_SMEM.search(m.group(2))
+            found.append(KernelResources(name, arch, int(m.group(1)), frame[1], frame[2], frame[0],
+                                         int(smem.group(1)) if smem else 0))
+            name = None
+    return found
+
+
+def compile_report(kernel: CudaKernel, arch: str) -> list[KernelResources]:
+    """Compile `kernel`'s source for `arch` (e.g. "sm_86") through NVRTC; no GPU needed.
+
+    Returns the resources of every kernel in the source; raises KernelCompileError
+    pointing at the .py line on a compile error.
+    """
+    from cupy.cuda import nvrtc
+
+    # NVRTC can reuse an earlier identical compilation, and then ptxas does not run and
+    # prints no report: an unused symbol of its own makes every report compilation new.
+    nonce = f'\nextern "C" __device__ int kit_resource_report_{secrets.token_hex(8)};\n'
+    program = nvrtc.createProgram(kernel.source + nonce, kernel.origin.path, [], [])
+    try:
+        options = [f"-arch={arch}", "-Xptxas=-v", "-std=c++17", *kernel.options]
+        try:
+            nvrtc.compileProgram(program, options)
+        except nvrtc.NVRTCError:
+            raise KernelCompileError(
+                f"{kernel.origin.path}: CUDA compile for {arch} failed\n"
+                + describe_compile_log(nvrtc.getProgramLog(program), kernel.origin)
+            ) from None
+        log = nvrtc.getProgramLog(program)
+        cubin = nvrtc.getCUBIN(program) + b"\0"  # CuPy's getCUBIN drops the final byte
+        if not cubin.startswith(b"\x7fELF"):
+            raise KernelCompileError(f"{kernel.origin.path}: NVRTC returned no cubin for {arch}")
+    finally:
+        nvrtc.destroyProgram(program)
+    return parse_ptxas_log(log)

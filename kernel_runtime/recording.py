@@ -1,0 +1,408 @@
+"""Recording one call of a host function: the kernels it launches, and nothing computed elsewhere.
+
+The tests and the grader run every call of a host function inside `record()`. While
+it runs:
+
+* each launch of a kernel of the caller's own (a CudaKernel, or a function of a
+  cupy.RawKernel or cupy.RawModule) is taped: the kernel, its grid, block and arguments;
+* allocating, filling with a constant (cupy.zeros, cupy.full, x.fill(0), x[...] = 0,
+  cudaMemset) and copying host data to the GPU (cupy.asarray of a NumPy array,
+  x.set(...)) are allowed, and taped with what they wrote;
+* a CuPy operation that computes (ufuncs and operators, elementwise and reduction
+  kernels, cupy.matmul and cuBLAS, sorting, random numbers, fused functions, copies
+  of device data) or that copies device data to the host is refused: it raises
+  RefusedOperation naming itself ("computed with cupy.matmul"), and the refusal stays
+  on the recording even if the caller catches the error.
+
+`Recording.replay()` runs the tape again: the taped steps only, none of the caller's
+Python. A call whose outputs come from its own kernels writes them again, for
+whatever inputs the buffers hold by then; a call that computed anything elsewhere
+(a library the refusals do not know, NumPy after a copy they missed, PyTorch) does
+not. The tests and the grader replay every call on a second set of inputs.
+
+`install()` puts the watch into CuPy, once per process, before the code under test is
+imported (so that its `cupy.RawKernel` is the taping one); `record()` installs it too.
+Outside `record()` every watched operation behaves exactly as CuPy's own.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import importlib
+import types
+from typing import Callable, Iterator
+
+import numpy as np
+
+from kernel_runtime.device import cupy
+from kernel_runtime.errors import KitError
+
+
+class RefusedOperation(KitError):
+    """A call under recording did work that only its own kernels may do."""
+
+
+@dataclasses.dataclass
+class Step:
+    """One taped step of a recorded call, and how to do it again."""
+
+    kind: str          # "launch" (a kernel of the caller's own) or "constant" (a fill or an upload)
+    what: str
+    run: Callable[[], object]
+
+
+@dataclasses.dataclass
+class Recording:
+    steps: list[Step] = dataclasses.field(default_factory=list)
+    refused: str | None = None  # the first refused operation
+
+    @property
+    def launches(self) -> int:
+        return sum(step.kind == "launch" for step in self.steps)
+
+    def replay(self) -> None:
+        """Do the taped steps again, in order, on whatever the buffers hold now."""
+        for step in self.steps:
+            step.run()
+
+
+_current: Recording | None = None
+_allowed_depth = 0  # > 0 while an allowed operation runs: CuPy's own work inside it is not checked
+_installed = False
+
+
+@contextlib.contextmanager
+def record() -> Iterator[Recording]:
+    """Tape the call made inside the block; refuse what only its own kernels may do."""
+    global _current
+    if _current is not None:
+        raise RuntimeError("record() does not nest")
+    install()
+    _current = recording = Recording()
+    try:
+        yield recording
+    finally:
+        _current = None
+
+
+def tape_launch(name: str, function: Callable, grid, block, args, **options) -> None:
+    """Tape a kernel launch the caller just made (a no-op outside a recording)."""
+    if _checking():
+        _current.steps.append(Step("launch", name, lambda: function(grid, block, args, **options)))
+
+
+def _checking() -> bool:
+    return _current is not None and _allowed_depth == 0
+
+
+def _refuse(description: str):
+    if _current.refused is None:
+        _current.refused = description
+    raise RefusedOperation(description)
+
+
+def _tape_constant(what: str, run: Callable[[], object]) -> None:
+    _current.steps.append(Step("constant", what, run))
+
+
+@contextlib.contextmanager
+def _allowed():
+    global _allowed_depth
+    _allowed_depth += 1
+    try:
+        yield
+    finally:
+        _allowed_depth -= 1
+
+
+def _device_arrays(*values) -> list:
+    """The CuPy arrays among `values`, looking inside tuples, lists and dicts."""
+    found = []
+    for value in values:
+        if isinstance(value, cupy.ndarray):
+            found.append(value)
+        elif isinstance(value, (tuple, list)):
+            found += _device_arrays(*value)
+        elif isinstance(value, dict):
+            found += _device_arrays(*value.values())
+    return found
+
+
+def _views_of(result, sources: list) -> bool:
+    """Whether `result` (an array, or a list or tuple of them) only views memory of `sources`."""
+    results = result if isinstance(result, (tuple, list)) else [result]
+    memories = {id(source.data.mem) for source in sources}
+    return all(isinstance(r, cupy.ndarray) and id(r.data.mem) in memories for r in results)
+
+
+# --------------------------------------------------------------------------- the watched operations
+
+
+class _Refused:
+    """A CuPy callable that computes: refused while recording, CuPy's own otherwise."""
+
+    def __init__(self, name: str, original, refusal: str):
+        self._name, self._original, self._refusal = name, original, refusal
+        self.__doc__ = getattr(original, "__doc__", None)
+
+    def __call__(self, *args, **kwargs):
+        if _checking():
+            _refuse(self._refusal)
+        return self._original(*args, **kwargs)
+
+    def __getattr__(self, attribute):  # a ufunc's reduce, outer, at, ... compute too
+        value = getattr(self._original, attribute)
+        if callable(value) and not isinstance(value, type) and not attribute.startswith("__"):
+            qualified = f"{self._name}.{attribute}"
+            return _Refused(qualified, value, f"computed with {qualified}")
+        return value
+
+    def __repr__(self) -> str:
+        return repr(self._original)
+
+
+def _computing(name: str, original):
+    return _Refused(name, original, f"computed with {name}")
+
+
+def _to_host(name: str, original):
+    return _Refused(name, original, f"copied device data to the host ({name})")
+
+
+def _creating(name: str, original, *, prototype: bool = False, tape: bool = True):
+    """cupy.zeros, cupy.asarray(host_array), cupy.full_like, ...: allowed, taped with what they wrote.
+
+    Handed device data (other than a *_like routine's prototype), such a routine may
+    only return a view of it: cupy.asarray(x) is x, a copy is refused."""
+
+    @functools.wraps(original)
+    def watched(*args, **kwargs):
+        if not _checking():
+            return original(*args, **kwargs)
+        sources = _device_arrays(args[1:] if prototype else args, kwargs)
+        with _allowed():
+            result = original(*args, **kwargs)
+        if sources:
+            if not _views_of(result, sources):
+                _refuse(f"computed with {name} (it copied device data)")
+        elif tape:
+            with _allowed():
+                content = result.copy()
+            _tape_constant(name, lambda: result.data.copy_from_device_async(content.data, result.nbytes))
+        return result
+
+    return watched
+
+
+def _viewing(name: str, original):
+    """cupy.reshape, x.ravel(), x[1:], ...: allowed while they view; refused when they copy."""
+
+    @functools.wraps(original)
+    def watched(*args, **kwargs):
+        if not _checking():
+            return original(*args, **kwargs)
+        with _allowed():
+            result = original(*args, **kwargs)
+        if not _views_of(result, _device_arrays(args, kwargs)):
+            _refuse(f"computed with {name} (it copied device data)")
+        return result
+
+    return watched
+
+
+def _constant_writing(name: str, original, *, method: bool):
+    """x.fill(v), x[key] = v, x.set(host_array), cudaMemset: allowed with host values, taped as made."""
+
+    @functools.wraps(original)
+    def watched(*args, **kwargs):
+        if not _checking():
+            return original(*args, **kwargs)
+        target, values = (args[:1], args[1:]) if method else ((), args)
+        if _device_arrays(values, kwargs):
+            _refuse(f"computed with {name} (from device data)")
+        frozen = tuple(np.array(v, copy=True) if isinstance(v, np.ndarray) else v for v in values)
+
+        def write():
+            return original(*target, *frozen, **kwargs)
+
+        with _allowed():
+            result = write()
+        _tape_constant(name, write)
+        return result
+
+    return watched
+
+
+def _refusing_class(name: str, cls: type) -> type:
+    """A subclass of an elementwise, reduction or vectorized kernel class whose calls are refused."""
+
+    def __call__(self, *args, **kwargs):
+        if _checking():
+            _refuse(f"computed with {name}")
+        return cls.__call__(self, *args, **kwargs)
+
+    return type(cls.__name__, (cls,), {"__call__": __call__, "__module__": cls.__module__})
+
+
+def _watched_fuse(original):
+    """cupy.fuse, as a decorator with or without arguments: the fused functions are refused."""
+
+    @functools.wraps(original)
+    def fuse(*args, **kwargs):
+        if len(args) == 1 and callable(args[0]) and not kwargs:
+            return _computing("a cupy.fuse function", original(args[0]))
+        decorate = original(*args, **kwargs)
+        return lambda function: _computing("a cupy.fuse function", decorate(function))
+
+    return fuse
+
+
+class _TapedFunction:
+    """A function of a watched cupy.RawModule: its launches are taped."""
+
+    def __init__(self, function, name: str):
+        self._function, self._name = function, name
+
+    def __call__(self, grid, block, args, **options):
+        self._function(grid, block, args, **options)
+        tape_launch(self._name, self._function, grid, block, args, **options)
+
+    def __getattr__(self, attribute):
+        return getattr(self._function, attribute)
+
+
+def _taping_raw_classes():
+    raw_kernel, raw_module = cupy.RawKernel, cupy.RawModule
+
+    class RawKernel(raw_kernel):
+        __module__ = raw_kernel.__module__
+
+        def __call__(self, grid, block, args, **options):
+            raw_kernel.__call__(self, grid, block, args, **options)
+            tape_launch(self.name, functools.partial(raw_kernel.__call__, self), grid, block, args, **options)
+
+    class RawModule(raw_module):
+        __module__ = raw_module.__module__
+
+        def get_function(self, name):
+            return _TapedFunction(raw_module.get_function(self, name), name)
+
+    return RawKernel, RawModule
+
+
+# Routines of the watched namespaces, by what they do (anything else callable computes).
+_INFORMATION = {  # read no device data: shapes, dtypes, pools, settings
+    "get_array_module", "get_array_wrap", "get_default_memory_pool", "get_default_pinned_memory_pool",
+    "get_printoptions", "set_printoptions", "printoptions", "is_available", "isscalar", "ndim", "shape", "size",
+    "result_type", "can_cast", "common_type", "min_scalar_type", "promote_types", "mintypecode", "issubdtype",
+    "issctype", "issubclass_", "issubsctype", "obj2sctype", "sctype2char", "isdtype", "typename", "iscomplexobj",
+    "isrealobj", "isfortran", "broadcast_shapes", "show_config", "iterable", "may_share_memory", "shares_memory",
+    "byte_bounds", "find_common_type", "base_repr", "binary_repr", "format_float_positional",
+    "format_float_scientific", "clear_memo", "memoize", "make_aligned_dtype", "get_runtime_info",
+    "errstate", "geterr", "seterr", "allow_synchronize",
+    "empty_pinned", "empty_like_pinned", "zeros_pinned", "zeros_like_pinned",  # host memory
+}
+_MAKING = {"zeros", "ones", "full", "arange", "linspace", "eye", "identity", "tri",
+           "array", "asarray", "asanyarray", "ascontiguousarray", "asfortranarray", "require"}
+_MAKING_LIKE = {"zeros_like", "ones_like", "full_like"}
+_VIEWING = {"reshape", "ravel", "transpose", "swapaxes", "moveaxis", "rollaxis", "squeeze", "expand_dims",
+            "broadcast_to", "broadcast_arrays", "atleast_1d", "atleast_2d", "atleast_3d", "permute_dims",
+            "matrix_transpose", "split", "array_split", "hsplit", "vsplit", "dsplit", "diagonal", "flip",
+            "fliplr", "flipud", "real", "imag"}
+_TO_HOST = {"asnumpy"}
+
+# Methods of cupy.ndarray, by what they do (any other callable one computes).
+_ARRAY_UNTOUCHED = {
+    "__init__", "__new__", "__getattribute__", "__setattr__", "__delattr__", "__dir__", "__sizeof__",
+    "__class_getitem__", "__init_subclass__", "__subclasshook__", "__array_finalize__", "_init",
+    "_set_shape_and_strides", "_check_kind_sort", "__dlpack_device__", "__len__", "__iter__", "mdspan",
+}
+_ARRAY_VIEWING = {"reshape", "ravel", "view", "transpose", "swapaxes", "squeeze", "diagonal", "__getitem__",
+                  "conj", "conjugate", "reduced_view"}
+_ARRAY_TO_HOST = {"get", "tolist", "item", "tobytes", "tofile", "dump", "dumps", "__array__", "__float__",
+                  "__int__", "__bool__", "__complex__", "__index__", "__repr__", "__str__", "__format__", "__bytes__",
+                  "__reduce__", "__reduce_ex__", "__getstate__", "__hex__", "__oct__"}
+_ARRAY_EXPORTING = {"__dlpack__", "toDlpack"}
+
+
+def _watch_namespace(module: types.ModuleType, prefix: str) -> None:
+    for name in dir(module):
+        value = getattr(module, name)
+        if name.startswith("_") or isinstance(value, (type, types.ModuleType)) or not callable(value):
+            continue
+        qualified = f"{prefix}.{name}"
+        if name in _INFORMATION:
+            continue
+        if name in ("empty", "empty_like"):
+            watched = _creating(qualified, value, prototype=name == "empty_like", tape=False)
+        elif name in _MAKING or name in _MAKING_LIKE:
+            watched = _creating(qualified, value, prototype=name in _MAKING_LIKE)
+        elif name in _VIEWING:
+            watched = _viewing(qualified, value)
+        elif name in _TO_HOST:
+            watched = _to_host(qualified, value)
+        elif name == "fuse":
+            watched = _watched_fuse(value)
+        else:
+            watched = _computing(qualified, value)
+        setattr(module, name, watched)
+
+
+def _watch_arrays() -> None:
+    array = cupy.ndarray
+    for name in dir(array):
+        value = getattr(array, name)
+        if name in _ARRAY_UNTOUCHED or not callable(value) or isinstance(value, type):
+            continue
+        qualified = f"cupy.ndarray.{name}"
+        if name in _ARRAY_VIEWING:
+            watched = _viewing(qualified, value)
+        elif name in ("fill", "set", "__setitem__"):
+            watched = _constant_writing(qualified, value, method=True)
+        elif name in _ARRAY_TO_HOST:
+            watched = _to_host(qualified, value)
+        elif name in _ARRAY_EXPORTING:
+            watched = _Refused(qualified, value, f"exported device data to another library ({qualified})")
+        else:
+            watched = _computing(qualified, value)
+        if isinstance(watched, _Refused):  # a method needs a function to bind to its array
+            watched = _method(watched)
+        setattr(array, name, watched)
+
+
+def _method(refused: _Refused):
+    def method(self, *args, **kwargs):
+        return refused(self, *args, **kwargs)
+    method.__name__ = refused._name.rsplit(".", 1)[1]
+    return method
+
+
+def install() -> None:
+    """Put the watch into CuPy (once per process; without CuPy there is nothing to watch)."""
+    global _installed
+    if _installed or cupy is None:
+        return
+    _installed = True
+    cupyx = importlib.import_module("cupyx")
+    for submodule in ("cublas", "cuda.runtime", "fft", "linalg", "random"):
+        importlib.import_module(f"cupy.{submodule}")
+
+    cupy.RawKernel, cupy.RawModule = _taping_raw_classes()
+    for name in ("ElementwiseKernel", "ReductionKernel", "vectorize"):
+        setattr(cupy, name, _refusing_class(f"a cupy.{name}", getattr(cupy, name)))
+    for module, prefix in ((cupy, "cupy"), (cupy.linalg, "cupy.linalg"), (cupy.fft, "cupy.fft"),
+                           (cupy.random, "cupy.random"), (cupyx, "cupyx"), (cupy.cublas, "cupy.cublas"),
+                           (cupy.cuda.cublas, "cupy.cuda.cublas")):
+        _watch_namespace(module, prefix)
+    _watch_arrays()
+    runtime = cupy.cuda.runtime
+    for name in dir(runtime):
+        qualified = f"cupy.cuda.runtime.{name}"
+        if name in ("memset", "memsetAsync"):
+            setattr(runtime, name, _constant_writing(qualified, getattr(runtime, name), method=False))
+        elif name.startswith("memcpy") and callable(getattr(runtime, name)):
+            setattr(runtime, name, _Refused(qualified, getattr(runtime, name),
+                                            f"copied memory with {qualified} (copy host data to the GPU "
+                                            f"with cupy.asarray or x.set)"))

@@ -1,0 +1,146 @@
+"""Judging an execution: the reference answer, each output's error bound, the comparison.
+
+This is the half of the checks a submission's process never holds: the float64
+oracle (reference.cpu) and gold (reference.gold) are used here only, and the grader
+judges in its own process what its worker recorded.
+
+A call passes when it launched kernels of its own, had nothing refused, left its
+inputs as they were, wrote every output element within its bound (NaN never is, so
+an element it never wrote fails), and, replayed from its tape on the case's other
+inputs, wrote those outputs within their bounds too. Against gold the bounds double,
+since both sides carry float32 rounding.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Callable
+
+import numpy as np
+
+from reference import cpu
+from reference.execution import Execution, execute
+from reference.numerics import TINY
+from reference.registry import build
+from reference.spec import Case, Problem
+
+
+@dataclasses.dataclass
+class Result:
+    case: Case
+    passed: bool
+    message: str
+    max_abs_error: float = math.nan
+    max_rel_error: float = math.nan
+    worst_ratio: float = math.nan   # largest |error| / allowed; <= 1 passes
+
+
+def expected_outputs(problem: Problem, against: str = "numpy") -> dict:
+    """The reference answer as float64 host arrays: reference.cpu's, or gold's on the GPU."""
+    written = problem.spec.written
+    if against == "numpy":
+        args = {k: (_starting(problem, k, v) if k in written else v) for k, v in problem.args.items()}
+        getattr(cpu, problem.spec.function)(*args.values())
+        return {k: args[k] for k in problem.spec.outputs}
+    import cupy
+
+    from reference import gold
+
+    args = {k: (cupy.asarray(_starting(problem, k, v), dtype=np.float32) if k in written
+                else cupy.asarray(v) if isinstance(v, np.ndarray) else v) for k, v in problem.args.items()}
+    for output, source in problem.arguments.same_array.items():
+        args[output] = args[source]
+    getattr(gold, problem.spec.function)(*args.values())
+    return {k: cupy.asnumpy(args[k]).astype(np.float64) for k in problem.spec.outputs}
+
+
+def _starting(problem: Problem, name: str, shape) -> np.ndarray:
+    initial = problem.arguments.initial.get(name)
+    return initial.astype(np.float64) if initial is not None else np.full(shape, np.nan)
+
+
+def allowed_errors(problem: Problem, expected: dict) -> dict:
+    """Each output element's allowed |error| (float32 rounding of a correct implementation)."""
+    return problem.spec.error_bound({k: v.astype(np.float64) for k, v in problem.inputs().items()}, expected)
+
+
+def judge(problem: Problem, execution: Execution, against: str = "numpy") -> Result:
+    """Whether `execution` (a call on `problem` and its replay) is right, and if not, why."""
+    case = problem.case
+    if execution.refused is not None:
+        return Result(case, False, f"refused: {execution.refused} (only the host function's own kernels may "
+                                   f"compute; allocating, memset and host-to-device copies are allowed)")
+    if execution.error is not None:
+        return Result(case, False, execution.error)
+    if execution.launches == 0:
+        return Result(case, False, "no custom kernel launched: the output came from library operations")
+    missing = [k for k in problem.spec.outputs if k not in (execution.outputs or {})]
+    if missing:
+        return Result(case, False, f"outputs missing from the record: {', '.join(missing)}")
+    in_place = set(problem.arguments.same_array.values())
+    for name, original in problem.inputs().items():
+        if name not in in_place and not np.array_equal(execution.inputs_after.get(name), original, equal_nan=True):
+            return Result(case, False, f"input {name} was modified by the call")
+    result = _compare_with_reference(problem, execution.outputs, against)
+    if not result.passed:
+        return result
+    if execution.replay_error is not None:
+        return Result(case, False, f"replaying its kernel launches on other inputs failed: {execution.replay_error}")
+    replayed = _compare_with_reference(build(case.other_inputs()), execution.replay_outputs or {}, against)
+    if not replayed.passed:
+        return dataclasses.replace(result, passed=False, message=(
+            f"wrong when its recorded kernel launches alone are replayed on other inputs (computed outside "
+            f"its own kernels?): {replayed.message}"))
+    return result
+
+
+def run_case(function: Callable, case: Case, against: str = "numpy", device: str = "gpu") -> Result:
+    """Call `function` (a host function with the kit's signature) on `case` and judge it.
+
+    device="cpu" passes NumPy arrays instead of CuPy ones: for checking the checks
+    themselves with NumPy implementations on a machine without a GPU.
+    """
+    problem = build(case)
+    return judge(problem, execute(function, problem, device), against)
+
+
+def _compare_with_reference(problem: Problem, actual: dict, against: str) -> Result:
+    reference = expected_outputs(problem, "numpy")
+    bounds = allowed_errors(problem, reference)
+    if against == "gold":
+        reference = expected_outputs(problem, "gold")
+        bounds = {k: 2 * v for k, v in bounds.items()}
+    return compare(problem.case, actual, reference, bounds)
+
+
+def compare(case: Case, actual: dict, expected: dict, bounds: dict) -> Result:
+    """Every element of every output against its expected value, within its bound."""
+    failures, max_abs, max_rel, worst_ratio = [], 0.0, 0.0, 0.0
+    for name in expected:
+        if name not in actual:
+            failures.append(f"{name}: missing")
+            continue
+        got = actual[name].astype(np.float64)
+        if got.shape != expected[name].shape:
+            failures.append(f"{name}: shape {got.shape}, expected {expected[name].shape}")
+            continue
+        want, allowed = expected[name], np.broadcast_to(bounds[name], expected[name].shape)
+        error = np.abs(got - want)
+        error[np.isnan(got) | np.isinf(got)] = np.inf
+        bad = ~(error <= allowed)
+        max_abs = max(max_abs, float(error.max()))
+        significant = np.abs(want) >= 1e-3 * max(float(np.abs(want).max()), TINY)
+        max_rel = max(max_rel, float((error[significant] / np.abs(want[significant])).max(initial=0.0)))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ratio = np.where(error == 0, 0.0, error / allowed)  # exact answers under a zero bound: 0
+        worst_ratio = max(worst_ratio, float(np.nan_to_num(ratio, nan=np.inf).max()))
+        if bad.any():
+            where = np.unravel_index(int(np.argmax(np.where(bad, error / np.maximum(allowed, TINY), -1))), want.shape)
+            unwritten = int(np.isnan(got).sum())
+            failures.append(
+                f"{name}: {int(bad.sum())} of {want.size} elements wrong; worst at {tuple(int(i) for i in where)}: "
+                f"got {got[where]:.7g}, expected {want[where]:.7g} (allowed error {allowed[where]:.2g})"
+                + (f"; {unwritten} NaN (never written, or computed as NaN)" if unwritten else ""))
+    message = "; ".join(failures) if failures else "ok"
+    return Result(case, not failures, message, max_abs, max_rel, worst_ratio)

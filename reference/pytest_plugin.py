@@ -1,0 +1,37 @@
+"""The kit's pytest options, loaded before pytest reads its command line.
+
+pyproject.toml's addopts loads this plugin (-p reference.pytest_plugin), so pytest
+knows --kernels takes a value and never mistakes `--kernels ~/mine` for a test path
+to collect (a whole kit clone there would bring its own tests/conftest.py).
+
+    pytest tests/kernels                      # this kit's kernels, default seed
+    pytest tests/kernels --seed 7             # other random inputs (or KIT_SEED=7)
+    pytest tests/kernels --kernels ~/mine     # another kernels/ directory, or a kit holding one
+
+The process runs the chosen kernels directory everywhere (kernel_runtime.loader),
+the compile checks included; the watch on CuPy (kernel_runtime.recording) goes in
+before any kernel module is imported.
+"""
+
+import os
+
+import pytest
+
+from kernel_runtime import recording
+from kernel_runtime.errors import KernelLoadError
+from kernel_runtime.loader import use_kernels
+
+
+def pytest_addoption(parser):
+    parser.addoption("--seed", type=int, default=int(os.environ.get("KIT_SEED", "0")),
+                     help="base seed of the random test inputs (default: $KIT_SEED or 0)")
+    parser.addoption("--kernels", default=None,
+                     help="a kernels/ directory (or a kit holding one) to test instead of this kit's")
+
+
+def pytest_configure(config):
+    try:
+        config.kernels_directory = use_kernels(config.getoption("kernels"))
+    except KernelLoadError as err:
+        raise pytest.UsageError(f"--kernels: {err}") from None
+    recording.install()

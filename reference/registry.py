@@ -1,0 +1,94 @@
+"""Every host function the kit knows, from the specs in reference/specs/.
+
+    SPECS                  host function name -> Spec, in name order
+    spec("gelu_forward")   one spec
+    cases(function, seed)  its test cases for a base seed
+    build(case)            a Problem: the case's inputs, drawn from its seed
+    host_function(name)    the function itself, from the kernels directory this process runs
+
+This module holds no oracle: the grader's worker imports it (and reference.execution)
+to run a submission, and never reference.cpu, reference.gold or reference.judging.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+import traceback
+import types
+from typing import Callable
+
+import numpy as np
+
+from kernel_runtime.errors import KernelLoadError, KitError
+from kernel_runtime.loader import PACKAGE, bound_directory
+from reference import specs as _specs
+from reference.spec import Case, Problem, Spec
+
+
+def _discover() -> dict[str, Spec]:
+    found: dict[str, Spec] = {}
+    for info in sorted(pkgutil.iter_modules(_specs.__path__), key=lambda info: info.name):
+        module = importlib.import_module(f"{_specs.__name__}.{info.name}")
+        spec = getattr(module, "SPEC", None)
+        if not isinstance(spec, Spec):
+            raise TypeError(f"{module.__file__} defines no SPEC = Spec(...)")
+        if spec.function in found:
+            raise TypeError(f"{module.__file__}: a second spec of {spec.function}")
+        found[spec.function] = spec
+    return found
+
+
+SPECS: dict[str, Spec] = _discover()
+
+
+def spec(function: str) -> Spec:
+    try:
+        return SPECS[function]
+    except KeyError:
+        raise KitError(f"no host function {function!r} (known: {', '.join(SPECS)})") from None
+
+
+def graded() -> list[Spec]:
+    """The host functions students write, which grading/weights.toml must score."""
+    return [s for s in SPECS.values() if s.graded]
+
+
+def cases(function: str, base_seed: int = 0) -> list[Case]:
+    return spec(function).test_cases(base_seed)
+
+
+def build(case: Case) -> Problem:
+    """Fresh inputs for `case`, drawn from its seed."""
+    function_spec = spec(case.function)
+    return Problem(function_spec, case, function_spec.build(case, np.random.default_rng(case.seed)))
+
+
+def host_function(function: str) -> Callable:
+    """`function` as the kernels directory this process runs defines it (kernel_runtime.loader).
+
+    A module that fails to import, or lacks the function, raises one KernelLoadError
+    line naming the file (and the line, when the error happened inside it)."""
+    module_name = spec(function).module
+    try:
+        module = importlib.import_module(f"{PACKAGE}.{module_name}")
+    except Exception as err:  # a student's file: a syntax error, a missing import, ...
+        raise KernelLoadError(f"cannot load {_where(module_name, err)}: {type(err).__name__}: {err}") from None
+    if not callable(getattr(module, function, None)):
+        raise KernelLoadError(f"{module.__file__} defines no {function}()")
+    return getattr(module, function)
+
+
+def host_functions(functions) -> types.SimpleNamespace:
+    """A namespace of host functions by name, e.g. the model's operations."""
+    return types.SimpleNamespace(**{name: host_function(name) for name in functions})
+
+
+def _where(module_name: str, err: Exception) -> str:
+    """The module's file, with the line in it where `err` happened if it did."""
+    directory = bound_directory()
+    path = str(directory / f"{module_name}.py") if directory else f"{PACKAGE}/{module_name}.py"
+    if isinstance(err, SyntaxError) and err.lineno:
+        return f"{path}:{err.lineno}"
+    lines = [frame.lineno for frame in traceback.extract_tb(err.__traceback__) if frame.filename == path]
+    return f"{path}:{lines[-1]}" if lines else path

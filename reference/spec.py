@@ -1,0 +1,123 @@
+"""What the kit knows about one host function, in one place: its Spec.
+
+A spec names the host function and the kernel module that defines it, the arguments
+it writes, how to draw inputs for a case, how large an error each output element may
+carry, the cases the tests and the grader run, the quick check's case and the
+benchmark's sizes. reference/specs/ holds one spec per host function, and everything
+else is derived from them (reference.registry): the tests' parametrization, the
+quick check's rows, the step check's outputs, the benchmark's rows, the grader's
+coverage of weights.toml.
+
+Adding a host function takes three things: its kernel module in kernels/, its
+references in reference/cpu.py and reference/gold.py, and a spec module in
+reference/specs/.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import zlib
+from typing import Callable
+
+import numpy as np
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    """One test case of a host function: its sizes, the kind of values, a variant and a seed."""
+
+    function: str
+    sizes: tuple[tuple[str, int], ...]
+    values: str = "normal"      # "normal" or "extreme"
+    variant: str = ""           # e.g. "no-bias", "in-place"
+    seed: int = 0
+
+    @property
+    def size(self) -> dict[str, int]:
+        return dict(self.sizes)
+
+    @property
+    def id(self) -> str:
+        parts = [f"{k}{v}" for k, v in self.sizes]
+        parts += [p for p in (self.values if self.values != "normal" else "", self.variant) if p]
+        return "-".join(parts + [f"seed{self.seed}"])
+
+    def other_inputs(self) -> Case:
+        """The same case with inputs from another seed: what a recorded call is replayed on."""
+        return dataclasses.replace(self, seed=(self.seed * 0x9E3779B1 + 0x7F4A7C15) % 2**31)
+
+
+def make_case(function: str, base_seed: int = 0, values: str = "normal", variant: str = "", **sizes: int) -> Case:
+    """A case whose seed mixes `base_seed` with everything else, so each case draws its own inputs."""
+    key = f"{function}|{sorted(sizes.items())}|{values}|{variant}".encode()
+    seed = (zlib.crc32(key) ^ (base_seed * 0x9E3779B1)) % 2**31
+    return Case(function, tuple(sizes.items()), values, variant, seed)
+
+
+@dataclasses.dataclass
+class Arguments:
+    """One call's arguments for a case, in call order: a host array for each input, a
+    shape for each output, Python scalars for the sizes."""
+
+    values: dict
+    same_array: dict = dataclasses.field(default_factory=dict)  # output -> the input it is (an in-place call)
+    initial: dict = dataclasses.field(default_factory=dict)     # output -> its content before the call;
+                                                                # NaN marks the elements the call must write
+
+
+@dataclasses.dataclass(frozen=True)
+class Spec:
+    function: str                       # the host function, e.g. "layernorm_forward"
+    module: str                         # kernels/<module>.py defines it
+    outputs: tuple[str, ...]            # the arguments it writes that the checks compare
+    build: Callable[[Case, np.random.Generator], Arguments]  # fresh inputs for a case
+    error_bound: Callable[[dict, dict], dict]  # (float64 inputs, float64 expected outputs) -> allowed |error|
+    cases: tuple[dict, ...]             # sizes, and values= or variant= where they differ from the default
+    quick: dict | None = None           # the quick check's case (python -m reference.verify)
+    scratch: tuple[str, ...] = ()       # arguments it may write that nobody checks
+    benchmark: tuple[dict, ...] = ()    # the sizes python -m benchmarks.kernels times
+    traffic: Callable[[dict], int] | None = None  # the fewest bytes a call must move (each input read
+                                                  # once, each output written once), for GB/s
+    flops: Callable[[dict], int] | None = None    # useful floating-point operations, for TFLOP/s
+    graded: bool = True                 # students write it, and grading/weights.toml must score it
+
+    @property
+    def written(self) -> tuple[str, ...]:
+        return self.outputs + self.scratch
+
+    def test_cases(self, base_seed: int = 0) -> list[Case]:
+        return [make_case(self.function, base_seed, **entry) for entry in self.cases]
+
+    def quick_case(self, base_seed: int = 0) -> Case:
+        return make_case(self.function, base_seed, **self.quick)
+
+    def benchmark_cases(self) -> list[Case]:
+        return [make_case(self.function, **sizes) for sizes in self.benchmark]
+
+
+@dataclasses.dataclass
+class Problem:
+    """A case with its inputs drawn: what a call gets, and what is checked afterwards."""
+
+    spec: Spec
+    case: Case
+    arguments: Arguments
+
+    @property
+    def args(self) -> dict:
+        return self.arguments.values
+
+    def inputs(self) -> dict:
+        return {k: v for k, v in self.args.items() if isinstance(v, np.ndarray)}
+
+
+def normal(rng: np.random.Generator, *shape: int, scale: float = 1.0) -> np.ndarray:
+    """float32 samples of a normal distribution with standard deviation `scale`."""
+    return (rng.standard_normal(shape) * scale).astype(np.float32)
+
+
+def cache_lengths(rng: np.random.Generator, B: int, max_T: int, T: int = 1) -> np.ndarray:
+    """KV-cache lengths for B rows, leaving room for T new tokens; the first row empty, the last full."""
+    lengths = rng.integers(0, max_T - T + 1, size=B).astype(np.int32)
+    lengths[0], lengths[-1] = 0, max_T - T
+    return lengths

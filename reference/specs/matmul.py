@@ -1,0 +1,49 @@
+"""matmul_forward(out, inp, weight, bias, B, T, C, OC): out = inp @ weight^T + bias,
+weight (OC, C); bias may be None."""
+
+import math
+
+import numpy as np
+
+from reference.numerics import U
+from reference.spec import Arguments, Spec, normal
+
+
+def build(case, rng):
+    B, T, C, OC = (case.size[k] for k in ("B", "T", "C", "OC"))
+    scale = 1e4 if case.values == "extreme" else 1.0
+    bias = None if case.variant == "no-bias" else normal(rng, OC)
+    return Arguments(dict(out=(B, T, OC), inp=normal(rng, B, T, C, scale=scale), weight=normal(rng, OC, C),
+                          bias=bias, B=B, T=T, C=C, OC=OC))
+
+
+def error_bound(x, e):
+    # A dot product of K float32 terms errs by ~sqrt(K) * U * sum |a_k * w_k| when
+    # rounding errors partly cancel; allow 4x that, plus the bias add.
+    OC, C = x["weight"].shape
+    magnitude = np.abs(x["inp"].reshape(-1, C)) @ np.abs(x["weight"]).T
+    if x.get("bias") is not None:
+        magnitude += np.abs(x["bias"])
+    return {"out": (4 * math.sqrt(C) * U * magnitude + U * np.abs(e["out"].reshape(-1, OC))).reshape(e["out"].shape)}
+
+
+SPEC = Spec(
+    function="matmul_forward", module="matmul", outputs=("out",), build=build, error_bound=error_bound,
+    cases=(
+        dict(B=1, T=1, C=768, OC=2304),
+        dict(B=8, T=1, C=768, OC=2304),
+        dict(B=2, T=3, C=37, OC=45, variant="no-bias"),
+        dict(B=1, T=9, C=130, OC=257),
+        dict(B=2, T=7, C=37, OC=45),
+        dict(B=1, T=33, C=130, OC=257, variant="no-bias"),
+        dict(B=1, T=5, C=768, OC=50257),
+        dict(B=4, T=64, C=768, OC=3072),
+        dict(B=1, T=1024, C=768, OC=768),
+        dict(B=2, T=7, C=64, OC=96, values="extreme"),
+    ),
+    quick=dict(B=4, T=64, C=768, OC=2304),
+    # GPT-2 124M's matmuls at B=8, T=1024: qkv, attention projection, MLP up, LM head
+    benchmark=tuple(dict(B=8, T=1024, C=768, OC=OC) for OC in (2304, 768, 3072, 50257)),
+    traffic=lambda s: 4 * (s["B"] * s["T"] * (s["C"] + s["OC"]) + s["OC"] * (s["C"] + 1)),
+    flops=lambda s: 2 * s["B"] * s["T"] * s["C"] * s["OC"],
+)

@@ -1,5 +1,0 @@
-"""Tests of kernels/matmul.py against the NumPy reference and gold."""
-
-from tests.kernels.common import test_matches_gold, test_matches_numpy_reference  # noqa: F401
-
-KERNEL = "matmul"

@@ -1,0 +1,164 @@
+"""kernel_runtime on the CPU: compile errors point at the .py line, ptxas reports parse,
+launch constants reach the source as defines, argument checks speak one line, the
+loader binds one kernels directory per process, the watch refuses by name."""
+
+import importlib.util
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from kernel_runtime import CudaKernel, KernelArgumentError, KernelCompileError, check_array, recording
+from kernel_runtime.compiler import SourceOrigin, compile_report, describe_compile_log, parse_ptxas_log
+from kernel_runtime.device import cupy
+
+ROOT = Path(__file__).parents[1]
+needs_cupy = pytest.mark.skipif(cupy is None, reason="CuPy is not installed: NVRTC comes with it")
+
+BROKEN_MODULE = '''\
+from kernel_runtime import CudaKernel
+
+SOURCE = r"""
+extern "C" __global__ void broken(float* out) {
+    out[threadIdx.x] = undefined_name;
+}
+"""
+broken = CudaKernel(SOURCE, "broken")
+'''
+
+
+def import_file(path, name):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@needs_cupy
+def test_compile_error_names_the_python_file_and_line(tmp_path):
+    path = tmp_path / "broken_kernel.py"
+    path.write_text(BROKEN_MODULE)
+    module = import_file(path, "broken_kernel")
+    with pytest.raises(KernelCompileError) as raised:
+        compile_report(module.broken, "sm_86")
+    message = str(raised.value)
+    assert "broken_kernel.py:5: error" in message  # line 5 of the .py file holds `undefined_name`
+    assert "undefined_name" in message
+
+
+@needs_cupy
+def test_defines_reach_the_source():
+    source = r"""extern "C" __global__ void sized(float* out) {
+        __shared__ float tile[TILE];
+        tile[threadIdx.x % TILE] = out[threadIdx.x];
+        __syncthreads();
+        out[threadIdx.x] = tile[(threadIdx.x + 1) % TILE];
+    }"""
+    with pytest.raises(KernelCompileError, match='identifier "TILE" is undefined'):
+        compile_report(CudaKernel(source, "sized"), "sm_86")
+    small, large = (compile_report(CudaKernel(source, "sized", defines={"TILE": n}), "sm_86")[0] for n in (8, 1024))
+    assert (small.shared_bytes, large.shared_bytes) == (4 * 8, 4 * 1024)
+
+
+def test_describe_compile_log_maps_every_diagnostic():
+    log = 'k.cu(2): error: x\nk.cu(10): warning: y\n1 error detected in the compilation of "k.cu".\x00'
+    text = describe_compile_log(log, SourceOrigin("kernels/k.py", 40))
+    assert "kernels/k.py:41: error: x" in text and "kernels/k.py:49: warning: y" in text
+    assert "\x00" not in text
+
+
+def test_parse_ptxas_log():
+    log = ("ptxas info    : 0 bytes gmem\n"
+           "ptxas info    : Compiling entry function 'a' for 'sm_86'\n"
+           "ptxas info    : Function properties for a\n"
+           "ptxas         .     256 bytes stack frame, 8 bytes spill stores, 12 bytes spill loads\n"
+           "ptxas info    : Used 36 registers, used 1 barriers, 8320 bytes smem, 364 bytes cmem[0]\n"
+           "ptxas info    : Compiling entry function 'b' for 'sm_86'\n"
+           "ptxas info    : Function properties for b\n"
+           "ptxas         .     0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads\n"
+           "ptxas info    : Used 12 registers, used 0 barriers, 360 bytes cmem[0]\n")
+    a, b = parse_ptxas_log(log)
+    assert (a.name, a.registers, a.spill_stores, a.spill_loads, a.stack_frame, a.shared_bytes) == ("a", 36, 8, 12, 256, 8320)
+    assert (b.name, b.registers, b.spill_stores, b.shared_bytes) == ("b", 12, 0, 0)
+
+
+def test_kernel_name_must_be_in_its_source():
+    with pytest.raises(KernelCompileError, match="'missing' is not defined"):
+        CudaKernel('extern "C" __global__ void present() {}', "missing")
+
+
+def test_host_array_is_rejected_in_one_line():
+    with pytest.raises(KernelArgumentError, match=r"^gelu_forward: out must be a CuPy array on the GPU, got ndarray$"):
+        check_array("gelu_forward", "out", np.zeros(3, np.float32), 3)
+
+
+def run_python(code: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=cwd)
+
+
+def test_a_process_runs_one_kernels_directory(tmp_path):
+    (tmp_path / "kernels").mkdir()
+    done = run_python(f"""
+from kernel_runtime.loader import use_kernels, KIT_KERNELS
+from kernel_runtime import KernelLoadError
+assert use_kernels({str(tmp_path)!r}) == use_kernels({str(tmp_path / 'kernels')!r})
+import kernels
+assert kernels.__path__ == [{str(tmp_path / 'kernels')!r}]
+try:
+    use_kernels(None)
+except KernelLoadError as err:
+    print(err)
+""")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == (f"this process already runs the kernels in {tmp_path / 'kernels'}; "
+                                   f"run {ROOT / 'kernels'} in a process of its own")
+
+
+def test_a_missing_kernels_directory_is_one_line(tmp_path):
+    done = run_python(f"from kernel_runtime.loader import use_kernels; use_kernels({str(tmp_path / 'nowhere')!r})")
+    assert done.stderr.strip().splitlines()[-1] == (
+        f"kernel_runtime.errors.KernelLoadError: no kernels directory at {tmp_path / 'nowhere'}")
+
+
+@needs_cupy
+@pytest.mark.parametrize("operation, refusal", [
+    (lambda xp: xp.matmul(1, 2), "computed with cupy.matmul"),
+    (lambda xp: xp.exp(1.0), "computed with cupy.exp"),
+    (lambda xp: xp.add.reduce(1), "computed with cupy.add.reduce"),
+    (lambda xp: xp.sort(1), "computed with cupy.sort"),
+    (lambda xp: xp.random.standard_normal(3), "computed with cupy.random.standard_normal"),
+    (lambda xp: xp.linalg.norm(1), "computed with cupy.linalg.norm"),
+    (lambda xp: xp.cuda.cublas.sgemm(0), "computed with cupy.cuda.cublas.sgemm"),
+    (lambda xp: xp.ElementwiseKernel("float32 x", "float32 y", "y = x", "k")(1), "computed with a cupy.ElementwiseKernel"),
+    (lambda xp: xp.fuse(lambda x: x)(1), "computed with a cupy.fuse function"),
+    (lambda xp: xp.ndarray.__matmul__(1, 2), "computed with cupy.ndarray.__matmul__"),
+    (lambda xp: xp.asnumpy(1), "copied device data to the host (cupy.asnumpy)"),
+    (lambda xp: xp.ndarray.get(1), "copied device data to the host (cupy.ndarray.get)"),
+    (lambda xp: xp.cuda.runtime.memcpy(0, 0, 0, 2), "copied memory with cupy.cuda.runtime.memcpy"),
+])
+def test_the_watch_refuses_computing_by_name(operation, refusal):
+    with recording.record() as taped:
+        with pytest.raises(recording.RefusedOperation, match=f"^{re.escape(refusal)}"):
+            operation(cupy)
+    assert taped.refused.startswith(refusal) and taped.launches == 0
+
+
+@needs_cupy
+def test_a_refusal_caught_by_the_caller_stays_on_the_recording():
+    with recording.record() as taped:
+        try:
+            cupy.matmul(1, 2)
+        except recording.RefusedOperation:
+            pass
+    assert taped.refused == "computed with cupy.matmul"
+
+
+@needs_cupy
+def test_outside_a_recording_cupy_is_itself():
+    recording.install()
+    assert cupy.get_array_module(np.zeros(1)) is np
+    with pytest.raises(TypeError):  # CuPy's own complaint, not a refusal
+        cupy.matmul(np.zeros((2, 2)), np.zeros((2, 2)))
