@@ -1,6 +1,6 @@
 """Time every host function at GPT-2 124M sizes against gold and the card's ceilings.
 
-    python -m benchmarks.kernels [--kernels DIR] [--csv results.csv]
+    python -m benchmarks.kernels [--kernels DIR] [--only NAME] [--csv results.csv]
 
 The rows are the benchmark sizes of the specs in reference/specs/: B=8, T=1024,
 C=768, NH=12; the matmul at OC = 2304 (qkv), 768 (attention projection), 3072 (MLP
@@ -65,9 +65,9 @@ def copy_bandwidth_gbs():
     return 2 * n * 4 / ms / 1e6
 
 
-def workloads():
-    """(spec, case) for every timed call: each spec's benchmark sizes."""
-    return [(spec, case) for spec in SPECS.values() for case in spec.benchmark_cases()]
+def workloads(only: str = ""):
+    """(spec, case) for every timed call: the benchmark sizes of each spec whose host function names `only`."""
+    return [(spec, case) for spec in SPECS.values() if only in spec.function for case in spec.benchmark_cases()]
 
 
 def device_arguments(problem) -> tuple:
@@ -82,6 +82,7 @@ def device_arguments(problem) -> tuple:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.kernels", description=__doc__.splitlines()[0])
     parser.add_argument("--kernels", help="kernels/ directory to time (default: this repo's)")
+    parser.add_argument("--only", default="", help="time only the host functions whose name contains this")
     parser.add_argument("--csv", help="also write the table to this CSV file")
     args = parser.parse_args(argv)
     exit_without_gpu("benchmarks.kernels", "cannot run")
@@ -91,7 +92,7 @@ def main(argv=None) -> int:
 
     try:
         use_kernels(args.kernels)
-        rows = [(spec, case, host_function(spec.function)) for spec, case in workloads()]
+        rows = [(spec, case, host_function(spec.function)) for spec, case in workloads(args.only)]
     except KitError as err:
         print(f"benchmarks.kernels: {err}", file=sys.stderr)
         return 2

@@ -21,7 +21,7 @@ from typing import Callable
 import numpy as np
 
 from kernel_runtime.errors import KernelLoadError, KitError
-from kernel_runtime.loader import PACKAGE, bound_directory
+from kernel_runtime.loader import bound_directory
 from reference import specs as _specs
 from reference.spec import Case, Problem, Spec
 
@@ -29,7 +29,7 @@ from reference.spec import Case, Problem, Spec
 def _discover() -> dict[str, Spec]:
     found: dict[str, Spec] = {}
     for info in sorted(pkgutil.iter_modules(_specs.__path__), key=lambda info: info.name):
-        module = importlib.import_module(f"{_specs.__name__}.{info.name}")
+        module = importlib.import_module(f"reference.specs.{info.name}")
         spec = getattr(module, "SPEC", None)
         if not isinstance(spec, Spec):
             raise TypeError(f"{module.__file__} defines no SPEC = Spec(...)")
@@ -71,7 +71,7 @@ def host_function(function: str) -> Callable:
     line naming the file (and the line, when the error happened inside it)."""
     module_name = spec(function).module
     try:
-        module = importlib.import_module(f"{PACKAGE}.{module_name}")
+        module = importlib.import_module(f"kernels.{module_name}")
     except Exception as err:  # a student's file: a syntax error, a missing import, ...
         raise KernelLoadError(f"cannot load {_where(module_name, err)}: {type(err).__name__}: {err}") from None
     if not callable(getattr(module, function, None)):
@@ -87,7 +87,7 @@ def host_functions(functions) -> types.SimpleNamespace:
 def _where(module_name: str, err: Exception) -> str:
     """The module's file, with the line in it where `err` happened if it did."""
     directory = bound_directory()
-    path = str(directory / f"{module_name}.py") if directory else f"{PACKAGE}/{module_name}.py"
+    path = str(directory / f"{module_name}.py") if directory else f"kernels/{module_name}.py"
     if isinstance(err, SyntaxError) and err.lineno:
         return f"{path}:{err.lineno}"
     lines = [frame.lineno for frame in traceback.extract_tb(err.__traceback__) if frame.filename == path]
