@@ -35,15 +35,15 @@ def strip_solutions(text: str) -> tuple[str, int]:
 
 
 def repository_files(root: Path) -> list[Path]:
-    """The files git tracks when `root` is a git checkout, else every file but caches and builds."""
+    """The files of the working tree that git does not ignore (tracked or not), when `root` is a
+    git checkout; else every file but caches and builds."""
     if (root / ".git").exists():
         try:
-            listed = subprocess.run(["git", "ls-files", "-z"], cwd=root, capture_output=True, check=True).stdout
-            tracked = [p for p in listed.decode().split("\0") if p]
-            if any(p.startswith("kernels/") for p in tracked):
-                return [Path(p) for p in tracked]
+            listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+                                    cwd=root, capture_output=True, check=True).stdout
+            return sorted({Path(p) for p in listed.decode().split("\0") if p})
         except (OSError, subprocess.CalledProcessError):
-            pass  # no git here, or a copy whose .git tracks nothing: walk the tree instead
+            pass  # no git here: walk the tree instead
     skip = {".git", ".venv", "__pycache__", ".pytest_cache", ".kitcache", "build"}
     files = []
     for path in root.rglob("*"):

@@ -68,53 +68,58 @@ class Recording:
             step.run()
 
 
-_current: Recording | None = None
-_allowed_depth = 0  # > 0 while an allowed operation runs: CuPy's own work inside it is not checked
+class _Watch:
+    """What every watched operation consults first: the recording in progress, if any.
+
+    The operations hold it in their closures rather than reaching it through this
+    module's globals, so that they stay themselves (and inert) while the interpreter
+    tears modules down at exit."""
+
+    def __init__(self):
+        self.recording: Recording | None = None
+        self.allowed_depth = 0  # > 0 while an allowed operation runs: CuPy's own work inside it is not checked
+
+    def checking(self) -> bool:
+        return self.recording is not None and self.allowed_depth == 0
+
+    def refuse(self, description: str):
+        if self.recording.refused is None:
+            self.recording.refused = description
+        raise RefusedOperation(description)
+
+    def tape(self, kind: str, what: str, run: Callable[[], object]) -> None:
+        self.recording.steps.append(Step(kind, what, run))
+
+    def tape_launch(self, name: str, function: Callable, grid, block, args, **options) -> None:
+        """Tape a kernel launch the caller just made (a no-op outside a recording)."""
+        if self.checking():
+            self.tape("launch", name, lambda: function(grid, block, args, **options))
+
+    @contextlib.contextmanager
+    def allowed(self):
+        self.allowed_depth += 1
+        try:
+            yield
+        finally:
+            self.allowed_depth -= 1
+
+
+_WATCH = _Watch()
+tape_launch = _WATCH.tape_launch
 _installed = False
 
 
 @contextlib.contextmanager
 def record() -> Iterator[Recording]:
     """Tape the call made inside the block; refuse what only its own kernels may do."""
-    global _current
-    if _current is not None:
+    if _WATCH.recording is not None:
         raise RuntimeError("record() does not nest")
     install()
-    _current = recording = Recording()
+    _WATCH.recording = recording = Recording()
     try:
         yield recording
     finally:
-        _current = None
-
-
-def tape_launch(name: str, function: Callable, grid, block, args, **options) -> None:
-    """Tape a kernel launch the caller just made (a no-op outside a recording)."""
-    if _checking():
-        _current.steps.append(Step("launch", name, lambda: function(grid, block, args, **options)))
-
-
-def _checking() -> bool:
-    return _current is not None and _allowed_depth == 0
-
-
-def _refuse(description: str):
-    if _current.refused is None:
-        _current.refused = description
-    raise RefusedOperation(description)
-
-
-def _tape_constant(what: str, run: Callable[[], object]) -> None:
-    _current.steps.append(Step("constant", what, run))
-
-
-@contextlib.contextmanager
-def _allowed():
-    global _allowed_depth
-    _allowed_depth += 1
-    try:
-        yield
-    finally:
-        _allowed_depth -= 1
+        _WATCH.recording = None
 
 
 def _device_arrays(*values) -> list:
@@ -144,19 +149,21 @@ class _Refused:
     """A CuPy callable that computes: refused while recording, CuPy's own otherwise."""
 
     def __init__(self, name: str, original, refusal: str):
-        self._name, self._original, self._refusal = name, original, refusal
+        self._name, self._original, self._refusal, self._watch = name, original, refusal, _WATCH
         self.__doc__ = getattr(original, "__doc__", None)
 
     def __call__(self, *args, **kwargs):
-        if _checking():
-            _refuse(self._refusal)
+        if self._watch.checking():
+            self._watch.refuse(self._refusal)
         return self._original(*args, **kwargs)
 
     def __getattr__(self, attribute):  # a ufunc's reduce, outer, at, ... compute too
+        if attribute in ("_name", "_original", "_refusal", "_watch"):  # not set yet (a copy in the making)
+            raise AttributeError(attribute)
         value = getattr(self._original, attribute)
         if callable(value) and not isinstance(value, type) and not attribute.startswith("__"):
             qualified = f"{self._name}.{attribute}"
-            return _Refused(qualified, value, f"computed with {qualified}")
+            return type(self)(qualified, value, f"computed with {qualified}")
         return value
 
     def __repr__(self) -> str:
@@ -177,20 +184,22 @@ def _creating(name: str, original, *, prototype: bool = False, tape: bool = True
     Handed device data (other than a *_like routine's prototype), such a routine may
     only return a view of it: cupy.asarray(x) is x, a copy is refused."""
 
+    watch = _WATCH
+
     @functools.wraps(original)
     def watched(*args, **kwargs):
-        if not _checking():
+        if not watch.checking():
             return original(*args, **kwargs)
         sources = _device_arrays(args[1:] if prototype else args, kwargs)
-        with _allowed():
+        with watch.allowed():
             result = original(*args, **kwargs)
         if sources:
             if not _views_of(result, sources):
-                _refuse(f"computed with {name} (it copied device data)")
+                watch.refuse(f"computed with {name} (it copied device data)")
         elif tape:
-            with _allowed():
+            with watch.allowed():
                 content = result.copy()
-            _tape_constant(name, lambda: result.data.copy_from_device_async(content.data, result.nbytes))
+            watch.tape("constant", name, lambda: result.data.copy_from_device_async(content.data, result.nbytes))
         return result
 
     return watched
@@ -199,14 +208,16 @@ def _creating(name: str, original, *, prototype: bool = False, tape: bool = True
 def _viewing(name: str, original):
     """cupy.reshape, x.ravel(), x[1:], ...: allowed while they view; refused when they copy."""
 
+    watch = _WATCH
+
     @functools.wraps(original)
     def watched(*args, **kwargs):
-        if not _checking():
+        if not watch.checking():
             return original(*args, **kwargs)
-        with _allowed():
+        with watch.allowed():
             result = original(*args, **kwargs)
         if not _views_of(result, _device_arrays(args, kwargs)):
-            _refuse(f"computed with {name} (it copied device data)")
+            watch.refuse(f"computed with {name} (it copied device data)")
         return result
 
     return watched
@@ -215,21 +226,23 @@ def _viewing(name: str, original):
 def _constant_writing(name: str, original, *, method: bool):
     """x.fill(v), x[key] = v, x.set(host_array), cudaMemset: allowed with host values, taped as made."""
 
+    watch = _WATCH
+
     @functools.wraps(original)
     def watched(*args, **kwargs):
-        if not _checking():
+        if not watch.checking():
             return original(*args, **kwargs)
         target, values = (args[:1], args[1:]) if method else ((), args)
         if _device_arrays(values, kwargs):
-            _refuse(f"computed with {name} (from device data)")
+            watch.refuse(f"computed with {name} (from device data)")
         frozen = tuple(np.array(v, copy=True) if isinstance(v, np.ndarray) else v for v in values)
 
         def write():
             return original(*target, *frozen, **kwargs)
 
-        with _allowed():
+        with watch.allowed():
             result = write()
-        _tape_constant(name, write)
+        watch.tape("constant", name, write)
         return result
 
     return watched
@@ -238,9 +251,11 @@ def _constant_writing(name: str, original, *, method: bool):
 def _refusing_class(name: str, cls: type) -> type:
     """A subclass of an elementwise, reduction or vectorized kernel class whose calls are refused."""
 
+    watch = _WATCH
+
     def __call__(self, *args, **kwargs):
-        if _checking():
-            _refuse(f"computed with {name}")
+        if watch.checking():
+            watch.refuse(f"computed with {name}")
         return cls.__call__(self, *args, **kwargs)
 
     return type(cls.__name__, (cls,), {"__call__": __call__, "__module__": cls.__module__})
@@ -263,28 +278,28 @@ class _TapedFunction:
     """A function of a watched cupy.RawModule: its launches are taped."""
 
     def __init__(self, function, name: str):
-        self._function, self._name = function, name
+        self._function, self._name, self._watch = function, name, _WATCH
 
     def __call__(self, grid, block, args, **options):
         self._function(grid, block, args, **options)
-        tape_launch(self._name, self._function, grid, block, args, **options)
+        self._watch.tape_launch(self._name, self._function, grid, block, args, **options)
 
     def __getattr__(self, attribute):
         return getattr(self._function, attribute)
 
 
 def _taping_raw_classes():
-    raw_kernel, raw_module = cupy.RawKernel, cupy.RawModule
+    raw_kernel, raw_module, watch = cupy.RawKernel, cupy.RawModule, _WATCH
 
     class RawKernel(raw_kernel):
-        __module__ = raw_kernel.__module__
+        __module__, __qualname__ = raw_kernel.__module__, "RawKernel"
 
         def __call__(self, grid, block, args, **options):
             raw_kernel.__call__(self, grid, block, args, **options)
-            tape_launch(self.name, functools.partial(raw_kernel.__call__, self), grid, block, args, **options)
+            watch.tape_launch(self.name, functools.partial(raw_kernel.__call__, self), grid, block, args, **options)
 
     class RawModule(raw_module):
-        __module__ = raw_module.__module__
+        __module__, __qualname__ = raw_module.__module__, "RawModule"
 
         def get_function(self, name):
             return _TapedFunction(raw_module.get_function(self, name), name)
@@ -318,12 +333,13 @@ _ARRAY_UNTOUCHED = {
     "__init__", "__new__", "__getattribute__", "__setattr__", "__delattr__", "__dir__", "__sizeof__",
     "__class_getitem__", "__init_subclass__", "__subclasshook__", "__array_finalize__", "_init",
     "_set_shape_and_strides", "_check_kind_sort", "__dlpack_device__", "__len__", "__iter__", "mdspan",
+    "__release_buffer__",
 }
 _ARRAY_VIEWING = {"reshape", "ravel", "view", "transpose", "swapaxes", "squeeze", "diagonal", "__getitem__",
                   "conj", "conjugate", "reduced_view"}
 _ARRAY_TO_HOST = {"get", "tolist", "item", "tobytes", "tofile", "dump", "dumps", "__array__", "__float__",
                   "__int__", "__bool__", "__complex__", "__index__", "__repr__", "__str__", "__format__", "__bytes__",
-                  "__reduce__", "__reduce_ex__", "__getstate__", "__hex__", "__oct__"}
+                  "__reduce__", "__reduce_ex__", "__getstate__", "__hex__", "__oct__", "__buffer__"}
 _ARRAY_EXPORTING = {"__dlpack__", "toDlpack"}
 
 

@@ -79,7 +79,7 @@ def test_views_are_allowed(cupy):
     (lambda cp, x: cp.asnumpy(x), "copied device data to the host (cupy.asnumpy)"),
     (lambda cp, x: float(x[0, 0]), "copied device data to the host (cupy.ndarray.__float__)"),
     (lambda cp, x: str(x), "copied device data to the host (cupy.ndarray.__str__)"),
-    (lambda cp, x: np.asarray(x), "copied device data to the host (cupy.ndarray.__array__)"),
+    (lambda cp, x: x.__array__(), "copied device data to the host (cupy.ndarray.__array__)"),
     (lambda cp, x: cp.random.default_rng(0).random(3), "computed with cupy.random.default_rng"),
 ])
 def test_computing_and_reading_on_the_host_are_refused(cupy, operation, refusal):
@@ -88,6 +88,15 @@ def test_computing_and_reading_on_the_host_are_refused(cupy, operation, refusal)
         with pytest.raises(recording.RefusedOperation, match=f"^{re.escape(refusal)}$"):
             operation(cupy, x)
     assert taped.refused == refusal
+
+
+def test_numpy_on_device_data_is_refused(cupy):
+    x = cupy.ones(3, np.float32)
+    with recording.record() as taped:
+        for attempt in (lambda: np.asarray(x), lambda: np.exp(x), lambda: np.sum(x)):
+            with pytest.raises(recording.RefusedOperation):
+                attempt()
+    assert taped.refused.startswith("copied device data to the host")  # np.asarray, the first attempt
 
 
 def test_outside_a_recording_nothing_is_refused_or_taped(cupy):
