@@ -2,7 +2,7 @@
 
     python -m gpt2.step_check [--model M] [--kernels DIR] [--batch 4] [--tokens 64] [--seed 0]
 
-Every kernel call of the forward pass runs twice on the same inputs: gold's into
+Every host-function call of the forward pass runs twice on the same inputs: gold's into
 the model's activations, yours into fresh NaN-filled copies. The two are compared
 right away, and the model carries on with gold's numbers (check-and-swap), so one
 wrong kernel is reported where it is and does not smear into every later step.

@@ -22,7 +22,8 @@ MARK = "the submission's own encoder"
 def own_kit(tmp_path_factory):
     kit = tmp_path_factory.mktemp("mine")
     for name in ("kernel_runtime", "kernels", "reference", "gpt2", "grading", "benchmarks", "tests"):
-        shutil.copytree(ROOT / name, kit / name, ignore=shutil.ignore_patterns("__pycache__"))
+        if (ROOT / name).exists():  # a student's kit has no grading/
+            shutil.copytree(ROOT / name, kit / name, ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(ROOT / "pyproject.toml", kit)
     with open(kit / "kernels" / "encoder.py", "a") as f:
         f.write(f"\nMARK = {MARK!r}\n")
@@ -80,6 +81,7 @@ def test_every_path_runs_the_submission_s_own_files(own_kit, command):
 
 
 @pytest.mark.gpu
+@pytest.mark.skipif(not (ROOT / "grading").exists(), reason="this kit has no grader")
 def test_the_grader_runs_the_submission_s_own_files(own_kit):
     from grading.grade import grade_item
     from grading.items import load_scheme
