@@ -83,11 +83,7 @@ def handout_main(argv) -> int:
     parser = argparse.ArgumentParser(prog="python -m grading handout")
     parser.add_argument("destination", type=Path)
     args = parser.parse_args(argv)
-    try:
-        stubbed = make_handout(args.destination)
-    except KitError as err:
-        print(f"grading handout: {err}", file=sys.stderr)
-        return 2
+    stubbed = make_handout(args.destination)
     print(f"handout written to {args.destination}; stubbed: {', '.join(stubbed)}")
     return 0
 
@@ -95,9 +91,13 @@ def handout_main(argv) -> int:
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     commands = {"handout": handout_main, "gather": gather_main}
-    if argv and argv[0] in commands:
-        return commands[argv[0]](argv[1:])
-    return grade_main(argv)
+    try:
+        if argv and argv[0] in commands:
+            return commands[argv[0]](argv[1:])
+        return grade_main(argv)
+    except KitError as err:  # a scheme that cannot be used, a kernels directory that cannot be loaded, ...
+        print(f"grading: {err}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

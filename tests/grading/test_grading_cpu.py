@@ -154,6 +154,21 @@ def test_without_a_gpu_grading_exits_with_one_line(tmp_path):
     assert done.stderr.strip().splitlines() == [f"grading: cannot grade without a GPU: {gpu_unavailable_reason()}"]
 
 
+def test_the_worker_program_loads_no_oracle():
+    code = ("import sys, grading.worker; "
+            "print(sorted(set(sys.modules) & {'reference.cpu', 'reference.gold', 'reference.judging'}))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
+
+
+def test_a_handout_over_an_existing_directory_is_one_line(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "grading", "handout", str(tmp_path)], capture_output=True, text=True,
+                          cwd=ROOT)
+    assert done.returncode == 2
+    assert done.stderr.splitlines() == [f"grading: {tmp_path} already exists; choose a new directory"]
+
+
 def test_strip_solutions_keeps_indentation_and_counts():
     text = "a\n    // BEGIN SOLUTION\n    x = 1;\n    // END SOLUTION\n}\n"
     stripped, count = strip_solutions(text)
