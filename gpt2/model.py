@@ -33,6 +33,7 @@ import numpy as np
 from gpt2 import checkpoint
 from gpt2.backends import Backend, make_backend
 from gpt2.config import GPT2Config
+from gpt2.ops import ForwardOps
 from kernel_runtime import KitError
 
 # name -> shape; L layers, B rows, T tokens, C channels, NH heads, Vp padded vocabulary
@@ -229,7 +230,7 @@ class GPT2:
         """The forward-pass step that writes `output` (ln1, qkv, attention, ...), or "kv_append"."""
         return STEP_OF_OUTPUT.get(self._output_names.get(id(output)), "kv_append")
 
-    def _ops(self, layer: int | None = None):
+    def _ops(self, layer: int | None = None) -> ForwardOps:
         if self.step_check is not None:
             return self.step_check.at(layer)
         return _NvtxOps(self) if self.nvtx else self.backend.ops
