@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import sys
 import types
 
@@ -31,6 +32,7 @@ ELEMENT_TOLERANCE = 0.05
 RMSE_TOLERANCE = 1e-3
 
 
+@functools.cache
 def written_positions(function: str) -> tuple[list[int], list[int]]:
     """Where a host function's outputs, and the scratch it may write, sit among its arguments."""
     names, written = parameters(function), spec(function)

@@ -96,7 +96,7 @@ def execute(function: Callable, problem: Problem, device: str = "gpu") -> Execut
     execution = Execution(problem.spec.function, problem.case.id)
     other = build(problem.case.other_inputs())
     if device == "cpu":
-        args, other_args = _arguments(problem, np), _arguments(other, np)
+        args, other_args = call_arguments(problem, np), call_arguments(other, np)
         try:
             function(*args.values())
             function(*other_args.values())
@@ -109,7 +109,7 @@ def execute(function: Callable, problem: Problem, device: str = "gpu") -> Execut
 
     import cupy
 
-    args = _arguments(problem, cupy)
+    args = call_arguments(problem, cupy)
     try:
         with recording.record() as tape:
             try:
@@ -132,8 +132,9 @@ def execute(function: Callable, problem: Problem, device: str = "gpu") -> Execut
     return execution
 
 
-def _arguments(problem: Problem, xp) -> dict:
-    """The call's arguments in order: inputs copied to `xp`, outputs at their starting content."""
+def call_arguments(problem: Problem, xp) -> dict:
+    """The call's arguments in order: inputs copied to `xp` (numpy or cupy), outputs at their
+    starting content (NaN, or their initial content), in-place outputs the very input arrays."""
     args = {}
     for name, value in problem.args.items():
         if name in problem.spec.written:

@@ -20,7 +20,7 @@ from typing import Callable
 import numpy as np
 
 from reference import cpu
-from reference.execution import Execution, execute
+from reference.execution import Execution, call_arguments, execute
 from reference.numerics import TINY
 from reference.registry import build
 from reference.spec import Case, Problem
@@ -47,10 +47,7 @@ def expected_outputs(problem: Problem, against: str = "numpy") -> dict:
 
     from reference import gold
 
-    args = {k: (cupy.asarray(_starting(problem, k, v), dtype=np.float32) if k in written
-                else cupy.asarray(v) if isinstance(v, np.ndarray) else v) for k, v in problem.args.items()}
-    for output, source in problem.arguments.same_array.items():
-        args[output] = args[source]
+    args = call_arguments(problem, cupy)  # exactly what the call under test gets
     getattr(gold, problem.spec.function)(*args.values())
     return {k: cupy.asnumpy(args[k]).astype(np.float64) for k in problem.spec.outputs}
 
