@@ -24,6 +24,7 @@ import numpy as np
 from kernel_runtime import KitError
 from kernel_runtime.device import exit_without_gpu
 from kernel_runtime.loader import use_kernels
+from reference.execution import call_arguments
 from reference.registry import SPECS, build, host_function
 
 SPIN_SOURCE = r"""
@@ -70,15 +71,6 @@ def workloads(only: str = ""):
     return [(spec, case) for spec in SPECS.values() if only in spec.function for case in spec.benchmark_cases()]
 
 
-def device_arguments(problem) -> tuple:
-    """The call's arguments on the GPU; outputs uninitialised (their content is not looked at)."""
-    import cupy
-
-    return tuple(cupy.empty(value, np.float32) if name in problem.spec.written
-                 else cupy.asarray(value) if isinstance(value, np.ndarray) else value
-                 for name, value in problem.args.items())
-
-
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.kernels", description=__doc__.splitlines()[0])
     parser.add_argument("--kernels", help="kernels/ directory to time (default: this repo's)")
@@ -106,7 +98,7 @@ def main(argv=None) -> int:
     print(header)
     table = []
     for spec, case, function in rows:
-        call_args = device_arguments(build(case))
+        call_args = tuple(call_arguments(build(case), cupy).values())
         ms = gpu_times_ms(lambda: function(*call_args))
         gold_ms = gpu_times_ms(lambda: getattr(gold, spec.function)(*call_args))
         nbytes, flops = spec.traffic(case.size), spec.flops(case.size) if spec.flops else 0

@@ -8,7 +8,6 @@ process rebuilds the same cases, computes the float64 NumPy references and judge
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import signal
 import subprocess
@@ -19,7 +18,7 @@ from typing import Callable
 
 from grading.items import Item, Scheme
 from reference.execution import CUDA_CONTEXT_LOST, Execution
-from reference.judging import Result, judge
+from reference.judging import judge
 from reference.registry import build, cases
 from reference.spec import Case
 

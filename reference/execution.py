@@ -138,7 +138,7 @@ def call_arguments(problem: Problem, xp) -> dict:
     args = {}
     for name, value in problem.args.items():
         if name in problem.spec.written:
-            args[name] = _starting_output(problem, name, value, xp)
+            args[name] = starting_output(problem, name, value, xp)
         elif isinstance(value, np.ndarray):
             args[name] = xp.array(value)
         else:
@@ -148,10 +148,11 @@ def call_arguments(problem: Problem, xp) -> dict:
     return args
 
 
-def _starting_output(problem: Problem, name: str, shape, xp):
+def starting_output(problem: Problem, name: str, shape, xp, dtype=np.float32):
+    """An output as the call finds it: its initial content, else NaN everywhere (never written shows)."""
     if name in problem.arguments.initial:
-        return xp.array(problem.arguments.initial[name], dtype=np.float32)
-    return xp.full(shape, np.nan, dtype=np.float32)
+        return xp.array(problem.arguments.initial[name], dtype=dtype)
+    return xp.full(shape, np.nan, dtype=dtype)
 
 
 def _load(args: dict, other: Problem) -> None:

@@ -20,7 +20,7 @@ from typing import Callable
 import numpy as np
 
 from reference import cpu
-from reference.execution import Execution, call_arguments, execute
+from reference.execution import Execution, call_arguments, execute, starting_output
 from reference.numerics import TINY
 from reference.registry import build
 from reference.spec import Case, Problem
@@ -40,7 +40,8 @@ def expected_outputs(problem: Problem, against: str = "numpy") -> dict:
     """The reference answer as float64 host arrays: reference.cpu's, or gold's on the GPU."""
     written = problem.spec.written
     if against == "numpy":
-        args = {k: (_starting(problem, k, v) if k in written else v) for k, v in problem.args.items()}
+        args = {k: (starting_output(problem, k, v, np, np.float64) if k in written else v)
+                for k, v in problem.args.items()}
         getattr(cpu, problem.spec.function)(*args.values())
         return {k: args[k] for k in problem.spec.outputs}
     import cupy
@@ -50,11 +51,6 @@ def expected_outputs(problem: Problem, against: str = "numpy") -> dict:
     args = call_arguments(problem, cupy)  # exactly what the call under test gets
     getattr(gold, problem.spec.function)(*args.values())
     return {k: cupy.asnumpy(args[k]).astype(np.float64) for k in problem.spec.outputs}
-
-
-def _starting(problem: Problem, name: str, shape) -> np.ndarray:
-    initial = problem.arguments.initial.get(name)
-    return initial.astype(np.float64) if initial is not None else np.full(shape, np.nan)
 
 
 def allowed_errors(problem: Problem, expected: dict) -> dict:

@@ -16,7 +16,6 @@ from pathlib import Path
 
 import pytest
 
-from kernel_runtime import gpu_unavailable_reason
 
 ROOT = Path(__file__).parents[1]
 PACKAGES = ("kernel_runtime", "kernels", "reference", "gpt2", "grading", "benchmarks", "tests")
