@@ -93,7 +93,7 @@ def main(argv=None) -> int:
     copy_gbs = copy_bandwidth_gbs()
     print(f"copy bandwidth (1 GiB device-to-device, read + write): {copy_gbs:.0f} GB/s\n")
 
-    header = (f"{'host function':18s} {'size':24s} {'ms':>8s} {'gold ms':>8s} {'vs gold':>8s} "
+    header = (f"{'host function':18s} {'size':32s} {'ms':>8s} {'gold ms':>8s} {'vs gold':>8s} "
               f"{'GB/s':>7s} {'%copy':>6s} {'TFLOP/s':>8s} {'gold TF/s':>9s}")
     print(header)
     table = []
@@ -108,7 +108,7 @@ def main(argv=None) -> int:
                    tflops=flops / ms / 1e9, gold_tflops=flops / gold_ms / 1e9)
         table.append(row)
         tf = f"{row['tflops']:8.1f} {row['gold_tflops']:9.1f}" if flops else f"{'':8s} {'':9s}"
-        print(f"{spec.function:18s} {size:24s} {ms:8.3f} {gold_ms:8.3f} {row['speedup_vs_gold']:7.2f}x "
+        print(f"{spec.function:18s} {size:32s} {ms:8.3f} {gold_ms:8.3f} {row['speedup_vs_gold']:7.2f}x "
               f"{row['gbs']:7.0f} {row['pct_copy']:5.0f}% {tf}", flush=True)
         del call_args
         cupy.get_default_memory_pool().free_all_blocks()
