@@ -8,7 +8,7 @@ A kernel module imports what it needs from here, and nothing else of the kit:
 * compiler:  CudaKernel (NVRTC through CuPy, cached; errors point at the .py line),
              compile_report (registers and spills for sm_86/sm_90, no GPU needed)
 * arguments: check_array, check_rows, check_dims, ceil_div
-* device:    gpu_unavailable_reason, require_gpu, exit_without_gpu
+* device:    gpu_unavailable_reason, nvrtc_unavailable_reason, require_gpu, exit_without_gpu
 * loader:    use_kernels, the one kernels directory a process runs
 * recording: record, the tape of a call's own launches, and the refusal of the rest
 * errors:    KitError and its kinds: what a user can act on, printed as one line

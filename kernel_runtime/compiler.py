@@ -25,7 +25,7 @@ import types
 from pathlib import Path
 
 from kernel_runtime import recording
-from kernel_runtime.device import cupy, require_gpu
+from kernel_runtime.device import cupy, nvrtc_unavailable_reason, require_gpu
 from kernel_runtime.errors import KernelCompileError
 
 
@@ -166,8 +166,11 @@ def compile_report(kernel: CudaKernel, arch: str) -> list[KernelResources]:
     """Compile `kernel`'s source for `arch` (e.g. "sm_86") through NVRTC; no GPU needed.
 
     Returns the resources of every kernel in the source; raises KernelCompileError
-    pointing at the .py line on a compile error.
+    pointing at the .py line on a compile error, and when there is no NVRTC to compile with.
     """
+    reason = nvrtc_unavailable_reason()
+    if reason is not None:
+        raise KernelCompileError(f"{kernel.origin.path}: cannot compile for {arch}: {reason}")
     from cupy.cuda import nvrtc
 
     # NVRTC can reuse an earlier identical compilation, and then ptxas does not run and

@@ -1,4 +1,5 @@
-"""Whether this process can run CUDA kernels, and the one line that says why not."""
+"""Whether this process can run CUDA kernels (or only compile them), and the one line
+that says why not."""
 
 from __future__ import annotations
 
@@ -8,17 +9,31 @@ from pathlib import Path
 
 from kernel_runtime.errors import GPUUnavailableError
 
+
+def first_line(err: BaseException) -> str:
+    text = str(err).strip() or type(err).__name__
+    return text.splitlines()[0]
+
+
+INSTALL_CUPY = "pip install -e '.[cuda13]', or '.[cuda12]' for a CUDA 12 driver"
+
 try:
     import cupy
-except ImportError:  # the NumPy reference and the CPU tests work without CuPy
+    CUPY_MISSING = None
+except ImportError as err:  # the NumPy reference and the CPU tests work without CuPy
     cupy = None
+    if isinstance(err, ModuleNotFoundError) and err.name == "cupy":
+        CUPY_MISSING = f"CuPy is not installed ({INSTALL_CUPY})"
+    else:  # installed, but a CUDA library it needs is missing or does not match
+        cause = err.__cause__ or err
+        CUPY_MISSING = f"CuPy cannot be imported ({type(cause).__name__}: {first_line(cause)})"
 
 
 @functools.lru_cache(maxsize=None)
 def gpu_unavailable_reason() -> str | None:
     """None when a CUDA GPU can run kernels here, else one line saying why not."""
     if cupy is None:
-        return "CuPy is not installed (pip install -e '.[cuda12]' or '.[cuda13]')"
+        return CUPY_MISSING
     try:
         count = cupy.cuda.runtime.getDeviceCount()
     except Exception as err:  # CuPy raises different types for "no driver" and "no device"
@@ -27,6 +42,19 @@ def gpu_unavailable_reason() -> str | None:
         return f"no usable CUDA GPU ({first_line(err)})"
     if count == 0:
         return "no usable CUDA GPU (the driver reports 0 devices)"
+    return None
+
+
+@functools.lru_cache(maxsize=None)
+def nvrtc_unavailable_reason() -> str | None:
+    """None when NVRTC can compile kernels here (no GPU needed), else one line saying what to install."""
+    if cupy is None:
+        return CUPY_MISSING  # NVRTC comes with CuPy's install line
+    try:
+        from cupy.cuda import nvrtc
+        nvrtc.getVersion()
+    except Exception as err:  # a missing library shows as ImportError, OSError or CuPy's own errors
+        return f"NVRTC cannot be loaded ({first_line(err)}; {INSTALL_CUPY})"
     return None
 
 
@@ -42,8 +70,3 @@ def exit_without_gpu(program: str, cannot: str = "cannot run kernels") -> None:
     if reason is not None:
         print(f"{program}: {cannot}: {reason}", file=sys.stderr)
         raise SystemExit(2)
-
-
-def first_line(err: BaseException) -> str:
-    text = str(err).strip() or type(err).__name__
-    return text.splitlines()[0]

@@ -6,16 +6,24 @@ reductions for the rest, all in float32. It shares no code with kernels/, so whe
 kernel and gold agree they agree for independent reasons. It is also the speed
 yardstick of the benchmark.
 
-Each function takes its array module from its arguments (cupy.get_array_module), so
-the same float32 code also runs on NumPy arrays: that is how the GPU-less tests
-check that the tolerances in reference/specs/ admit an honest float32 computation.
+Each function takes its array module from its arguments (`array_module`), so the
+same float32 code also runs on NumPy arrays, with or without CuPy installed: that is
+how the GPU-less tests check that the tolerances in reference/specs/ admit an honest
+float32 computation.
 """
 
 import math
 
-import cupy
+import numpy
+
+from kernel_runtime.device import cupy
 
 LAYERNORM_EPS = 1e-5
+
+
+def array_module(array):
+    """numpy or cupy, whichever `array` belongs to."""
+    return numpy if cupy is None else cupy.get_array_module(array)
 
 
 def encoder_forward(out, inp, wte, wpe, B, T, C):
@@ -25,7 +33,7 @@ def encoder_forward(out, inp, wte, wpe, B, T, C):
 
 
 def layernorm_forward(out, mean, rstd, inp, weight, bias, B, T, C):
-    xp = cupy.get_array_module(inp)
+    xp = array_module(inp)
     x = inp.reshape(B, T, C)
     mu = x.mean(axis=-1, keepdims=True)
     centred = x - mu
@@ -36,7 +44,7 @@ def layernorm_forward(out, mean, rstd, inp, weight, bias, B, T, C):
 
 
 def matmul_forward(out, inp, weight, bias, B, T, C, OC):
-    xp = cupy.get_array_module(inp)
+    xp = array_module(inp)
     result = out.reshape(B * T, OC)
     xp.matmul(inp.reshape(B * T, C), weight.reshape(OC, C).T, out=result)
     if bias is not None:
@@ -44,7 +52,7 @@ def matmul_forward(out, inp, weight, bias, B, T, C, OC):
 
 
 def softmax_forward(out, inp, scale, N, T):
-    xp = cupy.get_array_module(inp)
+    xp = array_module(inp)
     causal = xp.tril(xp.ones((T, T), dtype=bool))
     scores = xp.where(causal, inp.reshape(N, T, T) * xp.float32(scale), xp.float32(-xp.inf))
     scores -= scores.max(axis=-1, keepdims=True)
@@ -53,7 +61,7 @@ def softmax_forward(out, inp, scale, N, T):
 
 
 def attention_forward(out, qkvr, att, inp, B, T, C, NH):
-    xp = cupy.get_array_module(inp)
+    xp = array_module(inp)
     HS = C // NH
     qkv = inp.reshape(B, T, 3, NH, HS).transpose(2, 0, 3, 1, 4)  # (3, B, NH, T, HS)
     q, k, v = (qkv[i] for i in range(3))
@@ -63,11 +71,11 @@ def attention_forward(out, qkvr, att, inp, B, T, C, NH):
 
 
 def residual_forward(out, inp1, inp2, N):
-    cupy.get_array_module(inp1).add(inp1.reshape(N), inp2.reshape(N), out=out.reshape(N))
+    array_module(inp1).add(inp1.reshape(N), inp2.reshape(N), out=out.reshape(N))
 
 
 def gelu_forward(out, inp, N):
-    xp = cupy.get_array_module(inp)
+    xp = array_module(inp)
     x = inp.reshape(N)
     inner = xp.float32(math.sqrt(2.0 / math.pi)) * (x + xp.float32(0.044715) * x * x * x)
     out.reshape(N)[...] = xp.float32(0.5) * x * (1 + xp.tanh(inner))
@@ -77,13 +85,13 @@ def gelu_forward(out, inp, N):
 
 
 def encoder_at_positions_forward(out, inp, positions, wte, wpe, B, T, C):
-    xp = cupy.get_array_module(wte)
+    xp = array_module(wte)
     where = positions.reshape(B, 1) + xp.arange(T, dtype=positions.dtype)
     out.reshape(B, T, C)[...] = wte.reshape(-1, C)[inp.reshape(B, T)] + wpe.reshape(-1, C)[where]
 
 
 def kv_cache_append_forward(k_cache, v_cache, qkv, lengths, B, T, C, NH, max_T):
-    xp = cupy.get_array_module(qkv)
+    xp = array_module(qkv)
     HS = C // NH
     slots = lengths.reshape(B, 1) + xp.arange(T, dtype=lengths.dtype)       # (B, T)
     rows = xp.arange(B).reshape(B, 1)
@@ -93,7 +101,7 @@ def kv_cache_append_forward(k_cache, v_cache, qkv, lengths, B, T, C, NH, max_T):
 
 
 def decode_attention_forward(out, qkv, k_cache, v_cache, lengths, B, C, NH, max_T):
-    xp = cupy.get_array_module(qkv)
+    xp = array_module(qkv)
     HS = C // NH
     q = qkv.reshape(B, 3, NH, HS)[:, 0]
     keys, values = k_cache.reshape(B, NH, max_T, HS), v_cache.reshape(B, NH, max_T, HS)

@@ -1,4 +1,8 @@
-"""Shared pytest setup: GPU skipping and the compile report.
+"""Shared pytest setup: skipping what this machine cannot run, and the compile report.
+
+Markers: `gpu` (needs a CUDA GPU) and `nvrtc` (needs only NVRTC, which compiles
+without a GPU); without one, the test skips with one line saying why and what to
+install. Collection itself needs neither CuPy nor a GPU.
 
 The options (--seed, --kernels) and the choice of kernels directory live in
 reference/pytest_plugin.py, which pyproject.toml loads before the command line is read.
@@ -9,11 +13,12 @@ import os
 
 import pytest
 
-from kernel_runtime import gpu_unavailable_reason
+from kernel_runtime.device import gpu_unavailable_reason, nvrtc_unavailable_reason
 
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "gpu: needs a CUDA GPU; skipped with the reason when there is none")
+    config.addinivalue_line("markers", "nvrtc: needs NVRTC (no GPU); skipped with what to install when it is missing")
     config.compile_reports = []
     if os.environ.get("KIT_NO_MEMORY_POOL") == "1" and gpu_unavailable_reason() is None:
         # Every array its own cudaMalloc: compute-sanitizer then sees an out-of-bounds
@@ -23,13 +28,14 @@ def pytest_configure(config):
 
 
 def pytest_collection_modifyitems(config, items):
-    reason = gpu_unavailable_reason()
-    if reason is None:
-        return
-    skip = pytest.mark.skip(reason=f"GPU test skipped: {reason}")
-    for item in items:
-        if "gpu" in item.keywords:
-            item.add_marker(skip)
+    for marker, reason, what in (("gpu", gpu_unavailable_reason(), "GPU test"),
+                                 ("nvrtc", nvrtc_unavailable_reason(), "compile check")):
+        if reason is None:
+            continue
+        skip = pytest.mark.skip(reason=f"{what} skipped: {reason}")
+        for item in items:
+            if marker in item.keywords:
+                item.add_marker(skip)
 
 
 def pytest_terminal_summary(terminalreporter, config):

@@ -13,10 +13,10 @@ import pytest
 
 from kernel_runtime import CudaKernel, KernelArgumentError, KernelCompileError, check_array, recording
 from kernel_runtime.compiler import SourceOrigin, compile_report, describe_compile_log, parse_ptxas_log
-from kernel_runtime.device import cupy
+from kernel_runtime.device import INSTALL_CUPY, cupy
 
 ROOT = Path(__file__).parents[1]
-needs_cupy = pytest.mark.skipif(cupy is None, reason="CuPy is not installed: NVRTC comes with it")
+needs_cupy = pytest.mark.skipif(cupy is None, reason=f"CuPy is not installed ({INSTALL_CUPY})")
 
 BROKEN_MODULE = '''\
 from kernel_runtime import CudaKernel
@@ -37,7 +37,7 @@ def import_file(path, name):
     return module
 
 
-@needs_cupy
+@pytest.mark.nvrtc
 def test_compile_error_names_the_python_file_and_line(tmp_path):
     path = tmp_path / "broken_kernel.py"
     path.write_text(BROKEN_MODULE)
@@ -49,7 +49,7 @@ def test_compile_error_names_the_python_file_and_line(tmp_path):
     assert "undefined_name" in message
 
 
-@needs_cupy
+@pytest.mark.nvrtc
 def test_defines_reach_the_source():
     source = r"""extern "C" __global__ void sized(float* out) {
         __shared__ float tile[TILE];

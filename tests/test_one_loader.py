@@ -36,12 +36,14 @@ def run(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, *args], capture_output=True, text=True, cwd=ROOT, timeout=timeout)
 
 
+@pytest.mark.nvrtc
 def test_pytest_compiles_the_kernels_it_is_given(own_kit):
     done = run("-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/kernels/test_compile.py", "--kernels", str(own_kit))
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr
     assert f"kernel resources (NVRTC, no GPU needed) of {own_kit / 'kernels'}" in done.stdout
 
 
+@pytest.mark.nvrtc
 def test_pytest_reports_a_compile_error_in_the_kernels_it_is_given(own_kit, tmp_path):
     broken = tmp_path / "kernels"
     shutil.copytree(own_kit / "kernels", broken)

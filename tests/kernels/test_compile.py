@@ -14,13 +14,12 @@ import pkgutil
 import pytest
 
 from kernel_runtime.compiler import compile_report, kernels_in
-from kernel_runtime.device import cupy
 from kernel_runtime.loader import PACKAGE, bound_directory
 
 ARCHES = ("sm_86", "sm_90")
 MODULES = sorted(info.name for info in pkgutil.iter_modules([str(bound_directory())]))
 
-pytestmark = pytest.mark.skipif(cupy is None, reason="CuPy is not installed: NVRTC comes with it")
+pytestmark = pytest.mark.nvrtc
 
 
 def distinct_sources(module_name):
