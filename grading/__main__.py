@@ -28,22 +28,24 @@ from kernel_runtime.device import exit_without_gpu
 
 
 def grade_main(argv) -> int:
-    parser = argparse.ArgumentParser(prog="python -m grading", description=__doc__.splitlines()[0])
-    parser.add_argument("submissions", nargs="*", type=Path)
+    parser = argparse.ArgumentParser(prog="python -m grading", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("submissions", nargs="*", type=Path, help="submission directories")
     parser.add_argument("--class-list", type=Path, help="a file naming one submission directory per line")
     parser.add_argument("--seed", type=int, help="seed of the test inputs (default: a fresh secret one)")
-    parser.add_argument("--out", type=Path, default=Path("grading-results"), help="where reports go")
+    parser.add_argument("--out", type=Path, default=Path("grading-results"),
+                        help="where reports go (default: grading-results)")
     parser.add_argument("--results-json", type=Path, help="also write the (single) submission's results.json here "
                                                           "(Gradescope: /autograder/results/results.json)")
     args = parser.parse_args(argv)
     submissions = list(args.submissions)
     if args.class_list:
-        submissions += [Path(line.strip()) for line in args.class_list.read_text().splitlines() if line.strip()]
+        submissions += read_class_list(args.class_list)
     if not submissions:
         parser.error("name at least one submission directory (or --class-list)")
-    missing = [str(s) for s in submissions if not s.is_dir()]
-    if missing:
-        print(f"grading: no such submission directory: {', '.join(missing)}", file=sys.stderr)
+    problems = [problem for problem in map(submission_problem, submissions) if problem]
+    if problems:
+        print(f"grading: {'; '.join(problems)}", file=sys.stderr)
         return 2
     exit_without_gpu("grading", "cannot grade without a GPU")
     scheme = load_scheme()
@@ -64,6 +66,30 @@ def grade_main(argv) -> int:
         reports.write_gradebook(rows, scheme, args.out / "gradebook.csv")
         print(f"gradebook: {args.out / 'gradebook.csv'}", file=sys.stderr)
     return 0
+
+
+class GradingInputError(KitError):
+    """A class list or submission the grader cannot read."""
+
+
+def read_class_list(path: Path) -> list[Path]:
+    """The submission directories a class list names, one per line (blank lines skipped)."""
+    try:
+        lines = path.read_text().splitlines()
+    except FileNotFoundError:
+        raise GradingInputError(f"--class-list {path}: no such file") from None
+    except (IsADirectoryError, PermissionError, UnicodeDecodeError) as err:
+        raise GradingInputError(f"--class-list {path}: cannot read it ({err.strerror or err.reason})") from None
+    return [Path(line.strip()) for line in lines if line.strip()]
+
+
+def submission_problem(submission: Path) -> str | None:
+    """Why `submission` cannot be graded, or None."""
+    if submission.is_dir():
+        return None
+    if submission.exists():
+        return f"{submission} is a file, not a submission directory (unpack it into a directory first)"
+    return f"no such submission directory: {submission}"
 
 
 def gather_main(argv) -> int:

@@ -162,11 +162,38 @@ def test_the_worker_program_loads_no_oracle():
     assert done.stdout.strip() == "[]"
 
 
+def grading(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "grading", *args], capture_output=True, text=True, cwd=ROOT)
+
+
 def test_a_handout_over_an_existing_directory_is_one_line(tmp_path):
-    done = subprocess.run([sys.executable, "-m", "grading", "handout", str(tmp_path)], capture_output=True, text=True,
-                          cwd=ROOT)
+    done = grading("handout", str(tmp_path))
     assert done.returncode == 2
     assert done.stderr.splitlines() == [f"grading: {tmp_path} already exists; choose a new directory"]
+
+
+def test_a_class_list_that_cannot_be_read_is_one_line(tmp_path):
+    missing = tmp_path / "missing.txt"
+    done = grading("--class-list", str(missing))
+    assert (done.returncode, done.stderr.splitlines()) == (2, [f"grading: --class-list {missing}: no such file"])
+    done = grading("--class-list", str(tmp_path))
+    assert (done.returncode, done.stderr.splitlines()) == (
+        2, [f"grading: --class-list {tmp_path}: cannot read it (Is a directory)"])
+
+
+def test_a_file_given_as_a_submission_is_named_as_a_file(tmp_path):
+    archive = tmp_path / "alice.zip"
+    archive.write_bytes(b"PK")
+    done = grading(str(archive), str(tmp_path / "bob"))
+    assert done.returncode == 2
+    assert done.stderr.splitlines() == [f"grading: {archive} is a file, not a submission directory (unpack it into "
+                                        f"a directory first); no such submission directory: {tmp_path / 'bob'}"]
+
+
+def test_help_names_every_command():
+    done = grading("--help")
+    assert done.returncode == 0
+    assert "python -m grading gather DIR" in done.stdout and "python -m grading handout OUT_DIR" in done.stdout
 
 
 def test_strip_solutions_keeps_indentation_and_counts():
