@@ -1,0 +1,85 @@
+"""The suite on machines that lack something: no CuPy, no NVRTC, a Slurm nobody asked to use.
+
+Each runs pytest in a child process whose environment takes one thing away, and
+checks that collection succeeds and every affected test skips with one line saying
+what is missing and what to install.
+"""
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kernel_runtime.device import cupy
+
+ROOT = Path(__file__).parents[1]
+
+NO_CUPY = 'raise ModuleNotFoundError("No module named \'cupy\'", name="cupy")\n'
+
+# What a CuPy install without the NVRTC library meets: cuda-pathfinder cannot find it.
+NO_NVRTC = '''\
+import cuda.pathfinder as pathfinder
+
+_load = pathfinder.load_nvidia_dynamic_lib
+
+
+def _without_nvrtc(name, *args, **kwargs):
+    if name == "nvrtc":
+        raise pathfinder.DynamicLibNotFoundError("Failure finding libnvrtc.so")
+    return _load(name, *args, **kwargs)
+
+
+pathfinder.load_nvidia_dynamic_lib = _without_nvrtc
+'''
+
+FAKE_SLURM = '''#!/bin/sh
+echo "$(basename "$0") $*" >> "{log}"
+[ "$(basename "$0")" = sinfo ] && echo idle
+exit 0
+'''
+
+
+def pytest_in(environment: dict, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args],
+                          capture_output=True, text=True, cwd=ROOT, env={**os.environ, **environment}, timeout=600)
+
+
+def skip_reasons(output: str) -> set[str]:
+    return set(re.findall(r"^SKIPPED \[\d+\] [^:]+(?::\d+)?: (.*)$", output, re.MULTILINE))
+
+
+def test_without_cupy_the_kernel_tests_collect_and_skip_saying_what_to_install(tmp_path):
+    (tmp_path / "cupy.py").write_text(NO_CUPY)
+    done = pytest_in({"PYTHONPATH": str(tmp_path)}, "tests/kernels", "tests/test_kernel_runtime.py",
+                     "tests/reference")
+    summary = done.stdout.strip().splitlines()[-1]
+    assert done.returncode == 0 and "error" not in summary, done.stdout[-3000:] + done.stderr[-2000:]
+    install = "CuPy is not installed (pip install -e '.[cuda13]', or '.[cuda12]' for a CUDA 12 driver)"
+    assert skip_reasons(done.stdout) == {f"GPU test skipped: {install}", f"compile check skipped: {install}", install}
+    assert re.search(r"\d+ passed", summary)  # the NumPy reference and the CPU checks still run
+
+
+@pytest.mark.skipif(cupy is None, reason="takes NVRTC away from an installed CuPy")
+def test_without_nvrtc_the_compile_checks_skip_saying_what_to_install(tmp_path):
+    (tmp_path / "sitecustomize.py").write_text(NO_NVRTC)
+    done = pytest_in({"PYTHONPATH": str(tmp_path)}, "tests/kernels/test_compile.py")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    assert skip_reasons(done.stdout) == {
+        "compile check skipped: NVRTC cannot be loaded (Failure finding libnvrtc.so; pip install -e '.[cuda13]', "
+        "or '.[cuda12]' for a CUDA 12 driver)"}
+
+
+def test_slurm_tests_submit_nothing_unless_asked(tmp_path):
+    """A cluster with a gpuA40x4 partition answers (as on a Delta login node): still nothing is submitted."""
+    log = tmp_path / "slurm-calls.log"
+    for command in ("sbatch", "sinfo"):
+        path = tmp_path / command
+        path.write_text(FAKE_SLURM.format(log=log))
+        path.chmod(0o755)
+    done = pytest_in({"PATH": f"{tmp_path}:{os.environ['PATH']}", "KIT_SLURM_TESTS": "0"}, "tests/slurm")
+    assert done.returncode == 0, done.stdout[-3000:]
+    assert skip_reasons(done.stdout) == {"Slurm job tests submit real jobs: set KIT_SLURM_TESTS=1 to run them"}
+    assert not log.exists()
