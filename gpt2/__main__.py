@@ -12,14 +12,17 @@ Without a GPU the NumPy reference backend runs instead of the kernels (slowly).
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 from pathlib import Path
 
-from gpt2.generate import Sampling, generate
+from gpt2.backends import BACKENDS
+from gpt2.generate import Sampling, fit_prompt, generate
 from gpt2.model import GPT2
 from gpt2.tokenizer import get_tokenizer
-from kernel_runtime import KitError, gpu_unavailable_reason
+from kernel_runtime import GPUUnavailableError, KitError, gpu_unavailable_reason
+from kernel_runtime.commands import NON_NEGATIVE_INT, OneLineArgumentParser, checked
 
 COURSE_CHECKPOINT = "gpt2_124M.bin"
 
@@ -65,64 +68,107 @@ class Streamer:
         self.printed = text
 
 
-def parse_args(argv):
-    parser = argparse.ArgumentParser(prog="python -m gpt2", description="Complete text with GPT-2 on the kit's kernels.")
-    parser.add_argument("prompt", nargs="?", help="text to complete (none: interactive loop)")
+TEMPERATURE = checked(float, lambda t: math.isfinite(t) and t >= 0, "a finite number >= 0")
+PROBABILITY = checked(float, lambda p: 0 < p <= 1, "a number in (0, 1]")
+
+
+def build_parser() -> OneLineArgumentParser:
+    parser = OneLineArgumentParser(prog="python -m gpt2", description="Complete text with GPT-2 on the kit's kernels.")
+    parser.add_argument("prompt", nargs="?", help="text to complete (default: read one prompt per line from stdin)")
     parser.add_argument("--model", help="llm.c .bin file, Hugging Face directory, hub name (gpt2, gpt2-medium, "
-                                        "...) or random / random:<size>")
-    parser.add_argument("--backend", choices=("kernels", "gold", "reference"),
-                        help="kernels (default with a GPU), gold, or reference (NumPy, the default without a GPU)")
-    parser.add_argument("--kernels", help="a kernels/ directory to run instead of this repo's")
-    parser.add_argument("--max-new-tokens", type=int, default=64)
-    parser.add_argument("--temperature", type=float, default=1.0, help="0 means greedy (default 1.0)")
-    parser.add_argument("--top-k", type=int, default=40, help="sample among the k likeliest tokens (default 40; 0: all)")
-    parser.add_argument("--top-p", type=float, default=None, help="sample among the likeliest tokens whose "
-                                                                  "probabilities reach p")
-    parser.add_argument("--seed", type=int, default=None, help="seed of the sampling (default: fresh)")
-    parser.add_argument("--no-cache", action="store_true", help="recompute the whole sequence for every token")
+                                        "...) or random / random:<size> (default: $GPT2_MODEL, else GPT-2 124M in "
+                                        f"the Hugging Face cache, else {COURSE_CHECKPOINT} here or in the home "
+                                        "directory, else random)")
+    parser.add_argument("--backend", choices=BACKENDS, help="kernels or gold (CuPy) on the GPU, reference (NumPy) "
+                                                            "on the CPU (default: kernels with a GPU, else reference)")
+    parser.add_argument("--kernels", metavar="DIR", help="a kernels/ directory to run on the kernels backend "
+                                                         "(default: this kit's kernels/)")
+    parser.add_argument("--max-new-tokens", type=NON_NEGATIVE_INT, default=64,
+                        help="tokens to generate (default %(default)s)")
+    parser.add_argument("--temperature", type=TEMPERATURE, default=1.0, help="0 means greedy (default %(default)s)")
+    parser.add_argument("--top-k", type=NON_NEGATIVE_INT, default=40,
+                        help="sample among the k likeliest tokens, 0 among all (default %(default)s)")
+    parser.add_argument("--top-p", type=PROBABILITY, help="sample among the likeliest tokens whose probabilities "
+                                                          "reach p (default: no cut)")
+    parser.add_argument("--seed", type=NON_NEGATIVE_INT, help="seed of the sampling (default: a fresh one each run)")
+    parser.add_argument("--no-cache", action="store_true", help="recompute the whole sequence for every token "
+                                                                "(default: run the new token against a KV cache)")
     parser.add_argument("--no-graph", action="store_true", help="launch each decode step's kernels from Python "
-                                                                "instead of replaying a CUDA graph")
-    return parser.parse_args(argv)
+                                                                "(default: replay one CUDA graph per step)")
+    return parser
+
+
+def parse_args(argv) -> argparse.Namespace:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.kernels is not None and args.backend not in (None, "kernels"):
+        parser.error(f"argument --kernels: applies to --backend kernels, not {args.backend}")
+    return args
+
+
+def choose_backend(args, note) -> str:
+    """--backend if given; else kernels where there is a GPU, the NumPy reference where there is none."""
+    if args.backend == "reference":
+        return "reference"
+    reason = gpu_unavailable_reason()
+    if reason is None:
+        return args.backend or "kernels"
+    if args.kernels is not None:
+        raise GPUUnavailableError(f"--kernels needs a GPU: {reason}")
+    if args.backend is not None:
+        raise GPUUnavailableError(f"--backend {args.backend} needs a GPU: {reason}")
+    note(f"{reason}: running the NumPy reference backend on the CPU (slow)")
+    return "reference"
 
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-
-    def note(message: str) -> None:
-        print(f"[gpt2] {message}", file=sys.stderr)
-
+    if args.max_new_tokens == 0:
+        return 0  # nothing to generate, so no model to load and no prompt to echo
     try:
-        sampling = Sampling(args.temperature, args.top_k or None, args.top_p, args.seed)
-        backend = args.backend
-        if backend is None:
-            reason = gpu_unavailable_reason()
-            backend = "kernels" if reason is None else "reference"
-            if reason is not None:
-                note(f"{reason}: running the NumPy reference backend on the CPU (slow)")
-        tokenizer = get_tokenizer()
-        source = args.model or default_model(note)
-        note(f"loading {source} on the {backend} backend ...")
-        model = GPT2.from_pretrained(source, backend=backend, kernels=args.kernels)
-        prompts = [args.prompt] if args.prompt is not None else _interactive_prompts()
-        for prompt in prompts:
-            print(prompt, end="", flush=True)
-            generate(model, tokenizer.encode(prompt), args.max_new_tokens, sampling, use_cache=not args.no_cache,
-                     use_graph=not args.no_graph, on_token=Streamer(tokenizer), warn=note)
-            print(flush=True)
+        complete(args)
     except KitError as err:
         print(f"gpt2: {err}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print(file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # The reader of stdout has gone (`| head`). Point stdout at /dev/null so that
+        # Python's last flush at exit does not fail again, and exit as cat or grep do
+        # when SIGPIPE ends them: 128 + 13, which says that not all the text was taken.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
     return 0
+
+
+def complete(args) -> None:
+    """Load the model, then complete the prompt, or each line of stdin."""
+    def note(message: str) -> None:
+        print(f"[gpt2] {message}", file=sys.stderr)
+
+    sampling = Sampling(args.temperature, args.top_k or None, args.top_p, args.seed)
+    backend = choose_backend(args, note)
+    tokenizer = get_tokenizer()
+    source = args.model or default_model(note)
+    note(f"loading {source} on the {backend} backend ...")
+    model = GPT2.from_pretrained(source, backend=backend, kernels=args.kernels)
+    interactive = args.prompt is None
+    for prompt in _interactive_prompts() if interactive else [args.prompt]:
+        tokens = fit_prompt(tokenizer.encode(prompt), args.max_new_tokens, model.config.max_T, note)
+        if not interactive:  # a typed prompt is on the screen already
+            print(tokenizer.decode(tokens), end="", flush=True)  # what the model reads, after any cut
+        generate(model, tokens, args.max_new_tokens, sampling, use_cache=not args.no_cache,
+                 use_graph=not args.no_graph, on_token=Streamer(tokenizer), warn=note)
+        print(flush=True)
 
 
 def _interactive_prompts():
     print("Type a prompt and press Enter; an empty line or Ctrl-D ends.", file=sys.stderr)
+    marker = "> " if sys.stdin.isatty() else ""  # piped prompts: stdout holds the completions alone
     while True:
         try:
-            line = input("> ")
+            line = input(marker)
         except EOFError:
             return
         if not line.strip():

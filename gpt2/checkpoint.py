@@ -10,22 +10,33 @@ Weights live in host memory as a dict of float32 NumPy arrays in llm.c's layout
   model-0000k-of-0000n.safetensors with model.safetensors.index.json. HF's Conv1D
   stores linear weights as (in, out): they are transposed on the way in and out.
   The LM head is tied to wte and is not stored.
-* Hub names (gpt2, gpt2-medium, gpt2-large, gpt2-xl) download through
-  huggingface_hub into its cache; this needs the network.
+* Hub names (gpt2, gpt2-medium, gpt2-large, gpt2-xl, or openai-community/gpt2 and
+  so on) download config.json and the safetensors files through huggingface_hub
+  into its cache (~/.cache/huggingface/hub unless $HF_HOME or $HF_HUB_CACHE say
+  otherwise); later runs read the cache, without the network under HF_HUB_OFFLINE=1.
+
+A source is a local checkpoint when it is a file (llm.c) or a directory holding
+config.json (Hugging Face); otherwise a hub name is looked up on the hub, so that
+"gpt2" means the model even where a folder named gpt2/ is in the way.
 
 Every problem with a file is one `CheckpointError` line naming the file and what is wrong.
+
+    python -m gpt2.checkpoint convert gpt2 gpt2_124M.bin   # any source -> llm.c float32 (version 3)
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
+import sys
 from pathlib import Path
 
 import numpy as np
 
 from gpt2.config import PRESET_ALIASES, PRESETS, ConfigError, GPT2Config, preset
 from kernel_runtime import KitError
+from kernel_runtime.commands import OneLineArgumentParser
 
 LLMC_MAGIC = 20240326
 LLMC_VERSIONS = {3: "float32", 5: "bfloat16"}
@@ -64,7 +75,12 @@ def random_parameters(config: GPT2Config, seed: int = 0) -> Parameters:
 
 def read_llmc(path: str | Path) -> tuple[GPT2Config, Parameters]:
     path = Path(path)
-    size = _file_size(path)
+    with _os_errors(path, "read"):
+        return _read_llmc(path)
+
+
+def _read_llmc(path: Path) -> tuple[GPT2Config, Parameters]:
+    size = path.stat().st_size
     if size < 4 * LLMC_HEADER_INTS:
         raise CheckpointError(f"{path}: too short for an llm.c checkpoint header ({size} bytes)")
     header = np.fromfile(path, dtype="<i4", count=LLMC_HEADER_INTS)
@@ -105,7 +121,7 @@ def write_llmc(path: str | Path, config: GPT2Config, params: Parameters, dtype: 
     header = np.zeros(LLMC_HEADER_INTS, dtype="<i4")
     header[:8] = [LLMC_MAGIC, versions[dtype], config.max_T, config.vocab_size, config.num_layers,
                   config.num_heads, config.channels, config.padded_vocab_size]
-    with open(path, "wb") as f:
+    with _os_errors(path, "write"), open(path, "wb") as f:
         header.tofile(f)
         for name in config.parameter_shapes():
             tensor = np.ascontiguousarray(params[name], dtype="<f4")
@@ -170,7 +186,8 @@ def write_hf(directory: str | Path, config: GPT2Config, params: Parameters,
     max_shard_bytes is given and the weights exceed it)."""
     _check_parameters(config, params, str(directory))
     directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
+    with _os_errors(directory, "write"):
+        directory.mkdir(parents=True, exist_ok=True)
     tensors = {_HF_PREFIX + "wte.weight": params["wte"][:config.vocab_size]}
     tensors[_HF_PREFIX + "wpe.weight"] = params["wpe"]
     for layer in range(config.num_layers):
@@ -178,7 +195,7 @@ def write_hf(directory: str | Path, config: GPT2Config, params: Parameters,
             tensor = params[name][layer]
             tensors[_HF_PREFIX + pattern.format(l=layer)] = tensor.T if transposed else tensor
     tensors[_HF_PREFIX + "ln_f.weight"], tensors[_HF_PREFIX + "ln_f.bias"] = params["lnfw"], params["lnfb"]
-    (directory / "config.json").write_text(json.dumps(_hf_config(config), indent=2) + "\n")
+    _write_text(directory / "config.json", json.dumps(_hf_config(config), indent=2) + "\n")
     shards = _split_shards(tensors, max_shard_bytes)
     if len(shards) == 1:
         _write_safetensors(directory / "model.safetensors", shards[0])
@@ -190,7 +207,7 @@ def write_hf(directory: str | Path, config: GPT2Config, params: Parameters,
         weight_map.update({name: filename for name in shard})
     total = sum(t.size * 4 for t in tensors.values())
     index = {"metadata": {"total_size": total}, "weight_map": weight_map}
-    (directory / "model.safetensors.index.json").write_text(json.dumps(index, indent=2) + "\n")
+    _write_text(directory / "model.safetensors.index.json", json.dumps(index, indent=2) + "\n")
 
 
 def _hf_config(config: GPT2Config) -> dict:
@@ -205,28 +222,49 @@ def _hf_config(config: GPT2Config) -> dict:
 
 
 def _read_hf_config(path: Path) -> GPT2Config:
-    try:
-        raw = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise CheckpointError(f"{path}: missing (a Hugging Face GPT-2 directory needs config.json)") from None
-    except json.JSONDecodeError as err:
-        raise CheckpointError(f"{path}: not valid JSON ({err})") from None
+    raw = _read_json_object(path)
     if raw.get("model_type", "gpt2") != "gpt2":
         raise CheckpointError(f"{path}: model_type is {raw['model_type']!r}, not 'gpt2'")
     if raw.get("activation_function", "gelu_new") not in ("gelu_new", "gelu_pytorch_tanh"):
         raise CheckpointError(f"{path}: activation_function {raw['activation_function']!r} is not GPT-2's tanh GELU")
-    if abs(raw.get("layer_norm_epsilon", 1e-5) - 1e-5) > 1e-12:
-        raise CheckpointError(f"{path}: layer_norm_epsilon {raw['layer_norm_epsilon']} is not 1e-5")
+    epsilon = raw.get("layer_norm_epsilon", 1e-5)
+    if not isinstance(epsilon, (int, float)) or abs(epsilon - 1e-5) > 1e-12:
+        raise CheckpointError(f"{path}: layer_norm_epsilon {epsilon!r} is not 1e-5")
+    sizes = {}
+    for field in ("n_layer", "n_head", "n_embd", "vocab_size", "n_positions"):
+        if field not in raw:
+            raise CheckpointError(f"{path}: missing field {field}")
+        if not _is_int(raw[field]) or raw[field] < 1:
+            raise CheckpointError(f"{path}: {field} must be a positive integer, got {raw[field]!r}")
+        sizes[field] = raw[field]
+    if raw.get("n_inner") not in (None, 4 * sizes["n_embd"]):
+        raise CheckpointError(f"{path}: n_inner={raw['n_inner']!r} is not 4 * n_embd")
     try:
-        C, n_inner = raw["n_embd"], raw.get("n_inner")
-        if n_inner not in (None, 4 * C):
-            raise CheckpointError(f"{path}: n_inner={n_inner} is not 4 * n_embd")
-        return GPT2Config.sized(raw["n_layer"], raw["n_head"], C, vocab_size=raw["vocab_size"],
-                                max_T=raw["n_positions"])
-    except KeyError as err:
-        raise CheckpointError(f"{path}: missing field {err.args[0]}") from None
+        return GPT2Config.sized(sizes["n_layer"], sizes["n_head"], sizes["n_embd"], vocab_size=sizes["vocab_size"],
+                                max_T=sizes["n_positions"])
     except ConfigError as err:
         raise CheckpointError(f"{path}: {err}") from None
+
+
+def _read_json_object(path: Path) -> dict:
+    with _os_errors(path, "read"):
+        data = path.read_bytes()
+    try:
+        raw = json.loads(data)
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise CheckpointError(f"{path}: not valid JSON ({err})") from None
+    if not isinstance(raw, dict):
+        raise CheckpointError(f"{path}: holds a JSON {_json_kind(raw)}, expected an object")
+    return raw
+
+
+def _json_kind(value) -> str:
+    kinds = {list: "list", str: "string", bool: "boolean", int: "number", float: "number", type(None): "null"}
+    return kinds.get(type(value), type(value).__name__)
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)  # Python counts JSON's true as the int 1
 
 
 class _SafetensorsFiles:
@@ -245,14 +283,19 @@ class _SafetensorsFiles:
             files = sorted({str(p) for p, _, _ in self.where.values()}) or ["(no tensors)"]
             raise CheckpointError(f"{', '.join(files)}: missing tensor {name}")
         path, info, data_start = self.where[name]
-        dtype = info.get("dtype")
+        dtype, shape = info.get("dtype"), tuple(info["shape"])
         if dtype not in _SAFETENSORS_DTYPES:
             raise CheckpointError(f"{path}: tensor {name} has dtype {dtype}; F32, F16 and BF16 are supported")
         begin, end = info["data_offsets"]
-        raw = np.memmap(path, dtype=_SAFETENSORS_DTYPES[dtype], mode="r", offset=data_start + begin,
-                        shape=((end - begin) // np.dtype(_SAFETENSORS_DTYPES[dtype]).itemsize,))
+        element = np.dtype(_SAFETENSORS_DTYPES[dtype])
+        expected = math.prod(shape) * element.itemsize
+        if end - begin != expected:
+            raise CheckpointError(f"{path}: tensor {name} of shape {shape} in {dtype} needs {expected} bytes, "
+                                  f"its data_offsets hold {end - begin}")
+        with _os_errors(path, "read"):
+            raw = np.fromfile(path, dtype=element, count=math.prod(shape), offset=data_start + begin)
         values = _bfloat16_to_float32(raw) if dtype == "BF16" else raw.astype(np.float32)
-        return values.reshape(info["shape"])
+        return values.reshape(shape)
 
     def describe(self, name: str) -> str:
         return str(self.where[name][0]) if name in self.where else "?"
@@ -262,10 +305,9 @@ def _open_safetensors(directory: Path) -> _SafetensorsFiles:
     index = directory / "model.safetensors.index.json"
     single = directory / "model.safetensors"
     if index.exists():
-        try:
-            weight_map = json.loads(index.read_text())["weight_map"]
-        except (json.JSONDecodeError, KeyError) as err:
-            raise CheckpointError(f"{index}: not a safetensors index ({err})") from None
+        weight_map = _read_json_object(index).get("weight_map")
+        if not isinstance(weight_map, dict) or not all(isinstance(f, str) for f in weight_map.values()):
+            raise CheckpointError(f"{index}: weight_map must map tensor names to file names")
         files = sorted({directory / f for f in weight_map.values()})
     elif single.exists():
         files = [single]
@@ -278,23 +320,45 @@ def _open_safetensors(directory: Path) -> _SafetensorsFiles:
 
 
 def _read_safetensors_header(path: Path) -> tuple[dict, int]:
-    size = _file_size(path)
-    with open(path, "rb") as f:
+    with _os_errors(path, "read"), open(path, "rb") as f:
+        size = path.stat().st_size
         prefix = f.read(8)
         if len(prefix) < 8:
             raise CheckpointError(f"{path}: too short for a safetensors file")
         length = int.from_bytes(prefix, "little")
         if length > size - 8:
             raise CheckpointError(f"{path}: truncated safetensors header")
-        try:
-            header = json.loads(f.read(length))
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            raise CheckpointError(f"{path}: unreadable safetensors header") from None
+        encoded = f.read(length)
+    try:
+        header = json.loads(encoded)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise CheckpointError(f"{path}: unreadable safetensors header") from None
+    if not isinstance(header, dict):
+        raise CheckpointError(f"{path}: safetensors header holds a JSON {_json_kind(header)}, expected an object")
     data_size = size - 8 - length
     for name, info in header.items():
-        if name != "__metadata__" and info["data_offsets"][1] > data_size:
-            raise CheckpointError(f"{path}: truncated: tensor {name} ends past the end of the file")
+        if name != "__metadata__":
+            _check_safetensors_entry(path, name, info, data_size)
     return header, 8 + length
+
+
+def _check_safetensors_entry(path: Path, name: str, info, data_size: int) -> None:
+    """An entry's layout (dtypes are checked when a tensor is loaded: unused ones may be anything)."""
+    if not isinstance(info, dict):
+        raise CheckpointError(f"{path}: tensor {name}: header entry is a JSON {_json_kind(info)}, expected an object")
+    offsets, shape, dtype = info.get("data_offsets"), info.get("shape"), info.get("dtype")
+    if not isinstance(dtype, str):
+        raise CheckpointError(f"{path}: tensor {name}: dtype must be a name such as F32, got {dtype!r}")
+    if not (_is_int_list(offsets) and len(offsets) == 2 and 0 <= offsets[0] <= offsets[1]):
+        raise CheckpointError(f"{path}: tensor {name}: data_offsets must be [begin, end], got {offsets!r}")
+    if not (_is_int_list(shape) and all(size >= 0 for size in shape)):
+        raise CheckpointError(f"{path}: tensor {name}: shape must be a list of sizes, got {shape!r}")
+    if offsets[1] > data_size:
+        raise CheckpointError(f"{path}: truncated: tensor {name} ends past the end of the file")
+
+
+def _is_int_list(value) -> bool:
+    return isinstance(value, list) and all(_is_int(item) for item in value)
 
 
 def _write_safetensors(path: Path, tensors: dict) -> None:
@@ -306,7 +370,7 @@ def _write_safetensors(path: Path, tensors: dict) -> None:
     header["__metadata__"] = {"format": "pt"}
     encoded = json.dumps(header, separators=(",", ":")).encode()
     encoded += b" " * (-len(encoded) % 8)
-    with open(path, "wb") as f:
+    with _os_errors(path, "write"), open(path, "wb") as f:
         f.write(len(encoded).to_bytes(8, "little"))
         f.write(encoded)
         for tensor in tensors.values():
@@ -334,6 +398,9 @@ def _expect_shape(tensors: _SafetensorsFiles, name: str, tensor: np.ndarray, sha
 # --------------------------------------------------------------------------- any source
 
 
+HUB_OWNER = "openai-community"
+
+
 def load(source: str | Path) -> tuple[GPT2Config, Parameters]:
     """Weights from an llm.c .bin file, a Hugging Face directory, a hub name, or
     `random` / `random:<size>` (seeded GPT-2 init; sizes as in config.PRESETS)."""
@@ -342,28 +409,40 @@ def load(source: str | Path) -> tuple[GPT2Config, Parameters]:
         config = PRESETS["gpt2"] if text == "random" else _preset_or_error(text.split(":", 1)[1])
         return config, random_parameters(config, seed=0)
     path = Path(source).expanduser()
-    if path.is_dir():
-        return read_hf(path)
-    if path.is_file():
+    with _os_errors(path, "read"):  # a name too long for a path, say
+        is_file, is_hf_directory, is_directory = path.is_file(), (path / "config.json").exists(), path.is_dir()
+    if is_file:
         return read_llmc(path)
-    if text in PRESETS or text in PRESET_ALIASES:
-        return read_hf(download_from_hub(PRESET_ALIASES.get(text, text)))
+    if is_hf_directory:
+        return read_hf(path)
+    repo_id = hub_repo_id(text)
+    if repo_id is not None:
+        return read_hf(download_from_hub(repo_id))
+    if is_directory:
+        raise CheckpointError(f"{path}: a directory without config.json, so not a Hugging Face GPT-2 directory")
     raise CheckpointError(f"{source}: no such file or directory, and not a model name "
                           f"({', '.join(PRESETS)} or random)")
 
 
-def download_from_hub(name: str) -> Path:
-    """The hub's snapshot of `name` in huggingface_hub's cache (needs the network)."""
+def hub_repo_id(name: str) -> str | None:
+    """The hub repository of a GPT-2 name (gpt2, 124M, openai-community/gpt2-xl, ...), else None."""
+    name = PRESET_ALIASES.get(name, name).removeprefix(f"{HUB_OWNER}/")
+    return f"{HUB_OWNER}/{name}" if name in PRESETS else None
+
+
+def download_from_hub(repo_id: str) -> Path:
+    """The hub's snapshot of `repo_id` in huggingface_hub's cache: config.json and the
+    safetensors weights only. Needs the network unless the cache has them already."""
     try:
         from huggingface_hub import snapshot_download
     except ImportError:
-        raise CheckpointError(f"{name}: downloading needs huggingface_hub (pip install huggingface_hub)") from None
+        raise CheckpointError(f"{repo_id}: downloading needs huggingface_hub (pip install huggingface_hub)") from None
     try:
-        return Path(snapshot_download(repo_id=f"openai-community/{name}",
+        return Path(snapshot_download(repo_id=repo_id,
                                       allow_patterns=["config.json", "*.safetensors", "*.safetensors.index.json"]))
     except Exception as err:  # offline, unknown repository, ...: one line either way
         message = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise CheckpointError(f"{name}: could not download from the Hugging Face hub ({message})") from None
+        raise CheckpointError(f"{repo_id}: could not download from the Hugging Face hub ({message})") from None
 
 
 def _preset_or_error(name: str) -> GPT2Config:
@@ -381,8 +460,47 @@ def _check_parameters(config: GPT2Config, params: Parameters, where: str) -> Non
             raise CheckpointError(f"{where}: {name} has shape {tuple(params[name].shape)}, expected {shape}")
 
 
-def _file_size(path: Path) -> int:
+@contextlib.contextmanager
+def _os_errors(path: Path, action: str):
+    """An OSError inside (no such file, a directory, no permission, ...) as one CheckpointError line."""
     try:
-        return path.stat().st_size
-    except FileNotFoundError:
-        raise CheckpointError(f"{path}: no such file") from None
+        yield
+    except OSError as err:
+        raise CheckpointError(f"{path}: cannot {action} ({err.strerror or err})") from None
+
+
+def _write_text(path: Path, text: str) -> None:
+    with _os_errors(path, "write"):
+        path.write_text(text)
+
+
+# --------------------------------------------------------------------------- command line
+
+
+def main(argv=None) -> int:
+    parser = OneLineArgumentParser(prog="python -m gpt2.checkpoint", description="Convert GPT-2 weights.")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    convert = commands.add_parser("convert", help="write SOURCE as an llm.c float32 checkpoint (version 3), "
+                                                  "the format of the course's gpt2_124M.bin",
+                                  description="Write SOURCE as an llm.c float32 checkpoint (version 3).")
+    convert.add_argument("source", metavar="SOURCE", help="a hub name (gpt2, gpt2-medium, ...), a Hugging Face "
+                                                          "directory, an llm.c .bin file, or random / random:<size>")
+    convert.add_argument("out", metavar="OUT.bin", help="the file to write (replaced if it exists)")
+    args = parser.parse_args(argv)
+    try:
+        config, params = load(args.source)
+        write_llmc(args.out, config, params)
+    except KitError as err:
+        print(f"gpt2.checkpoint: {err}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print(file=sys.stderr)
+        return 130
+    print(f"wrote {args.out}: GPT-2 of {config.num_parameters() / 1e6:.0f}M parameters (L={config.num_layers} "
+          f"NH={config.num_heads} C={config.channels}) as an llm.c float32 checkpoint, version 3, "
+          f"{Path(args.out).stat().st_size} bytes")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -7,13 +7,14 @@ token re-runs the whole sequence: slower, and the yardstick the cache is tested
 against (under greedy decoding both must give the same tokens).
 
 A prompt too long to leave room for the new tokens in the model's context is cut
-from the left, keeping its end, with a warning; asking for more new tokens than the
-context holds is an error.
+from the left, keeping its end, with a warning that says how many tokens were
+dropped; asking for more new tokens than the context holds is an error.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 import sys
 from typing import Callable
 
@@ -39,12 +40,14 @@ class Sampling:
     seed: int | None = None
 
     def __post_init__(self):
-        if self.temperature < 0:
-            raise SamplingError(f"temperature must be >= 0, got {self.temperature}")
+        if not (math.isfinite(self.temperature) and self.temperature >= 0):
+            raise SamplingError(f"temperature must be a finite number >= 0, got {self.temperature}")
         if self.top_k is not None and self.top_k < 1:
             raise SamplingError(f"top_k must be >= 1, got {self.top_k}")
         if self.top_p is not None and not 0 < self.top_p <= 1:
             raise SamplingError(f"top_p must be in (0, 1], got {self.top_p}")
+        if self.seed is not None and self.seed < 0:
+            raise SamplingError(f"seed must be >= 0, got {self.seed}")
 
 
 GREEDY = Sampling(temperature=0.0)
@@ -74,13 +77,15 @@ def next_token(logits: np.ndarray, sampling: Sampling, rng: np.random.Generator)
 def fit_prompt(prompt: list[int], max_new_tokens: int, context: int, warn: Callable[[str], None]) -> list[int]:
     if not prompt:
         raise TokenError("the prompt is empty: give at least one token")
+    if max_new_tokens < 0:
+        raise TokenError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
     if max_new_tokens >= context:
         raise TokenError(f"max_new_tokens={max_new_tokens} leaves no room for a prompt in the model's "
                          f"context of {context} tokens")
     room = context - max_new_tokens
     if len(prompt) > room:
-        warn(f"prompt of {len(prompt)} tokens cut to its last {room} to leave room for {max_new_tokens} new tokens "
-             f"in the context of {context}")
+        warn(f"prompt of {len(prompt)} tokens cut to its last {room}: {len(prompt) - room} dropped from its start "
+             f"to leave room for {max_new_tokens} new tokens in the context of {context}")
         return prompt[-room:]
     return prompt
 
@@ -94,6 +99,8 @@ def generate(model: GPT2, prompt: list[int], max_new_tokens: int, sampling: Samp
     With the cache on the kernels backend, decode steps after the first replay a CUDA
     graph of the step (gpt2.graph) unless use_graph is False."""
     tokens = fit_prompt(list(prompt), max_new_tokens, model.config.max_T, warn)
+    if max_new_tokens == 0:
+        return []
     rng = np.random.default_rng(sampling.seed)
     to_host = model.backend.to_host
     new: list[int] = []

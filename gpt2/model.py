@@ -27,14 +27,17 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import types
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from gpt2 import checkpoint
 from gpt2.backends import Backend, make_backend
 from gpt2.config import GPT2Config
 from gpt2.ops import ForwardOps
 from kernel_runtime import KitError
+
+if TYPE_CHECKING:
+    from gpt2.checkpoint import Parameters
 
 # name -> shape; L layers, B rows, T tokens, C channels, NH heads, Vp padded vocabulary
 ACTIVATION_SHAPES = {
@@ -112,7 +115,7 @@ class KVCache:
 
 
 class GPT2:
-    def __init__(self, config: GPT2Config, params: checkpoint.Parameters, backend: str | Backend = "kernels",
+    def __init__(self, config: GPT2Config, params: Parameters, backend: str | Backend = "kernels",
                  kernels: str | None = None):
         self.config = config
         self.backend = backend if isinstance(backend, Backend) else make_backend(backend, kernels)
@@ -127,6 +130,9 @@ class GPT2:
     @classmethod
     def from_pretrained(cls, source, backend: str = "kernels", kernels: str | None = None) -> "GPT2":
         """An llm.c .bin file, an HF directory, a hub name (gpt2, gpt2-medium, ...) or "random"."""
+        # imported here, not at the top, so that `import gpt2` leaves it to `python -m gpt2.checkpoint`
+        from gpt2 import checkpoint
+
         config, params = checkpoint.load(source)
         return cls(config, params, backend, kernels)
 

@@ -1,5 +1,7 @@
-"""One forward pass, marked for the profilers: NVTX ranges around the pass, each layer
-and each kernel call (named after its step: ln1, qkv, attention, ...), inside a
+"""Profile one forward pass of GPT-2 on the kernels with nsys or ncu.
+
+The pass is marked for the profilers: NVTX ranges around the pass, each layer and
+each kernel call (named after its step: ln1, qkv, attention, ...), inside a
 cudaProfilerStart/Stop window so that nsys and ncu see that pass alone.
 
     nsys profile -t cuda,nvtx --capture-range=cudaProfilerApi -o forward python -m gpt2.profile
@@ -8,22 +10,22 @@ cudaProfilerStart/Stop window so that nsys and ncu see that pass alone.
 A warm-up pass first compiles every kernel outside the window.
 """
 
-import argparse
 import sys
 import time
 
 import numpy as np
 
 from kernel_runtime import KitError
+from kernel_runtime.commands import POSITIVE_INT, OneLineArgumentParser
 from kernel_runtime.device import exit_without_gpu
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m gpt2.profile", description=__doc__.splitlines()[0])
+    parser = OneLineArgumentParser(prog="python -m gpt2.profile", description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="random", help="weights (default: random 124M)")
-    parser.add_argument("--kernels", help="kernels/ directory to profile (default: this repo's)")
-    parser.add_argument("--batch", type=int, default=4)
-    parser.add_argument("--tokens", type=int, default=64)
+    parser.add_argument("--kernels", metavar="DIR", help="kernels/ directory to profile (default: this kit's)")
+    parser.add_argument("--batch", type=POSITIVE_INT, default=4, help="rows of tokens (default %(default)s)")
+    parser.add_argument("--tokens", type=POSITIVE_INT, default=64, help="tokens per row (default %(default)s)")
     args = parser.parse_args(argv)
     exit_without_gpu("gpt2.profile")
     import cupy
@@ -32,11 +34,12 @@ def main(argv=None) -> int:
 
     try:
         model = GPT2.from_pretrained(args.model, backend="kernels", kernels=args.kernels)
+        tokens = np.random.default_rng(0).integers(0, model.config.vocab_size, (args.batch, args.tokens),
+                                                   dtype=np.int32)
+        model(tokens)  # warm-up: compiles and loads every kernel; says if the tokens exceed the context
     except KitError as err:
         print(f"gpt2.profile: {err}", file=sys.stderr)
         return 2
-    tokens = np.random.default_rng(0).integers(0, model.config.vocab_size, (args.batch, args.tokens), dtype=np.int32)
-    model(tokens)  # warm-up: compiles and loads every kernel
     cupy.cuda.Device().synchronize()
     model.nvtx = True
     cupy.cuda.profiler.start()

@@ -67,7 +67,12 @@ def get_tokenizer() -> Tokenizer:
 
     path = bpe_path()
     if path.is_file():
-        ranks = load_tiktoken_bpe(str(path), expected_hash=BPE_SHA256)
+        try:
+            ranks = load_tiktoken_bpe(str(path), expected_hash=BPE_SHA256)
+        except OSError as err:
+            raise TokenizerMissing(f"{path}: cannot read GPT-2's BPE file ({err.strerror or err})") from None
+        except ValueError:  # tiktoken's word for a sha256 that differs
+            raise TokenizerMissing(f"{path}: not GPT-2's BPE file (its sha256 is not r50k_base's)") from None
         encoding = tiktoken.Encoding(name="gpt2", pat_str=PATTERN, mergeable_ranks=ranks,
                                      special_tokens={"<|endoftext|>": END_OF_TEXT})
         return Tokenizer(encoding)

@@ -24,11 +24,12 @@ from grading.grade import grade_submission
 from grading.handout import make_handout
 from grading.items import load_scheme
 from kernel_runtime import KitError
+from kernel_runtime.commands import OneLineArgumentParser
 from kernel_runtime.device import exit_without_gpu
 
 
 def grade_main(argv) -> int:
-    parser = argparse.ArgumentParser(prog="python -m grading", description=__doc__,
+    parser = OneLineArgumentParser(prog="python -m grading", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("submissions", nargs="*", type=Path, help="submission directories")
     parser.add_argument("--class-list", type=Path, help="a file naming one submission directory per line")
@@ -93,7 +94,7 @@ def submission_problem(submission: Path) -> str | None:
 
 
 def gather_main(argv) -> int:
-    parser = argparse.ArgumentParser(prog="python -m grading gather")
+    parser = OneLineArgumentParser(prog="python -m grading gather")
     parser.add_argument("directory", type=Path, help="the --out directory of the grading runs")
     args = parser.parse_args(argv)
     rows = reports.read_results(args.directory)
@@ -106,7 +107,7 @@ def gather_main(argv) -> int:
 
 
 def handout_main(argv) -> int:
-    parser = argparse.ArgumentParser(prog="python -m grading handout")
+    parser = OneLineArgumentParser(prog="python -m grading handout")
     parser.add_argument("destination", type=Path)
     args = parser.parse_args(argv)
     stubbed = make_handout(args.destination)

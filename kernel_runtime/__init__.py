@@ -10,6 +10,7 @@ A kernel module imports what it needs from here, and nothing else of the kit:
 * arguments: check_array, check_rows, check_dims, ceil_div
 * device:    gpu_unavailable_reason, nvrtc_unavailable_reason, require_gpu, exit_without_gpu
 * loader:    use_kernels, the one kernels directory a process runs
+* commands:  OneLineArgumentParser: a command-line mistake is one line, status 2
 * recording: record, the tape of a call's own launches, and the refusal of the rest
 * errors:    KitError and its kinds: what a user can act on, printed as one line
 

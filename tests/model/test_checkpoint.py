@@ -2,14 +2,21 @@
 
 import json
 import struct
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 
-from gpt2.checkpoint import (LLMC_HEADER_INTS, CheckpointError, load, random_parameters, read_hf, read_llmc,
-                             write_hf, write_llmc)
+from gpt2 import checkpoint
+from gpt2.checkpoint import (LLMC_HEADER_INTS, CheckpointError, hub_repo_id, load, random_parameters, read_hf,
+                             read_llmc, write_hf, write_llmc)
 from gpt2.config import GPT2Config, preset
+from gpt2.model import GPT2
 from tests.model.helpers import TINY, perturbed_parameters
+
+ROOT = Path(__file__).parents[2]
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +68,11 @@ def corrupt(path, offset, values):
     (lambda p: p.write_bytes(p.read_bytes() + b"\0" * 8), r"has trailing bytes"),
     (lambda p: p.write_bytes(p.read_bytes()[:100]), r"too short for an llm.c checkpoint header"),
     (lambda p: corrupt(p, 5 * 4, [3]), r"header describes no valid GPT-2 .*not a multiple"),
-], ids=["magic", "version", "truncated", "trailing", "short", "bad-heads"])
+    (lambda p: corrupt(p, 4 * 4, [-2]), r"header describes no valid GPT-2 .*num_layers must be a positive"),
+    (lambda p: corrupt(p, 2 * 4, [1 << 30]), r"truncated: .* max_T=1073741824"),
+    (lambda p: (p.unlink(), p.mkdir()), r"cannot read \(Is a directory\)"),
+], ids=["magic", "version", "truncated", "trailing", "short", "bad-heads", "negative-layers", "huge-context",
+        "directory"])
 def test_bad_llmc_file_gives_one_line(tmp_path, params, damage, message):
     path = tmp_path / "m.bin"
     write_llmc(path, TINY, params)
@@ -89,28 +100,47 @@ def rewrite_config(directory, **changes):
     path.write_text(json.dumps(config))
 
 
-def edit_header(directory, edit):
-    """Rewrite model.safetensors with `edit` applied to its JSON header."""
+def rewrite_header(directory, edit):
+    """Rewrite model.safetensors with its JSON header replaced by edit(header)."""
     path = directory / "model.safetensors"
     data = path.read_bytes()
     length = struct.unpack("<Q", data[:8])[0]
-    header = json.loads(data[8:8 + length])
-    edit(header)
-    encoded = json.dumps(header).encode()
+    encoded = json.dumps(edit(json.loads(data[8:8 + length]))).encode()
     encoded += b" " * (-len(encoded) % 8)
     path.write_bytes(struct.pack("<Q", len(encoded)) + encoded + data[8 + length:])
 
 
+def without(mapping, key):
+    return {k: v for k, v in mapping.items() if k != key}
+
+
 def drop_tensor(directory, name):
-    edit_header(directory, lambda header: header.pop(name))
+    rewrite_header(directory, lambda header: without(header, name))
 
 
 def set_tensor_field(directory, name, **fields):
-    edit_header(directory, lambda header: header[name].update(fields))
+    rewrite_header(directory, lambda header: header | {name: header[name] | fields})
+
+
+def drop_tensor_field(directory, name, field):
+    rewrite_header(directory, lambda header: header | {name: without(header[name], field)})
+
+
+def replace_with_directory(path):
+    path.unlink()
+    path.mkdir()
 
 
 @pytest.mark.parametrize("damage, message", [
-    (lambda d: (d / "config.json").unlink(), r"config.json: missing"),
+    (lambda d: (d / "config.json").unlink(), r"config.json: cannot read \(No such file or directory\)"),
+    (lambda d: replace_with_directory(d / "config.json"), r"config.json: cannot read \(Is a directory\)"),
+    (lambda d: (d / "config.json").write_text("[1, 2]"), r"config.json: holds a JSON list, expected an object"),
+    (lambda d: (d / "config.json").write_text("null"), r"config.json: holds a JSON null, expected an object"),
+    (lambda d: (d / "config.json").write_text("{"), r"config.json: not valid JSON"),
+    (lambda d: rewrite_config(d, n_embd="64"), r"config.json: n_embd must be a positive integer, got '64'"),
+    (lambda d: rewrite_config(d, n_layer=True), r"config.json: n_layer must be a positive integer, got True"),
+    (lambda d: rewrite_config(d, n_head=3), r"config.json: channels=64 is not a multiple of num_heads=3"),
+    (lambda d: rewrite_config(d, layer_norm_epsilon="small"), r"layer_norm_epsilon 'small' is not 1e-5"),
     (lambda d: rewrite_config(d, activation_function="relu"), r"activation_function 'relu'"),
     (lambda d: rewrite_config(d, layer_norm_epsilon=1e-6), r"layer_norm_epsilon"),
     (lambda d: drop_tensor(d, "transformer.h.1.mlp.c_fc.weight"), r"missing tensor h.1.mlp.c_fc.weight"),
@@ -120,9 +150,46 @@ def set_tensor_field(directory, name, **fields):
     (lambda d: (d / "model.safetensors").write_bytes((d / "model.safetensors").read_bytes()[:-100]),
      r"truncated: tensor"),
     (lambda d: (d / "model.safetensors").unlink(), r"no model.safetensors"),
-], ids=["no-config", "activation", "eps", "missing-tensor", "shape", "dtype", "truncated", "no-weights"])
+    (lambda d: replace_with_directory(d / "model.safetensors"), r"model.safetensors: cannot read \(Is a directory\)"),
+    (lambda d: (d / "model.safetensors").write_bytes(b"\0" * 4), r"too short for a safetensors file"),
+    (lambda d: rewrite_header(d, lambda header: list(header)), r"safetensors header holds a JSON list"),
+    (lambda d: drop_tensor_field(d, "transformer.wte.weight", "data_offsets"),
+     r"tensor transformer.wte.weight: data_offsets must be \[begin, end\], got None"),
+    (lambda d: set_tensor_field(d, "transformer.wte.weight", data_offsets=[8, 4]),
+     r"tensor transformer.wte.weight: data_offsets must be \[begin, end\], got \[8, 4\]"),
+    (lambda d: set_tensor_field(d, "transformer.wte.weight", dtype=["F32"]),
+     r"tensor transformer.wte.weight: dtype must be a name such as F32, got \['F32'\]"),
+    (lambda d: drop_tensor_field(d, "transformer.wte.weight", "shape"),
+     r"tensor transformer.wte.weight: shape must be a list of sizes, got None"),
+    (lambda d: rewrite_header(d, lambda header: header | {"transformer.wpe.weight": [0, 16]}),
+     r"tensor transformer.wpe.weight: header entry is a JSON list, expected an object"),
+    (lambda d: set_tensor_field(d, "transformer.wte.weight", data_offsets=[0, 16]),
+     r"tensor wte.weight of shape \(50257, 64\) in F32 needs 12865792 bytes, its data_offsets hold 16"),
+], ids=["no-config", "config-is-a-directory", "config-list", "config-null", "config-not-json", "config-string-size",
+        "config-bool-size", "config-heads", "config-eps-string", "activation", "eps", "missing-tensor", "shape",
+        "dtype", "truncated", "no-weights", "weights-are-a-directory", "weights-too-short", "header-list",
+        "no-offsets", "offsets-backwards", "dtype-list", "no-shape", "entry-list", "data-too-short"])
 def test_bad_hf_directory_gives_one_line(tmp_path, params, damage, message):
     write_hf(tmp_path, TINY, params)
+    damage(tmp_path)
+    with pytest.raises(CheckpointError, match=message) as raised:
+        read_hf(tmp_path)
+    assert str(tmp_path) in str(raised.value) and "\n" not in str(raised.value)
+
+
+def rewrite_index(directory, index):
+    (directory / "model.safetensors.index.json").write_text(json.dumps(index))
+
+
+@pytest.mark.parametrize("damage, message", [
+    (lambda d: rewrite_index(d, ["weight_map"]), r"index.json: holds a JSON list, expected an object"),
+    (lambda d: rewrite_index(d, {"weight_map": ["model-00001-of-00002.safetensors"]}),
+     r"index.json: weight_map must map tensor names to file names"),
+    (lambda d: (d / "model-00002-of-00002.safetensors").unlink(), r"model-00002-of-00002.safetensors: missing shard"),
+], ids=["index-list", "weight-map-list", "missing-shard"])
+def test_bad_sharded_hf_directory_gives_one_line(tmp_path, params, damage, message):
+    write_hf(tmp_path, TINY, params, max_shard_bytes=10_000_000)
+    assert len(list(tmp_path.glob("*.safetensors"))) == 2
     damage(tmp_path)
     with pytest.raises(CheckpointError, match=message) as raised:
         read_hf(tmp_path)
@@ -138,6 +205,78 @@ def test_load_dispatches_and_names_unknown_sources(tmp_path, params):
         load(tmp_path / "nope.bin")
     with pytest.raises(CheckpointError, match="unknown GPT-2 size 'huge'"):
         load("random:huge")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(CheckpointError, match="empty: a directory without config.json, so not a Hugging Face"):
+        load(tmp_path / "empty")
+
+
+@pytest.mark.parametrize("name, repo_id", [
+    ("gpt2", "openai-community/gpt2"), ("124M", "openai-community/gpt2"), ("gpt2-xl", "openai-community/gpt2-xl"),
+    ("openai-community/gpt2-medium", "openai-community/gpt2-medium"), ("gpt3", None),
+    ("openai-community/124M", None), ("someone/gpt2", None),
+])
+def test_hub_names(name, repo_id):
+    assert hub_repo_id(name) == repo_id
+
+
+def test_hub_name_wins_over_a_directory_without_config(tmp_path, monkeypatch, params):
+    """Where a folder is named like the model (the kit's own gpt2/ package), "gpt2" still means the hub's."""
+    write_hf(tmp_path / "snapshot", TINY, params)
+    downloads = []
+    monkeypatch.setattr(checkpoint, "download_from_hub", lambda repo_id: downloads.append(repo_id) or
+                        tmp_path / "snapshot")
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "gpt2").mkdir()
+    assert load("gpt2")[0] == TINY
+    assert GPT2.from_pretrained("gpt2", backend="reference").config == TINY
+    assert downloads == ["openai-community/gpt2"] * 2
+    write_hf(tmp_path / "gpt2", TINY, params)  # a directory with config.json is a local checkpoint
+    assert load("gpt2")[0] == TINY and len(downloads) == 2
+
+
+def convert(capsys, *args) -> tuple[int, str, str]:
+    try:
+        status = checkpoint.main(["convert", *map(str, args)])
+    except SystemExit as exit:
+        status = exit.code
+    captured = capsys.readouterr()
+    return status, captured.out, captured.err
+
+
+def test_convert_writes_llmc_float32(tmp_path, params, capsys):
+    write_hf(tmp_path / "hf", TINY, params)
+    status, out, err = convert(capsys, tmp_path / "hf", tmp_path / "from_hf.bin")
+    assert (status, err) == (0, "")
+    assert out == (f"wrote {tmp_path / 'from_hf.bin'}: GPT-2 of 3M parameters (L=2 NH=4 C=64) as an llm.c float32 "
+                   f"checkpoint, version 3, {(tmp_path / 'from_hf.bin').stat().st_size} bytes\n")
+    config, loaded = read_llmc(tmp_path / "from_hf.bin")
+    assert config == TINY
+    assert_same(params, loaded)
+    assert convert(capsys, tmp_path / "from_hf.bin", tmp_path / "again.bin")[0] == 0
+    assert (tmp_path / "again.bin").read_bytes() == (tmp_path / "from_hf.bin").read_bytes()
+
+
+@pytest.mark.parametrize("args, status, message", [
+    (("{tmp}/nope", "{tmp}/out.bin"), 1, ("gpt2.checkpoint: {tmp}/nope: no such file or directory, and not a "
+                                          "model name (gpt2, gpt2-medium, gpt2-large, gpt2-xl or random)")),
+    (("{tmp}/model.bin", "{tmp}/no/such/dir/out.bin"), 1,
+     "gpt2.checkpoint: {tmp}/no/such/dir/out.bin: cannot write (No such file or directory)"),
+    (("{tmp}/model.bin",), 2, ("python -m gpt2.checkpoint convert: the following arguments are required: "
+                               "OUT.bin (see --help)")),
+])
+def test_convert_errors_are_one_line(tmp_path, params, capsys, args, status, message):
+    write_llmc(tmp_path / "model.bin", TINY, params)
+    result = convert(capsys, *(arg.format(tmp=tmp_path) for arg in args))
+    assert result == (status, "", message.format(tmp=tmp_path) + "\n")
+
+
+def test_convert_runs_as_a_module(tmp_path, params):
+    write_hf(tmp_path / "hf", TINY, params)
+    done = subprocess.run([sys.executable, "-m", "gpt2.checkpoint", "convert", str(tmp_path / "hf"),
+                           str(tmp_path / "out.bin")], capture_output=True, text=True, cwd=ROOT, timeout=120,
+                          check=False)
+    assert (done.returncode, done.stderr) == (0, "")  # no runpy warning about a module imported twice
+    assert done.stdout.startswith(f"wrote {tmp_path / 'out.bin'}: ")
 
 
 def test_random_init_follows_gpt2():

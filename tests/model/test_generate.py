@@ -44,17 +44,21 @@ def test_same_seed_same_text(model):
     assert generate(model, [1, 2, 3], 12, sampling) == generate(model, [1, 2, 3], 12, sampling)
 
 
-def test_bad_sampling_options_raise():
-    for kwargs in (dict(temperature=-1.0), dict(top_k=0), dict(top_p=0.0), dict(top_p=1.5)):
-        with pytest.raises(SamplingError):
-            Sampling(**kwargs)
+@pytest.mark.parametrize("kwargs", [
+    {"temperature": -1.0}, {"temperature": float("nan")}, {"temperature": float("inf")}, {"top_k": 0},
+    {"top_p": 0.0}, {"top_p": 1.5}, {"top_p": float("nan")}, {"seed": -1},
+], ids=str)
+def test_bad_sampling_options_raise(kwargs):
+    with pytest.raises(SamplingError, match=f"{next(iter(kwargs))} must be"):
+        Sampling(**kwargs)
 
 
 def test_long_prompt_is_cut_from_the_left_with_a_warning():
     warnings = []
     kept = fit_prompt(list(range(100)), max_new_tokens=30, context=64, warn=warnings.append)
     assert kept == list(range(66, 100))
-    assert warnings and "cut to its last 34" in warnings[0]
+    assert warnings == [("prompt of 100 tokens cut to its last 34: 66 dropped from its start to leave room for "
+                         "30 new tokens in the context of 64")]
 
 
 def test_no_room_for_a_prompt_is_an_error():
@@ -62,6 +66,13 @@ def test_no_room_for_a_prompt_is_an_error():
         fit_prompt([1], max_new_tokens=64, context=64, warn=print)
     with pytest.raises(TokenError, match="empty"):
         fit_prompt([], max_new_tokens=4, context=64, warn=print)
+    with pytest.raises(TokenError, match="max_new_tokens must be >= 0, got -1"):
+        fit_prompt([1], max_new_tokens=-1, context=64, warn=print)
+
+
+def test_zero_new_tokens_generate_nothing(model):
+    streamed = []
+    assert generate(model, [1, 2, 3], 0, on_token=streamed.append) == streamed == []
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2], ids=lambda s: f"seed{s}")

@@ -9,8 +9,8 @@ the tied LM head.
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch", reason="needs CPU PyTorch (pip install -e '.[hf]')")
-transformers = pytest.importorskip("transformers", reason="needs transformers (pip install -e '.[hf]')")
+torch = pytest.importorskip("torch", reason="needs PyTorch and transformers: the README's Setup says how to add them")
+transformers = pytest.importorskip("transformers", reason="needs transformers: pip install -e '.[hf]'")
 
 from gpt2.checkpoint import read_hf, write_hf  # noqa: E402
 from gpt2.model import GPT2  # noqa: E402

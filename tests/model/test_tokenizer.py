@@ -53,7 +53,7 @@ def test_a_corrupt_file_is_refused(tmp_path, monkeypatch):
     monkeypatch.setenv("GPT2_BPE_FILE", str(bad))
     get_tokenizer.cache_clear()
     try:
-        with pytest.raises(ValueError, match="[Hh]ash"):
+        with pytest.raises(TokenizerMissing, match=f"^{bad}: not GPT-2's BPE file"):
             get_tokenizer()
     finally:
         get_tokenizer.cache_clear()
