@@ -402,15 +402,20 @@ def install() -> None:
         return
     _installed = True
     cupyx = importlib.import_module("cupyx")
-    for submodule in ("cublas", "cuda.runtime", "fft", "linalg", "random"):
+    for submodule in ("cuda.runtime", "fft", "linalg", "random"):
         importlib.import_module(f"cupy.{submodule}")
+    namespaces = [(cupy, "cupy"), (cupy.linalg, "cupy.linalg"), (cupy.fft, "cupy.fft"), (cupy.random, "cupy.random"),
+                  (cupyx, "cupyx")]
+    try:  # without the cuBLAS library (an NVRTC-only install) nothing can call it, so nothing to watch
+        importlib.import_module("cupy.cublas")
+        namespaces += [(cupy.cublas, "cupy.cublas"), (cupy.cuda.cublas, "cupy.cuda.cublas")]
+    except ImportError:
+        pass
 
     cupy.RawKernel, cupy.RawModule = _taping_raw_classes()
     for name in ("ElementwiseKernel", "ReductionKernel", "vectorize"):
         setattr(cupy, name, _refusing_class(f"a cupy.{name}", getattr(cupy, name)))
-    for module, prefix in ((cupy, "cupy"), (cupy.linalg, "cupy.linalg"), (cupy.fft, "cupy.fft"),
-                           (cupy.random, "cupy.random"), (cupyx, "cupyx"), (cupy.cublas, "cupy.cublas"),
-                           (cupy.cuda.cublas, "cupy.cuda.cublas")):
+    for module, prefix in namespaces:
         _watch_namespace(module, prefix)
     _watch_arrays()
     runtime = cupy.cuda.runtime
