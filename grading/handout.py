@@ -3,8 +3,10 @@
 Every kernel body between `// BEGIN SOLUTION` and `// END SOLUTION` in kernels/
 becomes a TODO stub: it compiles, writes nothing, and so fails its tests cleanly (the
 outputs stay NaN). Everything else is kept, except what only the staff use: the
-grader, the known-wrong implementations and the test that runs them, and the
-README's grading section.
+grader and its tests, the known-wrong implementations and the test that runs them,
+the Slurm job tests and the CI setup. The README loses what it says of those: each
+section between `<!-- staff only -->` and `<!-- end staff only -->`, and each line
+that ends with `<!-- staff -->`, so that it mentions only what the handout holds.
 """
 
 from __future__ import annotations
@@ -17,11 +19,12 @@ from pathlib import Path
 from kernel_runtime import KitError
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-LEFT_OUT = ("grading/", "tests/kernels/wrong/", "tests/kernels/test_known_wrong.py", "slurm/grade_class.slurm",
-            ".ci/")
+LEFT_OUT = ("grading/", "tests/grading/", "tests/kernels/wrong/", "tests/kernels/test_known_wrong.py",
+            "tests/slurm/", "slurm/grade_class.slurm", ".ci/")
 SOLUTION = re.compile(r"^([ \t]*)// BEGIN SOLUTION\n.*?^[ \t]*// END SOLUTION\n", re.MULTILINE | re.DOTALL)
 LEFTOVER_MARKER = re.compile(r"^[ \t]*// (BEGIN|END) SOLUTION", re.MULTILINE)
 STAFF_SECTION = re.compile(r"^<!-- staff only.*?^<!-- end staff only -->\n\n?", re.MULTILINE | re.DOTALL)
+STAFF_LINE = re.compile(r"^.*<!-- staff -->\n", re.MULTILINE)
 STUB = "{indent}// TODO: write this kernel (the comment at the top of this file says what it computes)\n"
 
 
@@ -32,6 +35,11 @@ class HandoutError(KitError):
 def strip_solutions(text: str) -> tuple[str, int]:
     """`text` with every solution block replaced by a stub, and how many there were."""
     return SOLUTION.subn(lambda m: STUB.format(indent=m.group(1)), text)
+
+
+def students_readme(text: str) -> str:
+    """The README without its staff-only sections and lines."""
+    return STAFF_LINE.sub("", STAFF_SECTION.sub("", text))
 
 
 def repository_files(root: Path) -> list[Path]:
@@ -65,7 +73,7 @@ def make_handout(destination: Path, root: Path = REPO_ROOT) -> list[str]:
         target = destination / relative
         target.parent.mkdir(parents=True, exist_ok=True)
         if name == "README.md":
-            target.write_text(STAFF_SECTION.sub("", (root / relative).read_text()))
+            target.write_text(students_readme((root / relative).read_text()))
         elif name.startswith("kernels/") and name.endswith(".py"):
             text, count = strip_solutions((root / relative).read_text())
             if LEFTOVER_MARKER.search(text):

@@ -1,4 +1,4 @@
-"""The suite on machines that lack something: no CuPy, no NVRTC, a Slurm nobody asked to use.
+"""The suite on machines that lack something: no CuPy, no NVRTC.
 
 Each runs pytest in a child process whose environment takes one thing away, and
 checks that collection succeeds and every affected test skips with one line saying
@@ -35,11 +35,6 @@ def _without_nvrtc(name, *args, **kwargs):
 pathfinder.load_nvidia_dynamic_lib = _without_nvrtc
 '''
 
-FAKE_SLURM = '''#!/bin/sh
-echo "$(basename "$0") $*" >> "{log}"
-[ "$(basename "$0")" = sinfo ] && echo idle
-exit 0
-'''
 
 
 def pytest_in(environment: dict, *args: str) -> subprocess.CompletedProcess:
@@ -70,16 +65,3 @@ def test_without_nvrtc_the_compile_checks_skip_saying_what_to_install(tmp_path):
     assert skip_reasons(done.stdout) == {
         "compile check skipped: NVRTC cannot be loaded (Failure finding libnvrtc.so; pip install -e '.[cuda13]', "
         "or '.[cuda12]' for a CUDA 12 driver)"}
-
-
-def test_slurm_tests_submit_nothing_unless_asked(tmp_path):
-    """A cluster with a gpuA40x4 partition answers (as on a Delta login node): still nothing is submitted."""
-    log = tmp_path / "slurm-calls.log"
-    for command in ("sbatch", "sinfo"):
-        path = tmp_path / command
-        path.write_text(FAKE_SLURM.format(log=log))
-        path.chmod(0o755)
-    done = pytest_in({"PATH": f"{tmp_path}:{os.environ['PATH']}", "KIT_SLURM_TESTS": "0"}, "tests/slurm")
-    assert done.returncode == 0, done.stdout[-3000:]
-    assert skip_reasons(done.stdout) == {"Slurm job tests submit real jobs: set KIT_SLURM_TESTS=1 to run them"}
-    assert not log.exists()

@@ -3,6 +3,9 @@
 import csv
 import dataclasses
 import json
+import os
+import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -13,7 +16,7 @@ from grading import reports
 from grading.grade import ItemGrade, SubmissionGrade, score_item
 from grading.handout import LEFTOVER_MARKER, make_handout, strip_solutions
 from grading.items import SchemeError, load_scheme
-from kernel_runtime import gpu_unavailable_reason
+from kernel_runtime.device import gpu_unavailable_reason, nvrtc_unavailable_reason
 from reference import gold
 from reference.execution import Execution, execute
 from reference.registry import build, cases
@@ -222,13 +225,67 @@ def test_handout_stubs_every_solution_and_leaves_out_staff_files(handout):
     assert "## Grading (for TAs)" not in readme and "## On Delta" in readme and "staff only" not in readme
 
 
-def test_handout_test_run_works(handout):
+def readme_commands(readme: str) -> list[str]:
+    """The kit commands of a README's code blocks, optional [bracketed] arguments dropped;
+    commands naming a directory of the reader's (DIR, ~/...) are left out."""
+    blocks = re.findall(r"^```bash\n(.*?)^```", readme, re.MULTILINE | re.DOTALL)
+    commands = []
+    for line in "\n".join(blocks).splitlines():
+        for part in line.split("#")[0].split("&&"):
+            command = re.sub(r"\s*\[[^]]*\]", "", part).strip()
+            if command.startswith(".venv/bin/python -m ") and not re.search(r"\bDIR\b|~/", command):
+                commands.append(command)
+    return list(dict.fromkeys(commands))
+
+
+def kit_paths_mentioned(readme: str, kit: Path) -> set[str]:
+    """Every `quoted` name in the README that is a file or directory of `kit` (by path, or by file name)."""
+    quoted = {q.rstrip("/") for q in re.findall(r"`([\w./-]+)`", readme)} - {".", ".venv"}  # the reader's own
+    names = {p.name for p in kit.rglob("*")}
+    return {q for q in quoted if (kit / q).exists() or ("/" not in q and "." in q.strip(".") and q in names)}
+
+
+def test_handout_readme_mentions_only_what_the_handout_holds(handout):
     destination, _ = handout
-    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/kernels",
-                           "tests/reference"], capture_output=True, text=True, cwd=destination, timeout=600)
+    readme = (destination / "README.md").read_text()
+    assert kit_paths_mentioned(readme, ROOT) == kit_paths_mentioned(readme, destination)
+    for staff_only in ("grading", "wrong/", "test_known_wrong", "KIT_SLURM_TESTS", ".ci/", "<!--"):
+        assert staff_only not in readme
+    kit_readme = (ROOT / "README.md").read_text()
+    assert "tests/kernels/wrong" in kit_paths_mentioned(kit_readme, ROOT)  # the check can see a staff path
+
+
+@pytest.mark.skipif(gpu_unavailable_reason() is None, reason="checks the GPU-less run (on a GPU the stubs fail, "
+                                                             "as test_handout_kernel_tests_fail_cleanly_on_a_gpu checks)")
+def test_handout_readme_commands_pass_without_a_gpu(handout):
+    """Exactly the handout README's commands, run in the handout with this environment's Python and
+    no network: each succeeds, or stops with one line naming what is missing (the GPU of a GPU-only
+    tool, the hub of a download)."""
+    destination, _ = handout
+    commands = readme_commands((destination / "README.md").read_text())
+    assert ".venv/bin/python -m pytest" in commands and ".venv/bin/python -m pytest tests/kernels" in commands
+    offline = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    for command in commands:
+        arguments = shlex.split(command)[1:]
+        done = subprocess.run([sys.executable, *arguments], capture_output=True, text=True, cwd=destination,
+                              stdin=subprocess.DEVNULL, env=offline, timeout=900)
+        output = done.stdout[-3000:] + done.stderr[-3000:]
+        if arguments[:2] == ["-m", "pytest"]:
+            summary = done.stdout.strip().splitlines()[-1]
+            assert done.returncode == 0 and "error" not in summary, f"{command}: {output}"
+        elif done.returncode != 0:
+            missing = gpu_unavailable_reason() if done.returncode == 2 else "the Hugging Face hub"
+            assert done.stderr.count("\n") == 1 and missing in done.stderr, f"{command}: {output}"
+    compile_check = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/kernels"],
+                                   capture_output=True, text=True, cwd=destination, timeout=600)
+    if nvrtc_unavailable_reason() is None:  # the student's stubs compile, and the report says so
+        assert f"kernel resources (NVRTC, no GPU needed) of {destination / 'kernels'}" in compile_check.stdout
+
+
+@pytest.mark.gpu
+def test_handout_kernel_tests_fail_cleanly_on_a_gpu(handout):
+    destination, _ = handout
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/kernels"],
+                          capture_output=True, text=True, cwd=destination, timeout=600)
     summary = (done.stdout.strip().splitlines() or ["no output"])[-1]
-    assert "error" not in summary, done.stdout[-3000:] + done.stderr[-3000:]
-    if gpu_unavailable_reason() is not None:
-        assert done.returncode == 0, done.stdout[-3000:]
-    else:  # the stubs write nothing, so their tests fail, cleanly
-        assert done.returncode == 1 and "failed" in summary
+    assert done.returncode == 1 and "failed" in summary and "error" not in summary, done.stdout[-3000:]

@@ -1,0 +1,85 @@
+"""Every `pip install` line the README gives resolves from PyPI alone, for both CUDA extras.
+
+Only when asked (KIT_INSTALL_TESTS=1; CI asks): each check asks PyPI, with pip's own
+defaults (`--isolated`: no local mirror or config) and the pip the README's commands
+upgrade to, for a dry run. A line naming `cuda13` is also checked with `cuda12`, and
+the other way round, unless it picks a PyTorch for its CUDA. A CPU-only line must
+bring no CUDA library and no PyTorch.
+"""
+
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).parents[1]
+
+pytestmark = pytest.mark.skipif(os.environ.get("KIT_INSTALL_TESTS") != "1",
+                                reason="install checks ask PyPI: set KIT_INSTALL_TESTS=1 to run them")
+
+INSTALL = re.compile(r"\.venv/bin/pip install (?P<arguments>[^&#\n]+)")
+CUDA_PACKAGES = re.compile(r"^(nvidia-|cuda-|cupy|torch$|triton$)", re.IGNORECASE)
+
+
+def readme_install_lines() -> list[str]:
+    """The arguments of every `.venv/bin/pip install` in the README's code blocks, as written."""
+    blocks = re.findall(r"^```bash\n(.*?)^```", (ROOT / "README.md").read_text(), re.MULTILINE | re.DOTALL)
+    found = [m.group("arguments").strip() for block in blocks for m in INSTALL.finditer(block)]
+    return list(dict.fromkeys(a for a in found if a != "-U pip"))
+
+
+def with_both_cuda_extras(lines: list[str]) -> list[str]:
+    """Each line, and its twin for the other CUDA major (not for a line that picks its PyTorch for one)."""
+    variants = []
+    for line in lines:
+        variants.append(line)
+        for one, other in (("cuda13", "cuda12"), ("cuda12", "cuda13"), ("nvrtc13", "nvrtc12"), ("nvrtc12", "nvrtc13")):
+            if one in line and "torch" not in line:
+                variants.append(line.replace(one, other))
+    return list(dict.fromkeys(variants))
+
+
+@pytest.fixture(scope="module")
+def pip(tmp_path_factory) -> Path:
+    """A fresh venv's pip, upgraded from PyPI as the README's commands do."""
+    venv = tmp_path_factory.mktemp("pip-check") / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    subprocess.run([str(venv / "bin" / "pip"), "--isolated", "install", "--quiet", "-U", "pip"], check=True,
+                   timeout=300)
+    return venv / "bin" / "pip"
+
+
+def reachable(url: str) -> bool:
+    try:
+        urllib.request.urlopen(url, timeout=10)
+    except OSError:
+        return False
+    return True
+
+
+def test_the_readme_gives_the_setups_it_promises():
+    lines = readme_install_lines()
+    for expected in ("-e '.[cuda13]'", "-e '.[cuda13,test]'", "-e '.[cuda12,test]'", "-e '.[test]'", "-e .",
+                     "-e '.[nvrtc13,test]'", "-e '.[cuda13,test,hf]' 'torch>=2.11'",
+                     "-e '.[cuda12,test,hf]' 'torch>=2.4,<2.11'", "-e '.[test,hf]'"):
+        assert expected in lines, f"{expected} is not in the README"
+
+
+@pytest.mark.parametrize("arguments", with_both_cuda_extras(readme_install_lines()))
+def test_install_line_resolves_from_pypi(pip, arguments):
+    index = re.search(r"--index-url (\S+)", arguments)
+    if index and not reachable(index.group(1)):
+        pytest.skip(f"{index.group(1)} is not reachable from here")
+    command = [str(pip), "--isolated", "install", "--dry-run", "--quiet", "--report", "-",
+               *shlex.split(arguments)]
+    done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=900)
+    assert done.returncode == 0, f"pip install {arguments}: " + done.stderr[-3000:]
+    names = [item["metadata"]["name"] for item in json.loads(done.stdout)["install"]]
+    if not re.search(r"cuda|nvrtc|hf|torch", arguments):
+        assert not [n for n in names if CUDA_PACKAGES.match(n)], f"a CPU-only setup brings {names}"
