@@ -21,8 +21,8 @@ from gpt2.backends import BACKENDS
 from gpt2.generate import Sampling, fit_prompt, generate
 from gpt2.model import GPT2
 from gpt2.tokenizer import get_tokenizer
-from kernel_runtime import GPUUnavailableError, KitError, gpu_unavailable_reason
-from kernel_runtime.commands import NON_NEGATIVE_INT, OneLineArgumentParser, checked
+from kernel_runtime import GPUUnavailableError, gpu_unavailable_reason
+from kernel_runtime.commands import NON_NEGATIVE_INT, OneLineArgumentParser, checked, run_command
 
 COURSE_CHECKPOINT = "gpt2_124M.bin"
 
@@ -125,21 +125,7 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     if args.max_new_tokens == 0:
         return 0  # nothing to generate, so no model to load and no prompt to echo
-    try:
-        complete(args)
-    except KitError as err:
-        print(f"gpt2: {err}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        print(file=sys.stderr)
-        return 130
-    except BrokenPipeError:
-        # The reader of stdout has gone (`| head`). Point stdout at /dev/null so that
-        # Python's last flush at exit does not fail again, and exit as cat or grep do
-        # when SIGPIPE ends them: 128 + 13, which says that not all the text was taken.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 141
-    return 0
+    return run_command("gpt2", lambda: complete(args))
 
 
 def complete(args) -> None:

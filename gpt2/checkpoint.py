@@ -36,7 +36,7 @@ import numpy as np
 
 from gpt2.config import PRESET_ALIASES, PRESETS, ConfigError, GPT2Config, preset
 from kernel_runtime import KitError
-from kernel_runtime.commands import OneLineArgumentParser
+from kernel_runtime.commands import OneLineArgumentParser, run_command
 
 LLMC_MAGIC = 20240326
 LLMC_VERSIONS = {3: "float32", 5: "bfloat16"}
@@ -487,20 +487,15 @@ def main(argv=None) -> int:
                                                           "directory, an llm.c .bin file, or random / random:<size>")
     convert.add_argument("out", metavar="OUT.bin", help="the file to write (replaced if it exists)")
     args = parser.parse_args(argv)
-    try:
-        config, params = load(args.source)
-        write_llmc(args.out, config, params)
-    except KitError as err:
-        print(f"gpt2.checkpoint: {err}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        print(file=sys.stderr)
-        return 130
-    print(f"wrote {args.out}: GPT-2 of {config.num_parameters() / 1e6:.0f}M parameters (L={config.num_layers} "
-          f"NH={config.num_heads} C={config.channels}) as an llm.c float32 checkpoint, version 3, "
-          f"{Path(args.out).stat().st_size} bytes")
-    return 0
+    return run_command("gpt2.checkpoint", lambda: convert_to_llmc(args.source, args.out))
 
+
+def convert_to_llmc(source, out) -> None:
+    config, params = load(source)
+    write_llmc(out, config, params)
+    print(f"wrote {out}: GPT-2 of {config.num_parameters() / 1e6:.0f}M parameters (L={config.num_layers} "
+          f"NH={config.num_heads} C={config.channels}) as an llm.c float32 checkpoint, version 3, "
+          f"{Path(out).stat().st_size} bytes")
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -24,7 +24,7 @@ from grading.grade import grade_submission
 from grading.handout import make_handout
 from grading.items import load_scheme
 from kernel_runtime import KitError
-from kernel_runtime.commands import OneLineArgumentParser
+from kernel_runtime.commands import OneLineArgumentParser, run_command
 from kernel_runtime.device import exit_without_gpu
 
 
@@ -118,13 +118,9 @@ def handout_main(argv) -> int:
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     commands = {"handout": handout_main, "gather": gather_main}
-    try:
-        if argv and argv[0] in commands:
-            return commands[argv[0]](argv[1:])
-        return grade_main(argv)
-    except KitError as err:  # a scheme that cannot be used, a kernels directory that cannot be loaded, ...
-        print(f"grading: {err}", file=sys.stderr)
-        return 2
+    if argv and argv[0] in commands:
+        return run_command("grading", lambda: commands[argv[0]](argv[1:]), error_status=2)
+    return run_command("grading", lambda: grade_main(argv), error_status=2)
 
 
 if __name__ == "__main__":

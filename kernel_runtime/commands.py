@@ -1,13 +1,20 @@
-"""What the kit's commands share: a mistake on the command line is one line, status 2.
+"""What the kit's commands share: a mistake on the command line is one line, status 2;
+a KitError while running is one line too; Ctrl-C and a closed pipe end quietly.
 
     parser = OneLineArgumentParser(prog="python -m gpt2")
     parser.add_argument("--max-new-tokens", type=NON_NEGATIVE_INT, default=64)
     # python -m gpt2: argument --max-new-tokens: must be an integer >= 0, got -1 (see --help)
+    return run_command("gpt2", lambda: complete(args))
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import sys
+from typing import Callable
+
+from kernel_runtime.errors import KitError
 
 
 class OneLineArgumentParser(argparse.ArgumentParser):
@@ -32,3 +39,21 @@ def checked(convert, accept, rule: str):
 
 NON_NEGATIVE_INT = checked(int, lambda n: n >= 0, "an integer >= 0")
 POSITIVE_INT = checked(int, lambda n: n >= 1, "an integer >= 1")
+
+
+def run_command(program: str, body: Callable[[], int | None], error_status: int = 1) -> int:
+    """`body()`'s exit status (None: 0); a KitError prints `program: message` and gives `error_status`."""
+    try:
+        return body() or 0
+    except KitError as err:
+        print(f"{program}: {err}", file=sys.stderr)
+        return error_status
+    except KeyboardInterrupt:
+        print(file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        # The reader of stdout has gone (`| head`). Point stdout at /dev/null so that
+        # Python's last flush at exit does not fail again, and exit as cat or grep do
+        # when SIGPIPE ends them: 128 + 13, which says that not all the text was taken.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
