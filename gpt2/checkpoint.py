@@ -497,5 +497,6 @@ def convert_to_llmc(source, out) -> None:
           f"NH={config.num_heads} C={config.channels}) as an llm.c float32 checkpoint, version 3, "
           f"{Path(out).stat().st_size} bytes")
 
+
 if __name__ == "__main__":
     sys.exit(main())
