@@ -11,7 +11,6 @@ Face transformers' eager GPT2LMHeadModel.generate on the same weights and GPU.
 "KV cache" launches the step's kernels one by one from Python.
 """
 
-import argparse
 import sys
 import tempfile
 import time
@@ -20,6 +19,7 @@ import numpy as np
 
 from gpt2.generate import GREEDY, generate
 from gpt2.model import GPT2
+from kernel_runtime.commands import OneLineArgumentParser
 from kernel_runtime.device import exit_without_gpu
 
 PROMPT_TOKENS, NEW_TOKENS = 32, 128
@@ -55,7 +55,7 @@ def hf_tokens_per_second(config, params, prompt):
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.generation", description=__doc__.splitlines()[0])
+    parser = OneLineArgumentParser(prog="python -m benchmarks.generation", description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="random")
     parser.add_argument("--backend", default="kernels", choices=("kernels", "gold"))
     parser.add_argument("--hf", action="store_true", help="also time transformers' eager generate")

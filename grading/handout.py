@@ -65,6 +65,14 @@ def make_handout(destination: Path, root: Path = REPO_ROOT) -> list[str]:
     """Write the starter kit to `destination` (which must not exist); returns the stubbed kernel files."""
     if destination.exists():
         raise HandoutError(f"{destination} already exists; choose a new directory")
+    try:
+        return _write_handout(destination, root)
+    except OSError as err:
+        raise HandoutError(f"{destination}: cannot write the handout ({err.strerror or err}: "
+                           f"{err.filename})") from None
+
+
+def _write_handout(destination: Path, root: Path) -> list[str]:
     stubbed = []
     for relative in repository_files(root):
         name = relative.as_posix()

@@ -10,11 +10,11 @@ compared with the float64 NumPy reference under the same tolerances as the tests
 `pytest tests/kernels`.
 """
 
-import argparse
 import random
 import sys
 
 from kernel_runtime import recording
+from kernel_runtime.commands import OneLineArgumentParser
 from kernel_runtime.device import exit_without_gpu
 from kernel_runtime.errors import KitError
 from kernel_runtime.loader import use_kernels
@@ -28,7 +28,7 @@ def quick_cases(seed: int) -> list:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m reference.verify", description=__doc__.splitlines()[0])
+    parser = OneLineArgumentParser(prog="python -m reference.verify", description=__doc__.splitlines()[0])
     parser.add_argument("--kernels", help="kernels/ directory to check (default: this kit's)")
     parser.add_argument("--seed", type=int, help="base seed (default: a fresh one, printed)")
     args = parser.parse_args(argv)

@@ -175,6 +175,15 @@ def test_a_handout_over_an_existing_directory_is_one_line(tmp_path):
     assert done.stderr.splitlines() == [f"grading: {tmp_path} already exists; choose a new directory"]
 
 
+def test_a_handout_where_nothing_can_be_written_is_one_line(tmp_path):
+    blocked = tmp_path / "a-file"
+    blocked.write_text("")
+    done = grading("handout", str(blocked / "kit"))
+    assert done.returncode == 2
+    assert done.stderr.splitlines() == [f"grading: {blocked / 'kit'}: cannot write the handout (Not a directory: "
+                                        f"{blocked / 'kit'})"]
+
+
 def test_a_class_list_that_cannot_be_read_is_one_line(tmp_path):
     missing = tmp_path / "missing.txt"
     done = grading("--class-list", str(missing))
