@@ -68,8 +68,7 @@ def make_handout(destination: Path, root: Path = REPO_ROOT) -> list[str]:
     try:
         return _write_handout(destination, root)
     except OSError as err:
-        raise HandoutError(f"{destination}: cannot write the handout ({err.strerror or err}: "
-                           f"{err.filename})") from None
+        raise HandoutError(f"{destination}: cannot write the handout ({err.strerror or err})") from None
 
 
 def _write_handout(destination: Path, root: Path) -> list[str]:
