@@ -7,7 +7,7 @@ GPT-2 124M (random weights unless --model), batch 1, float32, a 32-token prompt 
 back to the host every token, so each step ends synchronised). Decode tok/s counts
 the 127 tokens after the first, whose time is the prefill's. --hf also times Hugging
 Face transformers' eager GPT2LMHeadModel.generate on the same weights and GPU.
-"KV cache + CUDA graph" replays one captured decode step per token (gpt2.graph);
+"KV cache + CUDA graph" replays one captured decode step per token (gpt2.decoding);
 "KV cache" launches the step's kernels one by one from Python.
 """
 

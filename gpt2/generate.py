@@ -2,7 +2,7 @@
 
 With the cache (the default) the prompt is run once (prefill) and every new token
 costs one decode step against the cached keys and values; on the kernels backend
-that step is captured once as a CUDA graph and replayed (gpt2.graph). Without it, every new
+that step is captured once as a CUDA graph and replayed (gpt2.decoding). Without it, every new
 token re-runs the whole sequence: slower, and the yardstick the cache is tested
 against (under greedy decoding both must give the same tokens).
 
@@ -20,7 +20,7 @@ from typing import Callable
 
 import numpy as np
 
-from gpt2.graph import CapturedDecodeStep
+from gpt2.decoding import make_decoder
 from gpt2.model import GPT2, TokenError
 from gpt2.tokenizer import END_OF_TEXT
 from kernel_runtime import KitError
@@ -94,19 +94,16 @@ def generate(model: GPT2, prompt: list[int], max_new_tokens: int, sampling: Samp
              use_cache: bool = True, use_graph: bool = True, stop_at_end_of_text: bool = True,
              on_token: Callable[[int], None] | None = None,
              warn: Callable[[str], None] = lambda m: print(f"warning: {m}", file=sys.stderr)) -> list[int]:
-    """The new token ids (without the prompt), streamed one by one to on_token.
-
-    With the cache on the kernels backend, decode steps after the first replay a CUDA
-    graph of the step (gpt2.graph) unless use_graph is False."""
+    """The new token ids (without the prompt), streamed one by one to on_token: a
+    sampling loop over a decoder (gpt2.decoding). With the cache on the kernels
+    backend, decode steps replay a CUDA graph of the step unless use_graph is False."""
     tokens = fit_prompt(list(prompt), max_new_tokens, model.config.max_T, warn)
     if max_new_tokens == 0:
         return []
+    decoder = make_decoder(model, decoder_kind(model, use_cache, use_graph), batch_size=1)
     rng = np.random.default_rng(sampling.seed)
-    to_host = model.backend.to_host
     new: list[int] = []
-    cache = model.new_cache(1) if use_cache else None
-    graphed = None
-    logits = to_host(model.forward(np.array([tokens], dtype=np.int32), cache)[0, -1])
+    logits = decoder.prefill([tokens])[0]
     while True:
         token = next_token(logits, sampling, rng)
         new.append(token)
@@ -114,11 +111,10 @@ def generate(model: GPT2, prompt: list[int], max_new_tokens: int, sampling: Samp
             on_token(token)
         if (stop_at_end_of_text and token == END_OF_TEXT) or len(new) == max_new_tokens:
             return new
-        if graphed is not None:
-            logits = graphed([token])[0]
-        elif use_cache:
-            logits = to_host(model.decode_step(np.array([token], dtype=np.int32), cache)[0])
-            if use_graph and model.backend.name == "kernels":  # the step above compiled every kernel
-                graphed = CapturedDecodeStep(model, cache, batch_size=1)
-        else:
-            logits = to_host(model.forward(np.array([tokens + new], dtype=np.int32))[0, -1])
+        logits = decoder.step([token])[0]
+
+
+def decoder_kind(model: GPT2, use_cache: bool, use_graph: bool) -> str:
+    if not use_cache:
+        return "recompute"
+    return "graph" if use_graph and model.backend.name == "kernels" else "launched"

@@ -11,15 +11,21 @@ The forward pass is GPT-2's, as llm.c lays it out:
         x = x + fcproj(gelu(fc(ln2(x))))                        MLP
     logits = lnf(x) @ wte^T                                     tied LM head
 
-Activations are allocated once per (B, T) and kept for every layer, like the
-course's gpt2.cuh, so a step-by-step check can look at any of them. Per-layer
-tensors are lists of views made once (slicing an array costs microseconds of
-Python per call, which adds up over a hundred launches per generated token).
+Activations are allocated for a (B, T) and kept for every layer, like the course's
+gpt2.cuh, so a step-by-step check can look at any of them. Per-layer tensors are
+lists of views made once (slicing an array costs microseconds of Python per call,
+which adds up over a hundred launches per generated token). A plain call keeps one
+set per model; a decoder (gpt2.decoding) owns its own, so that a CUDA graph it
+captured keeps writing into memory that nothing else holds.
 
 Generation uses a KV cache: `forward(tokens, cache)` runs the prompt and stores
 every layer's keys and values; `decode_step(token, cache)` then runs one new token
 per row against them, with positions read from the cache's device-side lengths
-(which is what lets gpt2.graph capture a decode step once and replay it).
+(which is what lets a decoder capture a step once as a CUDA graph and replay it).
+
+Every host-function call names its step (ln1, qkv, attention, ...). `observer`, when
+set, runs each call instead of the model, with its step and layer: the NVTX ranges of
+the profiler and the step-by-step check (gpt2.step_check) are both observers.
 """
 
 from __future__ import annotations
@@ -27,13 +33,12 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import types
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable, Protocol
 
 import numpy as np
 
 from gpt2.backends import Backend, make_backend
 from gpt2.config import GPT2Config
-from gpt2.ops import ForwardOps
 from kernel_runtime import KitError
 
 if TYPE_CHECKING:
@@ -55,10 +60,10 @@ ACTIVATION_SHAPES = {
 
 GLOBAL_WEIGHTS = ("wte", "wpe", "lnfw", "lnfb")  # the others are stacked over layers
 
-# a kernel call's step in GPT-2's list, named after the activation it writes
-STEP_OF_OUTPUT = {"encoded": "encoder", "ln1": "ln1", "qkv": "qkv", "atty": "attention", "attproj": "attproj",
-                  "residual2": "residual2", "ln2": "ln2", "fch": "fc", "fch_gelu": "gelu", "fcproj": "fcproj",
-                  "residual3": "residual3", "lnf": "lnf", "logits": "lm_head"}
+
+class Observer(Protocol):
+    def __call__(self, step: str, layer: int | None, kernel: Callable, args: tuple) -> None:
+        """Run (or watch) `kernel(*args)`, the call of forward-pass `step` in `layer` (None: outside the layers)."""
 
 
 def _shape(spec: str, sizes: dict) -> tuple[int, ...]:
@@ -72,19 +77,12 @@ def _shape(spec: str, sizes: dict) -> tuple[int, ...]:
     return tuple(dims)
 
 
-class _NvtxOps:
-    """The backend's host functions, each call inside an NVTX range named after its step."""
+def nvtx_observer(step: str, layer: int | None, kernel: Callable, args: tuple) -> None:
+    """Each call inside an NVTX range named after its step and host function, for nsys and ncu."""
+    from cupyx.profiler import time_range
 
-    def __init__(self, model: "GPT2"):
-        self._model = model
-
-    def __getattr__(self, function: str):
-        kernel = getattr(self._model.backend.ops, function)
-
-        def call(*args):
-            with self._model.profile_range(f"{self._model.step_name(args[0])} ({function})"):
-                kernel(*args)
-        return call
+    with time_range(f"{step} ({kernel.__name__})"):
+        kernel(*args)
 
 
 class TokenError(KitError):
@@ -122,10 +120,9 @@ class GPT2:
         uploaded = {name: self.backend.upload(array) for name, array in params.items()}
         self.weights = types.SimpleNamespace(**{name: array if name in GLOBAL_WEIGHTS else list(array)
                                                 for name, array in uploaded.items()})
-        self.step_check = None  # set by gpt2.step_check to watch every kernel call
-        self.nvtx = False       # True: NVTX ranges around the pass, each layer and each kernel call
-        self._activations_for = None
-        self._output_names: dict[int, str] = {}
+        self.observer: Observer | None = None  # runs every host-function call when set
+        self.nvtx = False  # True: NVTX ranges around the pass and each layer (nvtx_observer: each call)
+        self._activations_for = None  # ((B, T), activations) of plain calls
 
     @classmethod
     def from_pretrained(cls, source, backend: str = "kernels", kernels: str | None = None) -> "GPT2":
@@ -141,38 +138,41 @@ class GPT2:
 
     # ------------------------------------------------------------------ forward
 
-    def forward(self, tokens, cache: KVCache | None = None):
-        """Logits (B, T, V) for tokens (B, T). With an empty cache, also fill it (prefill)."""
+    def forward(self, tokens, cache: KVCache | None = None, activations=None):
+        """Logits (B, T, V) for tokens (B, T). With an empty cache, also fill it (prefill).
+        `activations` (from new_activations(B, T)): the caller's own, else the model's."""
         tokens = self._check_tokens(tokens, 2)
         B, T = tokens.shape
         if cache is not None and cache.length != 0:
             raise ValueError("forward() fills an empty cache; continue a filled one with decode_step()")
-        a = self._activations(B, T)
-        ops, w = self._ops(), self.weights
-        ops.encoder_forward(a.encoded, tokens, w.wte, w.wpe, B, T, self.config.channels)
+        a = activations if activations is not None else self._activations(B, T)
+        run, ops, w = self._runner(None), self.backend.ops, self.weights
+        run("encoder", ops.encoder_forward, a.encoded, tokens, w.wte, w.wpe, B, T, self.config.channels)
         self._transformer(a, B, T, cache, decoding=False)
         if cache is not None:
             cache.advance(T)
         return a.logits[:, :, :self.config.vocab_size]
 
-    def decode_step(self, tokens, cache: KVCache):
+    def decode_step(self, tokens, cache: KVCache, activations=None):
         """Logits (B, V) for one new token per row (tokens (B,)), attending to the cache."""
         tokens = self._check_tokens(tokens, 1)
         cache.check_room(1)
-        logits = self.decode_launches(tokens, cache)
+        a = activations if activations is not None else self._activations(tokens.shape[0], 1)
+        logits = self.decode_launches(tokens, cache, a)
         cache.length += 1
         return logits
 
-    def decode_launches(self, tokens, cache: KVCache):
-        """The launches of one decode step, tokens (B,) int32 already on the device.
+    def decode_launches(self, tokens, cache: KVCache, a):
+        """The launches of one decode step into activations `a` (B, 1), tokens (B,) int32
+        already on the device.
 
         Nothing here depends on the host: positions and lengths come from
         cache.lengths, which the step advances on the device. So the same launches,
-        captured once as a CUDA graph, serve every step (gpt2.graph)."""
+        captured once as a CUDA graph, serve every step (gpt2.decoding)."""
         B = tokens.shape[0]
-        a = self._activations(B, 1)
-        ops, w = self._ops(), self.weights
-        ops.encoder_at_positions_forward(a.encoded, tokens, cache.lengths, w.wte, w.wpe, B, 1, self.config.channels)
+        run, ops, w = self._runner(None), self.backend.ops, self.weights
+        run("encoder", ops.encoder_at_positions_forward, a.encoded, tokens, cache.lengths, w.wte, w.wpe, B, 1,
+            self.config.channels)
         self._transformer(a, B, 1, cache, decoding=True)
         cache.lengths += 1
         return a.logits[:, 0, :self.config.vocab_size]
@@ -181,32 +181,35 @@ class GPT2:
         """Every layer, the final layernorm and the LM head, from a.encoded to a.logits."""
         C, NH, L = self.config.channels, self.config.num_heads, self.config.num_layers
         max_T, Vp, w = self.config.max_T, self.config.padded_vocab_size, self.weights
+        ops = self.backend.ops
         residual = a.encoded
         for l in range(L):
             with self.profile_range(f"layer {l}"):
-                ops = self._ops(l)
-                ops.layernorm_forward(a.ln1[l], a.ln1_mean[l], a.ln1_rstd[l], residual, w.ln1w[l], w.ln1b[l],
-                                      B, T, C)
-                ops.matmul_forward(a.qkv[l], a.ln1[l], w.qkvw[l], w.qkvb[l], B, T, C, 3 * C)
+                run = self._runner(l)
+                run("ln1", ops.layernorm_forward, a.ln1[l], a.ln1_mean[l], a.ln1_rstd[l], residual, w.ln1w[l],
+                    w.ln1b[l], B, T, C)
+                run("qkv", ops.matmul_forward, a.qkv[l], a.ln1[l], w.qkvw[l], w.qkvb[l], B, T, C, 3 * C)
                 if cache is not None:
-                    ops.kv_cache_append_forward(cache.k[l], cache.v[l], a.qkv[l], cache.lengths, B, T, C, NH, max_T)
+                    run("kv_append", ops.kv_cache_append_forward, cache.k[l], cache.v[l], a.qkv[l], cache.lengths,
+                        B, T, C, NH, max_T)
                 if decoding:
-                    ops.decode_attention_forward(a.atty[l], a.qkv[l], cache.k[l], cache.v[l], cache.lengths,
-                                                 B, C, NH, max_T)
+                    run("attention", ops.decode_attention_forward, a.atty[l], a.qkv[l], cache.k[l], cache.v[l],
+                        cache.lengths, B, C, NH, max_T)
                 else:
-                    ops.attention_forward(a.atty[l], a.qkvr, a.att[l], a.qkv[l], B, T, C, NH)
-                ops.matmul_forward(a.attproj[l], a.atty[l], w.attprojw[l], w.attprojb[l], B, T, C, C)
-                ops.residual_forward(a.residual2[l], residual, a.attproj[l], B * T * C)
-                ops.layernorm_forward(a.ln2[l], a.ln2_mean[l], a.ln2_rstd[l], a.residual2[l], w.ln2w[l], w.ln2b[l],
-                                      B, T, C)
-                ops.matmul_forward(a.fch[l], a.ln2[l], w.fcw[l], w.fcb[l], B, T, C, 4 * C)
-                ops.gelu_forward(a.fch_gelu[l], a.fch[l], B * T * 4 * C)
-                ops.matmul_forward(a.fcproj[l], a.fch_gelu[l], w.fcprojw[l], w.fcprojb[l], B, T, 4 * C, C)
-                ops.residual_forward(a.residual3[l], a.residual2[l], a.fcproj[l], B * T * C)
+                    run("attention", ops.attention_forward, a.atty[l], a.qkvr, a.att[l], a.qkv[l], B, T, C, NH)
+                run("attproj", ops.matmul_forward, a.attproj[l], a.atty[l], w.attprojw[l], w.attprojb[l], B, T, C, C)
+                run("residual2", ops.residual_forward, a.residual2[l], residual, a.attproj[l], B * T * C)
+                run("ln2", ops.layernorm_forward, a.ln2[l], a.ln2_mean[l], a.ln2_rstd[l], a.residual2[l], w.ln2w[l],
+                    w.ln2b[l], B, T, C)
+                run("fc", ops.matmul_forward, a.fch[l], a.ln2[l], w.fcw[l], w.fcb[l], B, T, C, 4 * C)
+                run("gelu", ops.gelu_forward, a.fch_gelu[l], a.fch[l], B * T * 4 * C)
+                run("fcproj", ops.matmul_forward, a.fcproj[l], a.fch_gelu[l], w.fcprojw[l], w.fcprojb[l], B, T,
+                    4 * C, C)
+                run("residual3", ops.residual_forward, a.residual3[l], a.residual2[l], a.fcproj[l], B * T * C)
                 residual = a.residual3[l]
-        ops = self._ops()
-        ops.layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, residual, w.lnfw, w.lnfb, B, T, C)
-        ops.matmul_forward(a.logits, a.lnf, w.wte, None, B, T, C, Vp)
+        run = self._runner(None)
+        run("lnf", ops.layernorm_forward, a.lnf, a.lnf_mean, a.lnf_rstd, residual, w.lnfw, w.lnfb, B, T, C)
+        run("lm_head", ops.matmul_forward, a.logits, a.lnf, w.wte, None, B, T, C, Vp)
 
     # ------------------------------------------------------------------ helpers
 
@@ -217,29 +220,28 @@ class GPT2:
         return KVCache(list(xp.zeros(shape, dtype)), list(xp.zeros(shape, dtype)), xp.zeros(batch_size, np.int32))
 
     def activations(self):
-        """The activations of the last call (a namespace of arrays named as in ACTIVATION_SHAPES)."""
+        """The activations of the last plain call (a namespace of arrays named as in ACTIVATION_SHAPES)."""
         return self._activations_for[1] if self._activations_for else None
+
+    def new_activations(self, B: int, T: int):
+        """A fresh set of activations for B rows of T tokens, owned by the caller."""
+        c = self.config
+        sizes = dict(L=c.num_layers, B=B, T=T, C=c.channels, NH=c.num_heads, Vp=c.padded_vocab_size)
+        arrays = {name: self.backend.empty(*_shape(spec, sizes)) for name, spec in ACTIVATION_SHAPES.items()}
+        return types.SimpleNamespace(**{name: list(array) if ACTIVATION_SHAPES[name].startswith("L ") else array
+                                        for name, array in arrays.items()})
 
     def _activations(self, B: int, T: int):
         if self._activations_for is None or self._activations_for[0] != (B, T):
-            c = self.config
-            sizes = dict(L=c.num_layers, B=B, T=T, C=c.channels, NH=c.num_heads, Vp=c.padded_vocab_size)
-            arrays = {name: self.backend.empty(*_shape(spec, sizes)) for name, spec in ACTIVATION_SHAPES.items()}
-            arrays = {name: list(array) if ACTIVATION_SHAPES[name].startswith("L ") else array
-                      for name, array in arrays.items()}
-            self._output_names = {id(view): name for name, value in arrays.items()
-                                  for view in (value if isinstance(value, list) else [value])}
-            self._activations_for = ((B, T), types.SimpleNamespace(**arrays))
+            self._activations_for = ((B, T), self.new_activations(B, T))
         return self._activations_for[1]
 
-    def step_name(self, output) -> str:
-        """The forward-pass step that writes `output` (ln1, qkv, attention, ...), or "kv_append"."""
-        return STEP_OF_OUTPUT.get(self._output_names.get(id(output)), "kv_append")
-
-    def _ops(self, layer: int | None = None) -> ForwardOps:
-        if self.step_check is not None:
-            return self.step_check.at(layer)
-        return _NvtxOps(self) if self.nvtx else self.backend.ops
+    def _runner(self, layer: int | None) -> Callable:
+        """run(step, kernel, *args): the call itself, or the observer's (see the module docstring)."""
+        observer = self.observer or (nvtx_observer if self.nvtx else None)
+        if observer is None:
+            return _call
+        return lambda step, kernel, *args: observer(step, layer, kernel, args)
 
     def profile_range(self, name: str):
         """An NVTX range on the profiler's timeline when self.nvtx is set."""
@@ -263,3 +265,7 @@ class GPT2:
         if ndim == 2 and host.shape[1] > max_T:
             raise TokenError(f"{host.shape[1]} tokens exceed the model's context of {max_T}")
         return self.backend.upload(host.astype(np.int32))
+
+
+def _call(step: str, kernel: Callable, *args) -> None:
+    kernel(*args)

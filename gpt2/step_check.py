@@ -18,11 +18,10 @@ from __future__ import annotations
 import dataclasses
 import functools
 import sys
-import types
 
 import numpy as np
 
-from gpt2.ops import MODEL_FUNCTIONS, parameters
+from gpt2.ops import parameters
 from kernel_runtime import KitError
 from kernel_runtime.commands import OneLineArgumentParser
 from kernel_runtime.device import exit_without_gpu
@@ -62,46 +61,38 @@ def compare(candidate: np.ndarray, gold: np.ndarray) -> tuple[float, float]:
 
 
 class StepChecker:
-    """Stands in for the model's host functions (model.step_check = checker)."""
+    """The model's observer (model.observer = checker): each call runs on gold, then on the candidate."""
 
-    def __init__(self, candidate, gold, step_name):
-        self.candidate, self.gold, self.step_name = candidate, gold, step_name
+    def __init__(self, candidate):
+        self.candidate = candidate
         self.steps: list[Step] = []
-        self._layer = None
-
-    def at(self, layer: int | None):
-        self._layer = layer
-        return types.SimpleNamespace(**{name: self._checked(name) for name in MODEL_FUNCTIONS})
 
     def first_failure(self) -> Step | None:
         return next((s for s in self.steps if not s.passed), None)
 
-    def _checked(self, name: str):
+    def __call__(self, step: str, layer: int | None, kernel, args: tuple) -> None:
+        import cupy
+
+        name = kernel.__name__
         outputs, scratch = written_positions(name)
-
-        def call(*args):
-            import cupy
-
-            step = self.step_name(args[0])
-            where = step if self._layer is None else f"layer {self._layer} {step}"
-            mine = list(args)
-            for i in outputs + scratch:
-                mine[i] = cupy.full_like(args[i], np.nan)
-            getattr(self.gold, name)(*args)
-            getattr(self.candidate, name)(*mine)
-            for i in outputs:
-                self.steps.append(Step(where, name, i, *compare(cupy.asnumpy(mine[i]), cupy.asnumpy(args[i]))))
-        return call
+        where = step if layer is None else f"layer {layer} {step}"
+        mine = list(args)
+        for i in outputs + scratch:
+            mine[i] = cupy.full_like(args[i], np.nan)
+        kernel(*args)
+        getattr(self.candidate, name)(*mine)
+        for i in outputs:
+            self.steps.append(Step(where, name, i, *compare(cupy.asnumpy(mine[i]), cupy.asnumpy(args[i]))))
 
 
 def run(model, tokens: np.ndarray, candidate) -> StepChecker:
     """One forward pass of `model` (on the gold backend) with every call checked against `candidate`."""
-    checker = StepChecker(candidate, model.backend.ops, model.step_name)
-    model.step_check = checker
+    checker = StepChecker(candidate)
+    model.observer = checker
     try:
         model.forward(tokens)
     finally:
-        model.step_check = None
+        model.observer = None
     return checker
 
 

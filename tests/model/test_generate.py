@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 
+from gpt2.decoding import make_decoder
 from gpt2.generate import GREEDY, Sampling, SamplingError, fit_prompt, generate, next_token
 from gpt2.model import GPT2, TokenError
 from tests.model.helpers import TINY, perturbed_parameters
@@ -81,6 +82,28 @@ def test_kv_cache_greedy_equals_full_recompute(model, seed):
     cached = generate(model, prompt, 20, GREEDY, use_cache=True, stop_at_end_of_text=False)
     recomputed = generate(model, prompt, 20, GREEDY, use_cache=False, stop_at_end_of_text=False)
     assert cached == recomputed and len(cached) == 20
+
+
+@pytest.mark.parametrize("batch_size", [1, 3])
+def test_launched_decoder_logits_equal_recompute(model, batch_size):
+    rng = np.random.default_rng(batch_size)
+    prompt = rng.integers(0, 50257, (batch_size, 6))
+    decoders = [make_decoder(model, kind, batch_size) for kind in ("recompute", "launched")]
+    for logits in zip(*(d.prefill(prompt) for d in decoders)):
+        np.testing.assert_allclose(*logits, rtol=0, atol=1e-12)
+    for _ in range(4):
+        tokens = rng.integers(0, 50257, batch_size)
+        recomputed, launched = (d.step(tokens) for d in decoders)
+        assert recomputed.shape == launched.shape == (batch_size, 50257)
+        np.testing.assert_allclose(recomputed, launched, rtol=0, atol=1e-12)
+    assert decoders[1].cache.length == 10
+
+
+def test_decoder_kinds_are_checked(model):
+    with pytest.raises(ValueError, match="no decoder 'fast'; the kinds are recompute, launched, graph"):
+        make_decoder(model, "fast", 1)
+    with pytest.raises(ValueError, match="CUDA graphs need the kernels backend, not 'reference'"):
+        make_decoder(model, "graph", 1)
 
 
 def test_decode_step_logits_equal_a_full_forward(model):

@@ -15,7 +15,7 @@ from gpt2 import step_check
 from gpt2.config import preset
 from gpt2.backends import kernel_ops
 from gpt2.generate import GREEDY, generate
-from gpt2.graph import CapturedDecodeStep
+from gpt2.decoding import make_decoder
 from gpt2.model import GPT2
 from tests.model.helpers import perturbed_parameters
 
@@ -87,19 +87,40 @@ def test_graph_replay_logits_equal_launched_step(weights):
     model = GPT2(*weights, backend="kernels")
     prompt = np.random.default_rng(4).integers(0, 50257, (1, 12)).astype(np.int32)
     logits = {}
-    for mode in ("launched", "graphed"):
-        cache = model.new_cache(1)
-        model.forward(prompt, cache)
-        model.decode_step(np.array([11], np.int32), cache)
-        if mode == "graphed":
-            step = CapturedDecodeStep(model, cache, batch_size=1)
-            logits[mode] = [step([t])[0] for t in (12, 13, 14)]
-        else:
-            logits[mode] = [model.backend.to_host(model.decode_step(np.array([t], np.int32), cache))[0]
-                            for t in (12, 13, 14)]
-        assert cache.length == 16 and int(cache.lengths[0]) == 16
-    for launched, graphed in zip(logits["launched"], logits["graphed"]):
+    for kind in ("launched", "graph"):
+        decoder = make_decoder(model, kind, batch_size=1)
+        decoder.prefill(prompt)
+        logits[kind] = [decoder.step([t]) for t in (11, 12, 13, 14)]
+        assert decoder.cache.length == 16 and int(decoder.cache.lengths[0]) == 16
+    for launched, graphed in zip(logits["launched"], logits["graph"]):
         np.testing.assert_array_equal(launched, graphed)  # the same kernels on the same data
+
+
+@pytest.mark.parametrize("seed", [0, 1], ids=lambda s: f"seed{s}")
+def test_a_graph_owns_its_buffers_through_other_work(weights, seed):
+    """Between replays, forward passes of other shapes free and reallocate the model's own
+    activations, and bystander arrays of the step's sizes take whatever CuPy's pool holds
+    free: the replays must neither write into them nor change their own logits."""
+    model = GPT2(*weights, backend="kernels")
+    rng = np.random.default_rng(seed)
+    prompt = rng.integers(0, 50257, (1, 9)).astype(np.int32)
+    steps = [int(t) for t in rng.integers(0, 50257, 5)]
+    undisturbed = make_decoder(model, "launched", batch_size=1)
+    undisturbed.prefill(prompt)
+    expected = [undisturbed.step([t]) for t in steps]
+    del undisturbed
+
+    decoder = make_decoder(model, "graph", batch_size=1)
+    decoder.prefill(prompt)
+    np.testing.assert_array_equal(decoder.step([steps[0]]), expected[0])  # launched, then captured
+    for number in range(1, len(steps)):
+        model.forward(rng.integers(0, 50257, (1 + number, 2 + number)).astype(np.int32))
+        bystanders = model.new_activations(1, 1)  # the sizes of the step's buffers: the pool's free ones first
+        arrays = [a for value in vars(bystanders).values() for a in (value if isinstance(value, list) else [value])]
+        for array in arrays:
+            array.fill(7.0)
+        np.testing.assert_array_equal(decoder.step([steps[number]]), expected[number])
+        assert all(bool((array == 7.0).all()) for array in arrays), "a replay wrote into another array"
 
 
 def test_decode_step_logits_match_the_reference(weights):

@@ -1,0 +1,117 @@
+"""Decoders: a prompt's prefill, then one step per new token, each owning what it runs on.
+
+Three forms behind one interface:
+
+    recompute  no cache: every step runs the whole sequence again (the yardstick)
+    launched   a KV cache; each step's ~135 kernels launched one by one from Python
+    graph      a KV cache; the step captured once as a CUDA graph and replayed
+
+    decoder = make_decoder(model, "graph", batch_size=1)
+    logits = decoder.prefill(prompt)        # tokens (B, T) -> the last position's logits (B, V), host
+    logits = decoder.step(next_tokens)      # tokens (B,)   -> logits (B, V), host
+
+A decoder owns its KV cache, its step's activations and its graph. A graph replays
+the device addresses it was captured with, so every buffer it touches must live as
+long as the graph and belong to nothing else: a forward pass of another shape on the
+same model, or any other allocation, can then never land in them.
+
+A captured step does not depend on the host: the new tokens are read from a device
+buffer the decoder owns, and positions and cache lengths from the cache's
+device-side `lengths`, which the step itself advances. So one graph serves every
+step. Capture records launches without running them, and a kernel cannot be
+compiled or loaded while a capture is open, so the first step is launched and the
+capture comes after it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from gpt2.model import GPT2
+
+KINDS = ("recompute", "launched", "graph")
+
+
+class RecomputeDecoder:
+    """No cache: every step runs the whole sequence so far."""
+
+    def __init__(self, model: GPT2, batch_size: int):
+        self.model, self.batch_size = model, batch_size
+        self.tokens = np.zeros((batch_size, 0), np.int32)
+
+    def prefill(self, tokens) -> np.ndarray:
+        self.tokens = np.asarray(tokens, np.int32).reshape(self.batch_size, -1)
+        return self._last_logits()
+
+    def step(self, tokens) -> np.ndarray:
+        self.tokens = np.concatenate([self.tokens, np.asarray(tokens, np.int32).reshape(-1, 1)], axis=1)
+        return self._last_logits()
+
+    def _last_logits(self) -> np.ndarray:
+        return self.model.backend.to_host(self.model.forward(self.tokens)[:, -1])
+
+
+class LaunchedDecoder:
+    """A KV cache and the step's own activations; each step launched from Python."""
+
+    def __init__(self, model: GPT2, batch_size: int):
+        self.model, self.batch_size = model, batch_size
+        self.cache = model.new_cache(batch_size)
+        self.activations = model.new_activations(batch_size, 1)
+
+    def prefill(self, tokens) -> np.ndarray:
+        tokens = np.asarray(tokens, np.int32).reshape(self.batch_size, -1)
+        prefill_activations = self.model.new_activations(*tokens.shape)  # freed after: nothing captured them
+        logits = self.model.forward(tokens, self.cache, prefill_activations)[:, -1]
+        return self.model.backend.to_host(logits)
+
+    def step(self, tokens) -> np.ndarray:
+        tokens = np.asarray(tokens, np.int32).reshape(self.batch_size)
+        return self.model.backend.to_host(self.model.decode_step(tokens, self.cache, self.activations))
+
+
+class GraphDecoder(LaunchedDecoder):
+    """The launched decoder's step, captured once as a CUDA graph after its first launch."""
+
+    def __init__(self, model: GPT2, batch_size: int):
+        if model.backend.name != "kernels":
+            raise ValueError(f"CUDA graphs need the kernels backend, not {model.backend.name!r} "
+                             "(gold allocates inside its calls, the reference runs on the CPU)")
+        super().__init__(model, batch_size)
+        self.graph = None
+
+    def step(self, tokens) -> np.ndarray:
+        if self.graph is None:
+            logits = super().step(tokens)  # compiles and loads every kernel of the step
+            self._capture()
+            return logits
+        self.cache.check_room(1)
+        with self.stream:  # the copy in, the step and the copy out, in order on one stream
+            self.tokens.set(np.asarray(tokens, np.int32).reshape(self.batch_size))
+            self.graph.launch()
+            logits = self.logits.get()
+        self.cache.length += 1
+        return logits
+
+    def _capture(self) -> None:
+        import cupy
+
+        self.tokens = cupy.zeros(self.batch_size, np.int32)
+        self.stream = cupy.cuda.Stream(non_blocking=True)
+        cupy.cuda.Device().synchronize()  # earlier steps ran on another stream
+        with self.stream:
+            self.stream.begin_capture()
+            try:
+                self.logits = self.model.decode_launches(self.tokens, self.cache, self.activations)
+            finally:
+                self.graph = self.stream.end_capture()
+
+
+DECODERS = {"recompute": RecomputeDecoder, "launched": LaunchedDecoder, "graph": GraphDecoder}
+
+
+def make_decoder(model: GPT2, kind: str, batch_size: int):
+    """A decoder of `kind` (one of KINDS) for `batch_size` rows."""
+    if kind not in DECODERS:
+        raise ValueError(f"no decoder {kind!r}; the kinds are {', '.join(KINDS)}")
+    return DECODERS[kind](model, batch_size)
