@@ -9,6 +9,7 @@ Three forms behind one interface:
     decoder = make_decoder(model, "graph", batch_size=1)
     logits = decoder.prefill(prompt)        # tokens (B, T) -> the last position's logits (B, V), host
     logits = decoder.step(next_tokens)      # tokens (B,)   -> logits (B, V), host
+    decoder.reorder(rows)                   # row i continues from row rows[i] (beam search)
 
 A decoder owns its KV cache, its step's activations and its graph. A graph replays
 the device addresses it was captured with, so every buffer it touches must live as
@@ -47,6 +48,9 @@ class RecomputeDecoder:
         self.tokens = np.concatenate([self.tokens, np.asarray(tokens, np.int32).reshape(-1, 1)], axis=1)
         return self._last_logits()
 
+    def reorder(self, rows) -> None:
+        self.tokens = self.tokens[np.asarray(rows)]
+
     def _last_logits(self) -> np.ndarray:
         return self.model.backend.to_host(self.model.forward(self.tokens)[:, -1])
 
@@ -68,6 +72,13 @@ class LaunchedDecoder:
     def step(self, tokens) -> np.ndarray:
         tokens = np.asarray(tokens, np.int32).reshape(self.batch_size)
         return self.model.backend.to_host(self.model.decode_step(tokens, self.cache, self.activations))
+
+    def reorder(self, rows) -> None:
+        """Row i of the cache becomes a copy of row rows[i], in place: a captured graph keeps its addresses."""
+        rows = self.model.backend.xp.asarray(np.asarray(rows, np.int64))
+        filled = self.cache.length
+        for layer_cache in self.cache.k + self.cache.v:
+            layer_cache[:, :, :filled] = layer_cache[rows, :, :filled]
 
 
 class GraphDecoder(LaunchedDecoder):
@@ -92,6 +103,12 @@ class GraphDecoder(LaunchedDecoder):
             logits = self.logits.get()
         self.cache.length += 1
         return logits
+
+    def reorder(self, rows) -> None:
+        if self.graph is None:
+            return super().reorder(rows)
+        with self.stream:  # the graph's own stream, which does not wait for the default one
+            super().reorder(rows)
 
     def _capture(self) -> None:
         import cupy

@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 
+from gpt2.beam_search import BeamSearch, beam_search
 from gpt2.decoding import make_decoder
 from gpt2.generate import GREEDY, Sampling, SamplingError, fit_prompt, generate, next_token
 from gpt2.model import GPT2, TokenError
@@ -137,3 +138,23 @@ def test_generation_stops_at_end_of_text(model):
 def test_bad_tokens_give_one_line(model, tokens, message):
     with pytest.raises(TokenError, match=message):
         model(tokens)
+
+
+@pytest.mark.parametrize("num_beams", [2, 4])
+def test_beam_search_is_the_same_over_every_decoder(model, num_beams):
+    """Reordering the cache's rows in place gives what recomputing the reordered sequences gives."""
+    prompts = [list(range(7, 12)), list(range(300, 305))]
+    search = BeamSearch(num_beams, length_penalty=1.0)
+    recomputed, launched = (beam_search(model, prompts, 8, search, decoder_kind=kind) for kind in ("recompute",
+                                                                                                  "launched"))
+    assert recomputed.sequences == launched.sequences
+    np.testing.assert_allclose(recomputed.scores, launched.scores, rtol=0, atol=1e-5)
+    assert all(len(s) == len(prompts[0]) + 8 for beams in launched.sequences for s in beams)
+    assert all(beams[0][:5] == prompt for beams, prompt in zip(launched.sequences, prompts))
+
+
+def test_beam_search_options_are_checked():
+    with pytest.raises(ValueError, match="num_beams must be >= 1, got 0"):
+        BeamSearch(0)
+    with pytest.raises(ValueError, match="early_stopping must be True, False or 'never', got 'sometimes'"):
+        BeamSearch(2, early_stopping="sometimes")

@@ -1,4 +1,4 @@
-"""The NumPy reference GPT-2 against Hugging Face transformers' GPT2LMHeadModel.
+"""The NumPy reference GPT-2, and its beam search, against Hugging Face transformers.
 
 Same random weights on both sides, both in float64 on the CPU, so they must agree
 to rounding (1e-9 of the logits' scale). This is what proves the checkpoint layout,
@@ -12,6 +12,7 @@ import pytest
 torch = pytest.importorskip("torch", reason="needs PyTorch and transformers: the README's Setup says how to add them")
 transformers = pytest.importorskip("transformers", reason="needs transformers: pip install -e '.[hf]'")
 
+from gpt2.beam_search import BeamSearch, beam_search  # noqa: E402
 from gpt2.checkpoint import read_hf, write_hf  # noqa: E402
 from gpt2.model import GPT2  # noqa: E402
 from tests.model.helpers import TINY, perturbed_parameters  # noqa: E402
@@ -57,3 +58,35 @@ def test_transformers_reads_what_write_hf_writes(tmp_path):
     theirs = hf_logits(model, tokens)
     ours = GPT2(TINY, params, backend="reference")(tokens)
     np.testing.assert_allclose(ours, theirs, rtol=0, atol=1e-9 * np.abs(theirs).max())
+
+
+def eos_leaning_parameters(seed: int, lean: float) -> dict:
+    """TINY's weights with the final layernorm's bias pushed along end-of-text's embedding, so that
+    end-of-text's logit rises by `lean`: hypotheses then finish at different steps."""
+    params = perturbed_parameters(TINY, seed=seed)
+    eos = params["wte"][50256].astype(np.float64)
+    params["lnfb"] = (params["lnfb"] + lean * eos / (eos @ eos)).astype(np.float32)
+    return params
+
+
+@pytest.mark.parametrize("lean", [0.0, 1.1, 1.5], ids=lambda v: f"lean{v}")
+@pytest.mark.parametrize("num_beams, length_penalty, early_stopping", [
+    (3, 1.0, False), (5, 1.0, False), (4, 0.0, True), (3, 1.0, True), (5, 0.5, True), (4, 2.0, "never"),
+    (2, -1.0, False)])
+def test_beam_search_equals_transformers(tmp_path, lean, num_beams, length_penalty, early_stopping):
+    """Sequences and scores of every returned hypothesis, on the reference backend (float64
+    logits; the search itself in float32, as transformers runs it)."""
+    params = eos_leaning_parameters(seed=3, lean=lean)
+    write_hf(tmp_path, TINY, params)
+    theirs_model = transformers.GPT2LMHeadModel.from_pretrained(tmp_path).double().eval()
+    prompt = [list(np.random.default_rng(num_beams).integers(0, 50257, 5))]
+    search = BeamSearch(num_beams, length_penalty, early_stopping)
+    ours = beam_search(GPT2(TINY, params, backend="reference"), prompt, 12, search)
+    with torch.no_grad():
+        theirs = theirs_model.generate(torch.tensor(prompt), num_beams=num_beams, num_return_sequences=num_beams,
+                                       max_new_tokens=12, length_penalty=length_penalty, early_stopping=early_stopping,
+                                       do_sample=False, return_dict_in_generate=True, output_scores=True,
+                                       pad_token_id=50256)
+    width = theirs.sequences.shape[1]  # transformers pads the shorter ones with end-of-text
+    assert [s + [50256] * (width - len(s)) for s in ours.sequences[0]] == theirs.sequences.tolist()
+    np.testing.assert_allclose(ours.scores[0], theirs.sequences_scores.numpy(), rtol=1e-5, atol=1e-6)

@@ -15,6 +15,7 @@ from gpt2 import step_check
 from gpt2.config import preset
 from gpt2.backends import kernel_ops
 from gpt2.generate import GREEDY, generate
+from gpt2.beam_search import BeamSearch, beam_search
 from gpt2.decoding import make_decoder
 from gpt2.model import GPT2
 from tests.model.helpers import perturbed_parameters
@@ -134,3 +135,13 @@ def test_decode_step_logits_match_the_reference(weights):
         results.append(model.backend.to_host(step))
     scale = np.abs(results[1]).max()
     assert np.abs(results[0] - results[1]).max() <= LOGITS_TOLERANCE * scale
+
+
+def test_beam_search_on_a_graph_equals_launched_steps(weights):
+    """The graph's replays follow the in-place reordering of the cache's rows."""
+    model = GPT2(*weights, backend="kernels")
+    prompt = [list(np.random.default_rng(6).integers(0, 50257, 5))]
+    search = BeamSearch(5, length_penalty=1.0)
+    launched, graphed = (beam_search(model, prompt, 16, search, decoder_kind=kind) for kind in ("launched", "graph"))
+    assert launched.sequences == graphed.sequences
+    np.testing.assert_array_equal(launched.scores, graphed.scores)

@@ -1,0 +1,138 @@
+"""Beam search over a decoder, as transformers' `generate(num_beams=...)` defines it.
+
+Each prompt runs as `num_beams` rows of one decoder. Per step, on the host:
+
+    scores = log_softmax(logits) + each beam's running score       (float32, as transformers)
+    the 2 * num_beams best (beam, token) continuations of all beams
+    those that end (end-of-text, or the length limit) are hypotheses: their score is
+        sum of log-probabilities / generated_length ** length_penalty
+    and the best num_beams of them are kept; the best num_beams that go on are the
+    next beams, and the decoder's rows (the KV cache) are reordered to follow them.
+
+The search stops when no running beam can beat the worst kept hypothesis (the
+`early_stopping` heuristics: False, True or "never", as transformers' docs define
+them), or at max_new_tokens. The result is every prompt's num_beams hypotheses,
+best first, with their scores.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from gpt2.decoding import make_decoder
+from gpt2.model import GPT2
+from gpt2.tokenizer import END_OF_TEXT
+
+NEGATIVE = np.float32(-1e9)  # transformers' "impossible" score
+
+
+@dataclasses.dataclass(frozen=True)
+class BeamSearch:
+    num_beams: int
+    length_penalty: float = 1.0
+    early_stopping: bool | str = False  # True, False or "never"
+
+    def __post_init__(self):
+        if self.num_beams < 1:
+            raise ValueError(f"num_beams must be >= 1, got {self.num_beams}")
+        if self.early_stopping not in (True, False, "never"):
+            raise ValueError(f"early_stopping must be True, False or 'never', got {self.early_stopping!r}")
+
+
+@dataclasses.dataclass
+class Hypotheses:
+    """Per prompt, num_beams sequences (prompt and new tokens, best first) and their scores."""
+
+    sequences: list[list[list[int]]]
+    scores: np.ndarray  # (prompts, num_beams) float32
+
+
+def beam_search(model: GPT2, prompts: list[list[int]], max_new_tokens: int, search: BeamSearch,
+                decoder_kind: str = "launched", end_of_text: int = END_OF_TEXT) -> Hypotheses:
+    """Beam search from each prompt (all of one length) for at most max_new_tokens new tokens."""
+    prompts = np.asarray(prompts, np.int64)
+    P, prompt_length = prompts.shape
+    K = search.num_beams
+    max_length = prompt_length + max_new_tokens
+    decoder = make_decoder(model, decoder_kind, batch_size=P * K)
+    logits = decoder.prefill(np.repeat(prompts, K, axis=0))
+
+    running = np.repeat(prompts[:, None, :], K, axis=1)          # (P, K, length) tokens of the running beams
+    running_scores = np.zeros((P, K), np.float32)
+    running_scores[:, 1:] = NEGATIVE                             # at first every beam is the same: keep one
+    finished = np.full((P, K, max_length), end_of_text, np.int64)
+    finished_scores = np.full((P, K), NEGATIVE, np.float32)
+    is_finished = np.zeros((P, K), bool)
+    improvable = np.ones(P, bool)
+    length = prompt_length
+    while True:
+        log_probs = _log_softmax(logits.astype(np.float32)).reshape(P, K, -1) + running_scores[:, :, None]
+        V = log_probs.shape[-1]
+        flat = log_probs.reshape(P, K * V)
+        top = _top_indices(flat, 2 * K)                          # (P, 2K), best first
+        top_scores = np.take_along_axis(flat, top, axis=1)
+        top_beams, top_tokens = top // V, top % V
+        top_sequences = np.concatenate([np.take_along_axis(running, top_beams[:, :, None], axis=1),
+                                        top_tokens[:, :, None]], axis=2)
+        ends = (top_tokens == end_of_text) | (length + 1 >= max_length)
+
+        going_on = _top_indices(top_scores + ends * NEGATIVE, K)
+        running = np.take_along_axis(top_sequences, going_on[:, :, None], axis=1)
+        running_scores = np.take_along_axis(top_scores + ends * NEGATIVE, going_on, axis=1)
+        beam_rows = np.take_along_axis(top_beams, going_on, axis=1)
+
+        candidates = top_scores / np.float32((length + 1 - prompt_length) ** search.length_penalty)
+        just_finished = ends & (np.arange(2 * K) < K)[None, :]   # only the best K may become hypotheses
+        closed = (is_finished.all(axis=1) & (search.early_stopping is True)) | ~improvable
+        candidates = candidates + closed[:, None] * NEGATIVE + ~just_finished * NEGATIVE
+        padded = np.full((P, 2 * K, max_length), end_of_text, np.int64)
+        padded[:, :, :length + 1] = top_sequences
+        merged = _top_indices(np.concatenate([finished_scores, candidates], axis=1), K)
+        finished = np.take_along_axis(np.concatenate([finished, padded], axis=1), merged[:, :, None], axis=1)
+        finished_scores = np.take_along_axis(np.concatenate([finished_scores, candidates], axis=1), merged, axis=1)
+        is_finished = np.take_along_axis(np.concatenate([is_finished, just_finished], axis=1), merged, axis=1)
+
+        length += 1
+        improvable &= _may_improve(running_scores, finished_scores, is_finished, length, max_length, prompt_length,
+                                   search)
+        exists_open_beam = not (is_finished.all() and search.early_stopping is True)
+        if not (improvable.any() and exists_open_beam and not ends.all()):
+            break
+        rows = (beam_rows + np.arange(P)[:, None] * K).reshape(-1)
+        decoder.reorder(rows)
+        logits = decoder.step(running[:, :, -1].reshape(-1))
+
+    generated = length - prompt_length
+    return Hypotheses([[list(map(int, seq[:_kept_length(seq, prompt_length, generated, end_of_text)]))
+                        for seq in beams] for beams in finished], finished_scores)
+
+
+def _may_improve(running_scores, finished_scores, is_finished, length, max_length, prompt_length,
+                 search: BeamSearch) -> np.ndarray:
+    """Per prompt: can the best running beam still beat the worst kept hypothesis?"""
+    if search.early_stopping == "never" and search.length_penalty > 0:
+        best_length = max_length - prompt_length
+    else:
+        best_length = length - prompt_length
+    best_running = running_scores[:, 0] / np.float32(best_length ** search.length_penalty)
+    worst_finished = np.where(is_finished.all(axis=1), finished_scores.min(axis=1), NEGATIVE)
+    return best_running > worst_finished
+
+
+def _kept_length(sequence, prompt_length: int, generated: int, end_of_text: int) -> int:
+    """A hypothesis's length: up to its first end-of-text (kept), else the whole generated length."""
+    new = sequence[prompt_length:prompt_length + generated]
+    ends = np.flatnonzero(new == end_of_text)
+    return prompt_length + (int(ends[0]) + 1 if ends.size else generated)
+
+
+def _log_softmax(logits: np.ndarray) -> np.ndarray:
+    shifted = logits - logits.max(axis=-1, keepdims=True)
+    return shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
+
+
+def _top_indices(scores: np.ndarray, k: int) -> np.ndarray:
+    """The indices of each row's k largest scores, largest first (ties: the lower index first)."""
+    return np.argsort(-scores, axis=1, kind="stable")[:, :k]
