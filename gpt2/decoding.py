@@ -7,9 +7,13 @@ Three forms behind one interface:
     graph      a KV cache; the step captured once as a CUDA graph and replayed
 
     decoder = make_decoder(model, "graph", batch_size=1)
-    logits = decoder.prefill(prompt)        # tokens (B, T) -> the last position's logits (B, V), host
+    logits = decoder.prefill(prompts)       # B rows of tokens -> each row's last logits (B, V), host
     logits = decoder.step(next_tokens)      # tokens (B,)   -> logits (B, V), host
     decoder.reorder(rows)                   # row i continues from row rows[i] (beam search)
+
+The prompts of a batch may differ in length: each row then is prefilled alone into
+its own rows of the cache, and each row's position and cache length live on the
+device, so the steps after run all rows together.
 
 A decoder owns its KV cache, its step's activations and its graph. A graph replays
 the device addresses it was captured with, so every buffer it touches must live as
@@ -28,31 +32,42 @@ from __future__ import annotations
 
 import numpy as np
 
-from gpt2.model import GPT2
+from gpt2.model import GPT2, KVCache
 
 KINDS = ("recompute", "launched", "graph")
 
 
+def prompt_rows(prompts, batch_size: int) -> list[np.ndarray]:
+    """The prompts (a (B, T) array, or B lists of any lengths) as B int32 rows."""
+    rows = [np.asarray(prompt, np.int32).reshape(-1) for prompt in prompts]
+    if len(rows) != batch_size:
+        raise ValueError(f"{len(rows)} prompts for a decoder of {batch_size} rows")
+    return rows
+
+
 class RecomputeDecoder:
-    """No cache: every step runs the whole sequence so far."""
+    """No cache: every step runs the whole sequence so far (rows of different lengths one by one)."""
 
     def __init__(self, model: GPT2, batch_size: int):
         self.model, self.batch_size = model, batch_size
-        self.tokens = np.zeros((batch_size, 0), np.int32)
+        self.rows: list[np.ndarray] = []
 
-    def prefill(self, tokens) -> np.ndarray:
-        self.tokens = np.asarray(tokens, np.int32).reshape(self.batch_size, -1)
+    def prefill(self, prompts) -> np.ndarray:
+        self.rows = prompt_rows(prompts, self.batch_size)
         return self._last_logits()
 
     def step(self, tokens) -> np.ndarray:
-        self.tokens = np.concatenate([self.tokens, np.asarray(tokens, np.int32).reshape(-1, 1)], axis=1)
+        self.rows = [np.append(row, np.int32(token)) for row, token in zip(self.rows, np.asarray(tokens).reshape(-1))]
         return self._last_logits()
 
     def reorder(self, rows) -> None:
-        self.tokens = self.tokens[np.asarray(rows)]
+        self.rows = [self.rows[i] for i in rows]
 
     def _last_logits(self) -> np.ndarray:
-        return self.model.backend.to_host(self.model.forward(self.tokens)[:, -1])
+        forward, to_host = self.model.forward, self.model.backend.to_host
+        if len({len(row) for row in self.rows}) == 1:
+            return to_host(forward(np.stack(self.rows))[:, -1])
+        return np.concatenate([to_host(forward(row[None, :])[:, -1]) for row in self.rows])
 
 
 class LaunchedDecoder:
@@ -63,11 +78,17 @@ class LaunchedDecoder:
         self.cache = model.new_cache(batch_size)
         self.activations = model.new_activations(batch_size, 1)
 
-    def prefill(self, tokens) -> np.ndarray:
-        tokens = np.asarray(tokens, np.int32).reshape(self.batch_size, -1)
-        prefill_activations = self.model.new_activations(*tokens.shape)  # freed after: nothing captured them
-        logits = self.model.forward(tokens, self.cache, prefill_activations)[:, -1]
-        return self.model.backend.to_host(logits)
+    def prefill(self, prompts) -> np.ndarray:
+        rows = prompt_rows(prompts, self.batch_size)
+        if len({len(row) for row in rows}) == 1:
+            return self._prefill(np.stack(rows), self.cache)
+        logits = [self._prefill(row[None, :], self.cache.rows(b, b + 1)) for b, row in enumerate(rows)]
+        self.cache.length = max(len(row) for row in rows)  # the host's check of room: the longest row
+        return np.concatenate(logits)
+
+    def _prefill(self, tokens: np.ndarray, cache: KVCache) -> np.ndarray:
+        activations = self.model.new_activations(*tokens.shape)  # freed after: nothing captured them
+        return self.model.backend.to_host(self.model.forward(tokens, cache, activations)[:, -1])
 
     def step(self, tokens) -> np.ndarray:
         tokens = np.asarray(tokens, np.int32).reshape(self.batch_size)

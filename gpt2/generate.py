@@ -97,21 +97,40 @@ def generate(model: GPT2, prompt: list[int], max_new_tokens: int, sampling: Samp
     """The new token ids (without the prompt), streamed one by one to on_token: a
     sampling loop over a decoder (gpt2.decoding). With the cache on the kernels
     backend, decode steps replay a CUDA graph of the step unless use_graph is False."""
-    tokens = fit_prompt(list(prompt), max_new_tokens, model.config.max_T, warn)
+    stream = None if on_token is None else lambda row, token: on_token(token)
+    return generate_batch(model, [prompt], max_new_tokens, sampling, use_cache=use_cache, use_graph=use_graph,
+                          stop_at_end_of_text=stop_at_end_of_text, on_token=stream, warn=warn)[0]
+
+
+def generate_batch(model: GPT2, prompts: list[list[int]], max_new_tokens: int, sampling: Sampling = GREEDY, *,
+                   use_cache: bool = True, use_graph: bool = True, stop_at_end_of_text: bool = True,
+                   on_token: Callable[[int, int], None] | None = None,
+                   warn: Callable[[str], None] = lambda m: print(f"warning: {m}", file=sys.stderr)
+                   ) -> list[list[int]]:
+    """Each prompt's new tokens, the prompts (of any lengths) decoded together as the rows
+    of one decoder; on_token(row, token) streams them. A row that has ended (end-of-text
+    or its budget) takes no more tokens, while the others go on. Under greedy decoding
+    each row's tokens are its own generate()'s; sampling draws every row's tokens from
+    one generator seeded by sampling.seed, row after row."""
+    prompts = [fit_prompt(list(prompt), max_new_tokens, model.config.max_T, warn) for prompt in prompts]
     if max_new_tokens == 0:
-        return []
-    decoder = make_decoder(model, decoder_kind(model, use_cache, use_graph), batch_size=1)
+        return [[] for _ in prompts]
+    decoder = make_decoder(model, decoder_kind(model, use_cache, use_graph), batch_size=len(prompts))
     rng = np.random.default_rng(sampling.seed)
-    new: list[int] = []
-    logits = decoder.prefill([tokens])[0]
+    new: list[list[int]] = [[] for _ in prompts]
+    running = list(range(len(prompts)))
+    logits = decoder.prefill(prompts)
     while True:
-        token = next_token(logits, sampling, rng)
-        new.append(token)
-        if on_token is not None:
-            on_token(token)
-        if (stop_at_end_of_text and token == END_OF_TEXT) or len(new) == max_new_tokens:
+        tokens = [next_token(row_logits, sampling, rng) for row_logits in logits]
+        for row in running:
+            new[row].append(tokens[row])
+            if on_token is not None:
+                on_token(row, tokens[row])
+        running = [row for row in running if len(new[row]) < max_new_tokens
+                   and not (stop_at_end_of_text and tokens[row] == END_OF_TEXT)]
+        if not running:
             return new
-        logits = decoder.step([token])[0]
+        logits = decoder.step(tokens)
 
 
 def decoder_kind(model: GPT2, use_cache: bool, use_graph: bool) -> str:

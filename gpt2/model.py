@@ -94,7 +94,7 @@ class KVCache:
     """Keys and values of every token so far: k[l] and v[l] (B, NH, max_T, HS) for layer l.
 
     lengths (B,) int32 lives on the backend's device and is what the kernels read;
-    `length` is the host's copy, used only for checks (all rows advance together)."""
+    `length` is the host's count for checks: the longest row's length."""
 
     k: list
     v: list
@@ -106,6 +106,10 @@ class KVCache:
         max_T = self.k[0].shape[2]
         if self.length + count > max_T:
             raise TokenError(f"the KV cache is full: {self.length} tokens, the model's context is {max_T}")
+
+    def rows(self, start: int, stop: int) -> "KVCache":
+        """Rows start..stop of this cache as an empty cache of their own (views: what it stores lands here)."""
+        return KVCache([k[start:stop] for k in self.k], [v[start:stop] for v in self.v], self.lengths[start:stop])
 
     def advance(self, count: int) -> None:
         self.lengths += count  # a device-side add: nothing is copied to the host

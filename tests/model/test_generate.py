@@ -5,8 +5,9 @@ import pytest
 
 from gpt2.beam_search import BeamSearch, beam_search
 from gpt2.decoding import make_decoder
-from gpt2.generate import GREEDY, Sampling, SamplingError, fit_prompt, generate, next_token
+from gpt2.generate import GREEDY, Sampling, SamplingError, fit_prompt, generate, generate_batch, next_token
 from gpt2.model import GPT2, TokenError
+from gpt2.tokenizer import END_OF_TEXT
 from tests.model.helpers import TINY, perturbed_parameters
 
 
@@ -158,3 +159,33 @@ def test_beam_search_options_are_checked():
         BeamSearch(0)
     with pytest.raises(ValueError, match="early_stopping must be True, False or 'never', got 'sometimes'"):
         BeamSearch(2, early_stopping="sometimes")
+
+
+@pytest.mark.parametrize("use_cache", [True, False], ids=["launched", "recompute"])
+@pytest.mark.parametrize("seed", [0, 1], ids=lambda s: f"seed{s}")
+def test_batched_greedy_rows_equal_their_own_generation(model, use_cache, seed):
+    """Prompts of different lengths (one token among them) decoded together as rows of one decoder."""
+    rng = np.random.default_rng(seed)
+    prompts = [list(rng.integers(0, 50257, n)) for n in (1, 6, 11)]
+    streamed = []
+    together = generate_batch(model, prompts, 9, GREEDY, use_cache=use_cache, stop_at_end_of_text=False,
+                              on_token=lambda row, token: streamed.append((row, token)))
+    alone = [generate(model, prompt, 9, GREEDY, use_cache=use_cache, stop_at_end_of_text=False) for prompt in prompts]
+    assert together == alone and all(len(tokens) == 9 for tokens in together)
+    assert sorted(streamed) == sorted((row, t) for row, tokens in enumerate(together) for t in tokens)
+
+
+def test_a_batch_row_that_ends_takes_no_more_tokens():
+    """Position 6's embedding leans towards end-of-text, so rows of different prompt lengths end at
+    different steps; each row is still its own generation, and none goes on past its end."""
+    params = perturbed_parameters(TINY, seed=3)
+    eos = params["wte"][END_OF_TEXT].astype(np.float64)
+    params["wpe"][6] += (2.0 * eos / np.linalg.norm(eos)).astype(np.float32)
+    leaning = GPT2(TINY, params, backend="reference")
+    rng = np.random.default_rng(0)
+    prompts = [list(rng.integers(0, 50257, n)) for n in (2, 3, 5, 8, 1)]
+    together = generate_batch(leaning, prompts, 8, GREEDY)
+    assert together == [generate(leaning, prompt, 8, GREEDY) for prompt in prompts]
+    assert len({len(tokens) for tokens in together}) > 2  # the rows ended at different steps
+    for tokens in together:
+        assert END_OF_TEXT not in tokens[:-1] and (len(tokens) == 8 or tokens[-1] == END_OF_TEXT)
