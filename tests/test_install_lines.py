@@ -67,7 +67,7 @@ def test_the_readme_gives_the_setups_it_promises():
     lines = readme_install_lines()
     for expected in ("-e '.[cuda13]'", "-e '.[cuda13,test]'", "-e '.[cuda12,test]'", "-e '.[test]'", "-e .",
                      "-e '.[nvrtc13,test]'", "-e '.[cuda13,test,hf]' 'torch>=2.11'",
-                     "-e '.[cuda12,test,hf]' 'torch>=2.4,<2.11'", "-e '.[test,hf]'"):
+                     "-e '.[cuda12,test,hf]' 'torch>=2.4,<2.11'", "-e '.[test,hf]'", "-e '.[experiments]'"):
         assert expected in lines, f"{expected} is not in the README"
 
 

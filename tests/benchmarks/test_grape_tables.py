@@ -1,0 +1,55 @@
+"""The Grape study's CSV and figure writers, on made-up measurements (no GPU needed)."""
+
+import csv
+import json
+
+import numpy as np
+import pytest
+
+from benchmarks.grape_tables import (BREAKDOWN_COLUMNS, GRAPH_MEMORY_COLUMNS, SPEEDOMETER_COLUMNS, Breakdown,
+                                     GraphMemory, Timing, write_breakdown, write_graph_memory, write_speedometer)
+
+pytest.importorskip("matplotlib", reason="the figures need matplotlib: pip install -e '.[experiments]'")
+
+
+def read(path):
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def assert_png(path):
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 10_000
+
+
+@pytest.mark.parametrize("seed", [0, 1], ids=lambda s: f"seed{s}")
+def test_speedometer_statistics_and_figure(tmp_path, seed):
+    rng = np.random.default_rng(seed)
+    timings = [Timing(name, {"Model": "GPT-2", "Search": "beam5"}, list(rng.uniform(0.1, 10, 7)))
+               for name in ("baseline", "ptgraph", "grape")] + [Timing("grape", {"Search": "greedy"}, [0.25])]
+    csv_path, png_path = write_speedometer(tmp_path / "out", timings, "NVIDIA H200")
+    rows = read(csv_path)
+    assert tuple(rows[0]) == SPEEDOMETER_COLUMNS and len(rows) == 4
+    for row, timing in zip(rows, timings):
+        s = np.array(timing.seconds)
+        assert row["Name"] == timing.name and json.loads(row["Attrs"]) == timing.attrs
+        expected = [s.mean(), s.std(ddof=1) if s.size > 1 else 0.0, s.min(), np.median(s), s.max()]
+        np.testing.assert_allclose([float(row[c]) for c in ("Avg", "Std", "min", "Median", "MAX")], expected,
+                                   rtol=1e-12)
+    assert_png(png_path)
+
+
+def test_breakdown_and_graph_memory(tmp_path):
+    breakdowns = [Breakdown("baseline", 1.5, 900.0, 120.0), Breakdown("grape", 0.2, 300.0, 0.0)]
+    csv_path, png_path = write_breakdown(tmp_path, breakdowns, "NVIDIA H200", "CUDA events around each stage")
+    rows = read(csv_path)
+    assert tuple(rows[0]) == BREAKDOWN_COLUMNS
+    assert [(r["Name"], float(r["Model"]), float(r["BeamSearch"])) for r in rows] == [
+        ("baseline", 900.0, 120.0), ("grape", 300.0, 0.0)]
+    assert_png(png_path)
+
+    memories = [GraphMemory("GPT-2", 5120.5, 97.25)]
+    csv_path, png_path = write_graph_memory(tmp_path, memories, "NVIDIA H200", "cudaMemGetInfo around capture")
+    rows = read(csv_path)
+    assert tuple(rows[0]) == GRAPH_MEMORY_COLUMNS
+    assert (float(rows[0]["Original Size"]), float(rows[0]["Compressed Size (MB)"])) == (5120.5, 97.25)
+    assert_png(png_path)
