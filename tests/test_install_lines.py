@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.readme import bash_blocks
+
 ROOT = Path(__file__).parents[1]
 
 pytestmark = pytest.mark.skipif(os.environ.get("KIT_INSTALL_TESTS") != "1",
@@ -29,7 +31,7 @@ CUDA_PACKAGES = re.compile(r"^(nvidia-|cuda-|cupy|torch$|triton$)", re.IGNORECAS
 
 def readme_install_lines() -> list[str]:
     """The arguments of every `.venv/bin/pip install` in the README's code blocks, as written."""
-    blocks = re.findall(r"^```bash\n(.*?)^```", (ROOT / "README.md").read_text(), re.MULTILINE | re.DOTALL)
+    blocks = bash_blocks((ROOT / "README.md").read_text())
     found = [m.group("arguments").strip() for block in blocks for m in INSTALL.finditer(block)]
     return list(dict.fromkeys(a for a in found if a != "-U pip"))
 

@@ -20,6 +20,7 @@ from kernel_runtime.device import gpu_unavailable_reason, nvrtc_unavailable_reas
 from reference import gold
 from reference.execution import Execution, execute
 from reference.registry import build, cases
+from tests.readme import bash_blocks
 
 ROOT = Path(__file__).parents[2]
 SEED = 123
@@ -236,9 +237,8 @@ def test_handout_stubs_every_solution_and_leaves_out_staff_files(handout):
 def readme_commands(readme: str) -> list[str]:
     """The kit commands of a README's code blocks, optional [bracketed] arguments dropped;
     commands naming a directory of the reader's (DIR, ~/...) are left out."""
-    blocks = re.findall(r"^```bash\n(.*?)^```", readme, re.MULTILINE | re.DOTALL)
     commands = []
-    for line in "\n".join(blocks).splitlines():
+    for line in "\n".join(bash_blocks(readme)).splitlines():
         for part in line.split("#")[0].split("&&"):
             command = re.sub(r"\s*\[[^]]*\]", "", part).strip()
             if command.startswith(".venv/bin/python -m ") and not re.search(r"\bDIR\b|~/", command):
