@@ -50,13 +50,20 @@ class Hypotheses:
 
 
 def beam_search(model: GPT2, prompts: list[list[int]], max_new_tokens: int, search: BeamSearch,
-                decoder_kind: str = "launched", end_of_text: int = END_OF_TEXT) -> Hypotheses:
-    """Beam search from each prompt (all of one length) for at most max_new_tokens new tokens."""
+                decoder="launched", end_of_text: int = END_OF_TEXT, clock=None) -> Hypotheses:
+    """Beam search from each prompt (all of one length) for at most max_new_tokens new tokens.
+
+    decoder: a kind of gpt2.decoding, or a decoder of prompts * num_beams rows to run on.
+    clock: when given, clock.mark(stage) is called as each stage begins (InputPrep: the
+    cache's reordering; Model: the step; BeamSearch: choosing on the host)."""
     prompts = np.asarray(prompts, np.int64)
     P, prompt_length = prompts.shape
     K = search.num_beams
     max_length = prompt_length + max_new_tokens
-    decoder = make_decoder(model, decoder_kind, batch_size=P * K)
+    if isinstance(decoder, str):
+        decoder = make_decoder(model, decoder, batch_size=P * K)
+    mark = clock.mark if clock is not None else lambda stage: None
+    mark("Model")
     logits = decoder.prefill(np.repeat(prompts, K, axis=0))
 
     running = np.repeat(prompts[:, None, :], K, axis=1)          # (P, K, length) tokens of the running beams
@@ -68,6 +75,7 @@ def beam_search(model: GPT2, prompts: list[list[int]], max_new_tokens: int, sear
     improvable = np.ones(P, bool)
     length = prompt_length
     while True:
+        mark("BeamSearch")
         log_probs = _log_softmax(logits.astype(np.float32)).reshape(P, K, -1) + running_scores[:, :, None]
         V = log_probs.shape[-1]
         flat = log_probs.reshape(P, K * V)
@@ -101,12 +109,20 @@ def beam_search(model: GPT2, prompts: list[list[int]], max_new_tokens: int, sear
         if not (improvable.any() and exists_open_beam and not ends.all()):
             break
         rows = (beam_rows + np.arange(P)[:, None] * K).reshape(-1)
+        mark("InputPrep")
         decoder.reorder(rows)
+        mark("Model")
         logits = decoder.step(running[:, :, -1].reshape(-1))
+    mark("end")
+    return hypotheses(finished, finished_scores, prompt_length, length - prompt_length, end_of_text)
 
-    generated = length - prompt_length
+
+def hypotheses(finished: np.ndarray, scores: np.ndarray, prompt_length: int, generated: int,
+               end_of_text: int) -> Hypotheses:
+    """Hypotheses from the kept sequences (P, K, max_length), padded with end_of_text: each
+    cut after its first end-of-text among the generated tokens, else after all of them."""
     return Hypotheses([[list(map(int, seq[:_kept_length(seq, prompt_length, generated, end_of_text)]))
-                        for seq in beams] for beams in finished], finished_scores)
+                        for seq in beams] for beams in finished], scores)
 
 
 def _may_improve(running_scores, finished_scores, is_finished, length, max_length, prompt_length,
@@ -134,5 +150,18 @@ def _log_softmax(logits: np.ndarray) -> np.ndarray:
 
 
 def _top_indices(scores: np.ndarray, k: int) -> np.ndarray:
-    """The indices of each row's k largest scores, largest first (ties: the lower index first)."""
-    return np.argsort(-scores, axis=1, kind="stable")[:, :k]
+    """The indices of each row's k largest scores, largest first (ties: the lower index first).
+
+    A stable sort of the whole row would do, but rows of num_beams * V scores are long: the
+    k-th largest value is found by partition, and only what reaches it is sorted."""
+    n = scores.shape[1]
+    if k >= n // 2:
+        return np.argsort(-scores, axis=1, kind="stable")[:, :k]
+    top = np.empty((scores.shape[0], k), np.int64)
+    for r, row in enumerate(scores):
+        kth = np.partition(row, n - k)[n - k]
+        above = np.flatnonzero(row > kth)
+        reaching = np.concatenate([above, np.flatnonzero(row == kth)[:k - above.size]])
+        reaching.sort()  # in id order, so the stable sort below breaks ties by id
+        top[r] = reaching[np.argsort(-row[reaching], kind="stable")]
+    return top

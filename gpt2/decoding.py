@@ -1,10 +1,11 @@
 """Decoders: a prompt's prefill, then one step per new token, each owning what it runs on.
 
-Three forms behind one interface:
+Four forms behind one interface:
 
-    recompute  no cache: every step runs the whole sequence again (the yardstick)
-    launched   a KV cache; each step's ~135 kernels launched one by one from Python
-    graph      a KV cache; the step captured once as a CUDA graph and replayed
+    recompute         no cache: every step runs the whole sequence again (the yardstick)
+    launched          a KV cache; each step's ~135 kernels launched one by one from Python
+    graph             a KV cache; the step captured once as a CUDA graph and replayed
+    graph_per_length  a KV cache; one graph per cache length (what PyTorch's graphs force)
 
     decoder = make_decoder(model, "graph", batch_size=1)
     logits = decoder.prefill(prompts)       # B rows of tokens -> each row's last logits (B, V), host
@@ -34,7 +35,7 @@ import numpy as np
 
 from gpt2.model import GPT2, KVCache
 
-KINDS = ("recompute", "launched", "graph")
+KINDS = ("recompute", "launched", "graph", "graph_per_length")
 
 
 def prompt_rows(prompts, batch_size: int) -> list[np.ndarray]:
@@ -79,16 +80,21 @@ class LaunchedDecoder:
         self.activations = model.new_activations(batch_size, 1)
 
     def prefill(self, prompts) -> np.ndarray:
+        return self.model.backend.to_host(self.prefill_on_device(prompts))
+
+    def prefill_on_device(self, prompts):
+        """Empty the cache, run the prompts; each row's last logits (B, V), contiguous, on the backend."""
         rows = prompt_rows(prompts, self.batch_size)
+        self.cache.clear()
         if len({len(row) for row in rows}) == 1:
             return self._prefill(np.stack(rows), self.cache)
         logits = [self._prefill(row[None, :], self.cache.rows(b, b + 1)) for b, row in enumerate(rows)]
         self.cache.length = max(len(row) for row in rows)  # the host's check of room: the longest row
-        return np.concatenate(logits)
+        return self.model.backend.xp.concatenate(logits)
 
-    def _prefill(self, tokens: np.ndarray, cache: KVCache) -> np.ndarray:
+    def _prefill(self, tokens: np.ndarray, cache: KVCache):
         activations = self.model.new_activations(*tokens.shape)  # freed after: nothing captured them
-        return self.model.backend.to_host(self.model.forward(tokens, cache, activations)[:, -1])
+        return self.model.backend.xp.ascontiguousarray(self.model.forward(tokens, cache, activations)[:, -1])
 
     def step(self, tokens) -> np.ndarray:
         tokens = np.asarray(tokens, np.int32).reshape(self.batch_size)
@@ -103,49 +109,86 @@ class LaunchedDecoder:
 
 
 class GraphDecoder(LaunchedDecoder):
-    """The launched decoder's step, captured once as a CUDA graph after its first launch."""
+    """The launched decoder's step, captured once as a CUDA graph after its first launch.
+
+    Everything runs on the decoder's own stream, so its work is ordered without
+    device-wide synchronisation; the host waits only for the logits it copies back."""
 
     def __init__(self, model: GPT2, batch_size: int):
         if model.backend.name != "kernels":
             raise ValueError(f"CUDA graphs need the kernels backend, not {model.backend.name!r} "
                              "(gold allocates inside its calls, the reference runs on the CPU)")
-        super().__init__(model, batch_size)
-        self.graph = None
-
-    def step(self, tokens) -> np.ndarray:
-        if self.graph is None:
-            logits = super().step(tokens)  # compiles and loads every kernel of the step
-            self._capture()
-            return logits
-        self.cache.check_room(1)
-        with self.stream:  # the copy in, the step and the copy out, in order on one stream
-            self.tokens.set(np.asarray(tokens, np.int32).reshape(self.batch_size))
-            self.graph.launch()
-            logits = self.logits.get()
-        self.cache.length += 1
-        return logits
-
-    def reorder(self, rows) -> None:
-        if self.graph is None:
-            return super().reorder(rows)
-        with self.stream:  # the graph's own stream, which does not wait for the default one
-            super().reorder(rows)
-
-    def _capture(self) -> None:
         import cupy
 
-        self.tokens = cupy.zeros(self.batch_size, np.int32)
+        super().__init__(model, batch_size)
         self.stream = cupy.cuda.Stream(non_blocking=True)
-        cupy.cuda.Device().synchronize()  # earlier steps ran on another stream
+        self.tokens = cupy.zeros(batch_size, np.int32)  # the step's input, read by every graph
+        self.graphs: dict = {}  # graph_key() -> (graph, activations it writes, logits view)
+        self.loaded = False     # every kernel of the step compiled and loaded (capture cannot do that)
+        cupy.cuda.Device().synchronize()  # the buffers above were zeroed on another stream
+
+    def graph_key(self):
+        """Which graph serves the next step: one for every length."""
+        return None
+
+    def graph_activations(self):
+        """The activations a new graph writes into: the decoder's own, shared by its graphs."""
+        return self.activations
+
+    def prefill(self, prompts) -> np.ndarray:
         with self.stream:
-            self.stream.begin_capture()
-            try:
-                self.logits = self.model.decode_launches(self.tokens, self.cache, self.activations)
-            finally:
-                self.graph = self.stream.end_capture()
+            return super().prefill(prompts)
+
+    def step(self, tokens) -> np.ndarray:
+        key = self.graph_key()
+        with self.stream:
+            if not self.loaded:
+                logits = super().step(tokens)
+                self.loaded = True
+                self.capture([key])
+                return logits
+            self.cache.check_room(1)
+            if key not in self.graphs:
+                self.capture([key])
+            graph, _, logits = self.graphs[key]
+            self.tokens.set(np.asarray(tokens, np.int32).reshape(self.batch_size))
+            graph.launch()
+            self.cache.length += 1
+            return logits.get()
+
+    def reorder(self, rows) -> None:
+        with self.stream:
+            super().reorder(rows)
+
+    def capture(self, keys) -> None:
+        """Capture the step for each key not captured yet (after a first step has loaded the kernels)."""
+        with self.stream:  # the launches must go to the stream being captured
+            for key in keys:
+                if key in self.graphs:
+                    continue
+                activations = self.graph_activations()
+                self.stream.begin_capture()
+                try:
+                    logits = self.model.decode_launches(self.tokens, self.cache, activations)
+                finally:
+                    graph = self.stream.end_capture()
+                self.graphs[key] = (graph, activations, logits)  # the graph's buffers live as long as it
 
 
-DECODERS = {"recompute": RecomputeDecoder, "launched": LaunchedDecoder, "graph": GraphDecoder}
+class PerLengthGraphDecoder(GraphDecoder):
+    """One graph per KV length, as PyTorch's CUDA graphs need (their kernels take the length
+    as a launch argument): captured the first time a length is reached, each with
+    activations of its own, as a PyTorch graph captured with its own memory pool has."""
+
+    def graph_key(self):
+        return self.cache.length
+
+    def graph_activations(self):
+        return self.model.new_activations(self.batch_size, 1)
+
+
+DECODERS = {"recompute": RecomputeDecoder, "launched": LaunchedDecoder, "graph": GraphDecoder,
+            "graph_per_length": PerLengthGraphDecoder}
 
 
 def make_decoder(model: GPT2, kind: str, batch_size: int):

@@ -103,7 +103,7 @@ def generate(model: GPT2, prompt: list[int], max_new_tokens: int, sampling: Samp
 
 
 def generate_batch(model: GPT2, prompts: list[list[int]], max_new_tokens: int, sampling: Sampling = GREEDY, *,
-                   use_cache: bool = True, use_graph: bool = True, stop_at_end_of_text: bool = True,
+                   use_cache: bool = True, use_graph: bool = True, decoder=None, stop_at_end_of_text: bool = True,
                    on_token: Callable[[int, int], None] | None = None,
                    warn: Callable[[str], None] = lambda m: print(f"warning: {m}", file=sys.stderr)
                    ) -> list[list[int]]:
@@ -111,11 +111,12 @@ def generate_batch(model: GPT2, prompts: list[list[int]], max_new_tokens: int, s
     of one decoder; on_token(row, token) streams them. A row that has ended (end-of-text
     or its budget) takes no more tokens, while the others go on. Under greedy decoding
     each row's tokens are its own generate()'s; sampling draws every row's tokens from
-    one generator seeded by sampling.seed, row after row."""
+    one generator seeded by sampling.seed, row after row. `decoder`: one to run on
+    (gpt2.decoding, of len(prompts) rows) instead of a new one chosen by the flags."""
     prompts = [fit_prompt(list(prompt), max_new_tokens, model.config.max_T, warn) for prompt in prompts]
     if max_new_tokens == 0:
         return [[] for _ in prompts]
-    decoder = make_decoder(model, decoder_kind(model, use_cache, use_graph), batch_size=len(prompts))
+    decoder = decoder or make_decoder(model, decoder_kind(model, use_cache, use_graph), batch_size=len(prompts))
     rng = np.random.default_rng(sampling.seed)
     new: list[list[int]] = [[] for _ in prompts]
     running = list(range(len(prompts)))

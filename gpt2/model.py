@@ -111,6 +111,11 @@ class KVCache:
         """Rows start..stop of this cache as an empty cache of their own (views: what it stores lands here)."""
         return KVCache([k[start:stop] for k in self.k], [v[start:stop] for v in self.v], self.lengths[start:stop])
 
+    def clear(self) -> None:
+        """Empty every row (what the cache stored stays, unread, until overwritten)."""
+        self.lengths.fill(0)
+        self.length = 0
+
     def advance(self, count: int) -> None:
         self.lengths += count  # a device-side add: nothing is copied to the host
         self.length += count

@@ -146,7 +146,7 @@ def test_beam_search_is_the_same_over_every_decoder(model, num_beams):
     """Reordering the cache's rows in place gives what recomputing the reordered sequences gives."""
     prompts = [list(range(7, 12)), list(range(300, 305))]
     search = BeamSearch(num_beams, length_penalty=1.0)
-    recomputed, launched = (beam_search(model, prompts, 8, search, decoder_kind=kind) for kind in ("recompute",
+    recomputed, launched = (beam_search(model, prompts, 8, search, decoder=kind) for kind in ("recompute",
                                                                                                   "launched"))
     assert recomputed.sequences == launched.sequences
     np.testing.assert_allclose(recomputed.scores, launched.scores, rtol=0, atol=1e-5)
@@ -189,3 +189,15 @@ def test_a_batch_row_that_ends_takes_no_more_tokens():
     assert len({len(tokens) for tokens in together}) > 2  # the rows ended at different steps
     for tokens in together:
         assert END_OF_TEXT not in tokens[:-1] and (len(tokens) == 8 or tokens[-1] == END_OF_TEXT)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2], ids=lambda s: f"seed{s}")
+def test_beam_searchs_top_indices_are_a_stable_sorts(seed):
+    """The partition shortcut picks what a stable sort of the whole row picks, ties by id included."""
+    from gpt2.beam_search import _top_indices
+
+    rng = np.random.default_rng(seed)
+    for n in (1, 2, 5, 9, 64, 257):
+        scores = rng.integers(-3, 3, (3, n)).astype(np.float32)  # few values: many ties
+        for k in {1, max(1, n // 4), n}:
+            assert np.array_equal(_top_indices(scores, k), np.argsort(-scores, axis=1, kind="stable")[:, :k])

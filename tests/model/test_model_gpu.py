@@ -97,8 +97,9 @@ def test_graph_replay_logits_equal_launched_step(weights):
         np.testing.assert_array_equal(launched, graphed)  # the same kernels on the same data
 
 
+@pytest.mark.parametrize("kind", ["graph", "graph_per_length"])
 @pytest.mark.parametrize("seed", [0, 1], ids=lambda s: f"seed{s}")
-def test_a_graph_owns_its_buffers_through_other_work(weights, seed):
+def test_a_graph_owns_its_buffers_through_other_work(weights, seed, kind):
     """Between replays, forward passes of other shapes free and reallocate the model's own
     activations, and bystander arrays of the step's sizes take whatever CuPy's pool holds
     free: the replays must neither write into them nor change their own logits."""
@@ -111,9 +112,10 @@ def test_a_graph_owns_its_buffers_through_other_work(weights, seed):
     expected = [undisturbed.step([t]) for t in steps]
     del undisturbed
 
-    decoder = make_decoder(model, "graph", batch_size=1)
+    decoder = make_decoder(model, kind, batch_size=1)
     decoder.prefill(prompt)
     np.testing.assert_array_equal(decoder.step([steps[0]]), expected[0])  # launched, then captured
+    decoder.capture(range(prompt.shape[1] + 1, prompt.shape[1] + len(steps)))  # graph_per_length: ahead of use
     for number in range(1, len(steps)):
         model.forward(rng.integers(0, 50257, (1 + number, 2 + number)).astype(np.int32))
         bystanders = model.new_activations(1, 1)  # the sizes of the step's buffers: the pool's free ones first
@@ -142,6 +144,6 @@ def test_beam_search_on_a_graph_equals_launched_steps(weights):
     model = GPT2(*weights, backend="kernels")
     prompt = [list(np.random.default_rng(6).integers(0, 50257, 5))]
     search = BeamSearch(5, length_penalty=1.0)
-    launched, graphed = (beam_search(model, prompt, 16, search, decoder_kind=kind) for kind in ("launched", "graph"))
+    launched, graphed = (beam_search(model, prompt, 16, search, decoder=kind) for kind in ("launched", "graph"))
     assert launched.sequences == graphed.sequences
     np.testing.assert_array_equal(launched.scores, graphed.scores)
