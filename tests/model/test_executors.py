@@ -1,0 +1,95 @@
+"""The executors without a GPU: choosing one, the baseline on the reference backend, the
+stages a beam search marks, rebuilding hypotheses from the device's back-pointers, and
+the device-side selection kernels compiling for the course's GPUs."""
+
+import numpy as np
+import pytest
+
+from gpt2 import selection_kernels
+from gpt2.beam_search import BeamSearch, beam_search
+from gpt2.executors import EXECUTORS, ExecutorError, make_executor, rebuild_finished
+from gpt2.generate import GREEDY, Sampling, generate_batch
+from gpt2.model import GPT2
+from kernel_runtime.compiler import compile_report, kernels_in
+from tests.model.helpers import TINY, perturbed_parameters
+
+
+@pytest.fixture(scope="module")
+def model():
+    return GPT2(TINY, perturbed_parameters(TINY, seed=4), backend="reference")
+
+
+def test_executors_are_chosen_by_name(model):
+    assert EXECUTORS == ("baseline", "ptgraph", "grape")
+    with pytest.raises(ExecutorError, match="no executor 'eager'; the executors are baseline, ptgraph, grape"):
+        make_executor(model, "eager")
+    for name in ("ptgraph", "grape"):
+        with pytest.raises(ExecutorError, match=f"{name} runs CUDA graphs .* needs the kernels backend, not 'reference'"):
+            make_executor(model, name)
+
+
+@pytest.mark.parametrize("seed", [0, 1], ids=lambda s: f"seed{s}")
+def test_baseline_is_the_host_loop_on_a_kept_decoder(model, seed):
+    rng = np.random.default_rng(seed)
+    prompts = [list(rng.integers(0, 50257, n)) for n in (3, 7)]
+    baseline = make_executor(model, "baseline")
+    sampling = Sampling(temperature=0.8, top_k=20, seed=seed)
+    for _ in range(2):  # the second call reuses the first call's decoder, emptied
+        assert baseline.generate(prompts, 6, sampling) == generate_batch(model, prompts, 6, sampling)
+        assert baseline.generate(prompts, 6, GREEDY) == generate_batch(model, prompts, 6, GREEDY)
+    equal_prompts = [list(rng.integers(0, 50257, 4)) for _ in range(2)]
+    ours = baseline.beam_search(equal_prompts, 5, BeamSearch(3))
+    host = beam_search(model, equal_prompts, 5, BeamSearch(3))
+    assert ours.sequences == host.sequences and np.array_equal(ours.scores, host.scores)
+
+
+def test_a_beam_search_marks_its_stages_in_order(model):
+    class Marks:
+        def __init__(self):
+            self.stages = []
+
+        def mark(self, stage):
+            self.stages.append(stage)
+
+    marks = Marks()
+    beam_search(model, [[5, 6, 7]], 3, BeamSearch(2), clock=marks)
+    step = ["InputPrep", "Model", "BeamSearch"]
+    assert marks.stages == ["Model", "BeamSearch"] + step + step + ["end"]
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2], ids=lambda s: f"seed{s}")
+def test_hypotheses_are_rebuilt_from_back_pointers(seed):
+    """Back-pointers walked backwards give what carrying whole sequences forwards gives."""
+    rng = np.random.default_rng(seed)
+    P, K, prompt_length, steps, eot = 2, 3, 4, 7, 99
+    prompts = rng.integers(0, 50, (P, prompt_length))
+    parents = rng.integers(0, K, (steps, P * K))
+    chosen = rng.integers(0, 50, (steps, P * K))
+    beams = [[list(prompts[p]) for _ in range(K)] for p in range(P)]  # forwards: every beam's whole sequence
+    history = [beams]
+    for s in range(steps):
+        beams = [[beams[p][parents[s, p * K + i]] + [int(chosen[s, p * K + i])] for i in range(K)] for p in range(P)]
+        history.append(beams)
+    finished_step = rng.integers(-1, steps, P * K)
+    finished_beam = rng.integers(0, K, P * K)
+    finished_token = rng.integers(0, 50, P * K)
+    max_length = prompt_length + steps + 1
+    rebuilt = rebuild_finished(prompts, parents, chosen, finished_step, finished_beam, finished_token, K, max_length,
+                               eot)
+    for p in range(P):
+        for i in range(K):
+            step = finished_step[p * K + i]
+            expected = ([] if step < 0 else history[step][p][finished_beam[p * K + i]] + [finished_token[p * K + i]])
+            expected = expected + [eot] * (max_length - len(expected))
+            assert rebuilt[p, i].tolist() == expected
+
+
+@pytest.mark.nvrtc
+@pytest.mark.parametrize("arch", ["sm_86", "sm_90"])
+def test_selection_kernels_compile_without_spills(arch, pytestconfig):
+    kernel = kernels_in(selection_kernels)[0]  # one source holds them all
+    resources = compile_report(kernel, arch)
+    assert {r.name for r in resources} == {k.name for k in kernels_in(selection_kernels)}
+    pytestconfig.compile_reports.extend(resources)
+    for r in resources:
+        assert r.spill_stores == 0 and r.spill_loads == 0, f"{r.name} on {arch} spills registers"
