@@ -29,7 +29,7 @@ import numpy as np
 
 from kernel_runtime import CudaKernel, KernelArgumentError, ceil_div, check_array, check_dims, check_rows
 
-WARPS = 8  # per decode_attention block: each takes every WARPS-th key
+WARPS = 32  # per decode_attention block: each takes every WARPS-th key (more warps: more loads in flight)
 
 DECODE_SOURCE = r"""
 #define NAN_FLOAT __int_as_float(0x7fffffff)
