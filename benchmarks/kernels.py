@@ -20,8 +20,7 @@ import sys
 
 import numpy as np
 
-from kernel_runtime import KitError
-from kernel_runtime.commands import OneLineArgumentParser
+from kernel_runtime.commands import OneLineArgumentParser, run_command
 from kernel_runtime.device import exit_without_gpu
 from kernel_runtime.loader import use_kernels
 from reference.execution import call_arguments
@@ -78,16 +77,16 @@ def main(argv=None) -> int:
     parser.add_argument("--csv", help="also write the table to this CSV file")
     args = parser.parse_args(argv)
     exit_without_gpu("benchmarks.kernels", "cannot run")
+    return run_command("benchmarks.kernels", lambda: benchmark(args), error_status=2)
+
+
+def benchmark(args) -> int:
     import cupy
 
     from reference import gold
 
-    try:
-        use_kernels(args.kernels)
-        rows = [(spec, case, host_function(spec.function)) for spec, case in workloads(args.only)]
-    except KitError as err:
-        print(f"benchmarks.kernels: {err}", file=sys.stderr)
-        return 2
+    use_kernels(args.kernels)
+    rows = [(spec, case, host_function(spec.function)) for spec, case in workloads(args.only)]
     device = cupy.cuda.runtime.getDeviceProperties(0)["name"].decode()
     print(f"measuring copy bandwidth on {device} ...", flush=True)
     copy_gbs = copy_bandwidth_gbs()

@@ -15,8 +15,7 @@ import time
 
 import numpy as np
 
-from kernel_runtime import KitError
-from kernel_runtime.commands import POSITIVE_INT, OneLineArgumentParser
+from kernel_runtime.commands import POSITIVE_INT, OneLineArgumentParser, run_command
 from kernel_runtime.device import exit_without_gpu
 
 
@@ -28,18 +27,17 @@ def main(argv=None) -> int:
     parser.add_argument("--tokens", type=POSITIVE_INT, default=64, help="tokens per row (default %(default)s)")
     args = parser.parse_args(argv)
     exit_without_gpu("gpt2.profile")
+    return run_command("gpt2.profile", lambda: profile(args), error_status=2)
+
+
+def profile(args) -> int:
     import cupy
 
     from gpt2.model import GPT2
 
-    try:
-        model = GPT2.from_pretrained(args.model, backend="kernels", kernels=args.kernels)
-        tokens = np.random.default_rng(0).integers(0, model.config.vocab_size, (args.batch, args.tokens),
-                                                   dtype=np.int32)
-        model(tokens)  # warm-up: compiles and loads every kernel; says if the tokens exceed the context
-    except KitError as err:
-        print(f"gpt2.profile: {err}", file=sys.stderr)
-        return 2
+    model = GPT2.from_pretrained(args.model, backend="kernels", kernels=args.kernels)
+    tokens = np.random.default_rng(0).integers(0, model.config.vocab_size, (args.batch, args.tokens), dtype=np.int32)
+    model(tokens)  # warm-up: compiles and loads every kernel; says if the tokens exceed the context
     cupy.cuda.Device().synchronize()
     model.nvtx = True
     cupy.cuda.profiler.start()

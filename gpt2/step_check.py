@@ -22,8 +22,7 @@ import sys
 import numpy as np
 
 from gpt2.ops import parameters
-from kernel_runtime import KitError
-from kernel_runtime.commands import OneLineArgumentParser
+from kernel_runtime.commands import OneLineArgumentParser, run_command
 from kernel_runtime.device import exit_without_gpu
 from reference.registry import spec
 
@@ -104,17 +103,16 @@ def main(argv=None) -> int:
     parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--seed", type=int, default=0, help="seed of the random token ids")
     args = parser.parse_args(argv)
+    exit_without_gpu("gpt2.step_check")
+    return run_command("gpt2.step_check", lambda: check(args), error_status=2)
 
+
+def check(args) -> int:
     from gpt2.backends import kernel_ops
     from gpt2.model import GPT2
 
-    exit_without_gpu("gpt2.step_check")
-    try:
-        candidate = kernel_ops(args.kernels)
-        model = GPT2.from_pretrained(args.model, backend="gold")
-    except KitError as err:
-        print(f"gpt2.step_check: {err}", file=sys.stderr)
-        return 2
+    candidate = kernel_ops(args.kernels)
+    model = GPT2.from_pretrained(args.model, backend="gold")
     rng = np.random.default_rng(args.seed)
     tokens = rng.integers(0, model.config.vocab_size, (args.batch, args.tokens), dtype=np.int32)
     checker = run(model, tokens, candidate)

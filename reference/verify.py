@@ -14,7 +14,7 @@ import random
 import sys
 
 from kernel_runtime import recording
-from kernel_runtime.commands import OneLineArgumentParser
+from kernel_runtime.commands import OneLineArgumentParser, run_command
 from kernel_runtime.device import exit_without_gpu
 from kernel_runtime.errors import KitError
 from kernel_runtime.loader import use_kernels
@@ -34,14 +34,13 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
 
     exit_without_gpu("reference.verify")
+    return run_command("reference.verify", lambda: verify(args), error_status=2)
+
+
+def verify(args) -> int:
     seed = args.seed if args.seed is not None else random.randrange(1_000_000)
     recording.install()
-    try:
-        directory = use_kernels(args.kernels)
-    except KitError as err:
-        print(f"reference.verify: {err}", file=sys.stderr)
-        return 2
-
+    directory = use_kernels(args.kernels)
     rows = quick_cases(seed)
     print(f"checking {directory} with seed {seed} (--seed {seed} repeats this run)")
     print(f"{'host function':20s} {'case':32s} {'result':6s} {'max abs err':>11s} {'max rel err':>11s} "
