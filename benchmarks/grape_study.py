@@ -154,17 +154,16 @@ def hf_runs(study: Study, runs: int) -> dict[str, list[float]]:
 
 def runtime(study: Study, out: Path, runs: int, executors, with_hf: bool, device: str) -> list[Path]:
     print(f"runtime: {runs} timed runs per executor after a warm-up", flush=True)
-    timings, table = [], []
+    beams, greedy, table = [], [], []  # the figure shows the beam rows, then the greedy ones
     beam_attrs, greedy_attrs = study.attrs(f"beam{study.beams}"), study.attrs("greedy") | {"Batch": 1}
     for name in executors:
-        beam = timed(lambda: study.beam_run(name), runs, f"{name} beam{study.beams}")
-        greedy = timed(lambda: study.greedy_run(name), runs, f"{name} greedy")
-        timings += [Timing(name, beam_attrs, beam), Timing(name, greedy_attrs, greedy)]
-        table.append((name, statistics.median(beam), statistics.median(greedy)))
+        beams.append(Timing(name, beam_attrs, timed(lambda: study.beam_run(name), runs, f"{name} beam{study.beams}")))
+        greedy.append(Timing(name, greedy_attrs, timed(lambda: study.greedy_run(name), runs, f"{name} greedy")))
     if with_hf:
         hf = hf_runs(study, runs)
-        timings += [Timing("transformers", beam_attrs, hf["beam"]), Timing("transformers", greedy_attrs, hf["greedy"])]
-        table.append(("transformers", statistics.median(hf["beam"]), statistics.median(hf["greedy"])))
+        beams.append(Timing("transformers", beam_attrs, hf["beam"]))
+        greedy.append(Timing("transformers", greedy_attrs, hf["greedy"]))
+    table = [(b.name, statistics.median(b.seconds), statistics.median(g.seconds)) for b, g in zip(beams, greedy)]
     steps = study.new_tokens - 1
     print(f"\n{'executor':14s} {'beam s':>8s} {'beam ms/step':>12s} {'greedy s':>9s} {'greedy tok/s':>12s}")
     for name, beam_s, greedy_s in table:
@@ -176,7 +175,7 @@ def runtime(study: Study, out: Path, runs: int, executors, with_hf: bool, device
             gpu = grape_gpu_seconds(study, beams)
             print(f"grape {label}: GPU {1e3 * gpu / steps:.3f} ms/step (its graphs back to back), wall "
                   f"{1e3 * median / steps:.3f} ms/step: the host adds {100 * (median / gpu - 1):.1f}%")
-    return list(write_speedometer(out, timings, device))
+    return list(write_speedometer(out, beams + greedy, device))
 
 
 def breakdown(study: Study, out: Path, executors, device: str) -> list[Path]:

@@ -16,6 +16,7 @@ import csv
 import dataclasses
 import json
 import statistics
+import textwrap
 from pathlib import Path
 
 SPEEDOMETER_COLUMNS = ("Name", "Attrs", "Avg", "Std", "min", "Median", "MAX")
@@ -74,38 +75,68 @@ def write_csv(path: Path, columns: tuple[str, ...], rows: list) -> Path:
     return path
 
 
+def read_csv(path: Path) -> list[dict]:
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
 def write_speedometer(directory: Path, timings: list[Timing], device: str) -> tuple[Path, Path]:
     """speedometer.csv and speedometer.png: median seconds per run, whiskers from min to max."""
     csv_path = write_csv(Path(directory) / "speedometer.csv", SPEEDOMETER_COLUMNS, timings)
-    labels = [f"{t.name}\n{', '.join(f'{k} {v}' for k, v in t.attrs.items())}" for t in timings]
-    medians = [statistics.median(t.seconds) for t in timings]
-    spread = [[m - min(t.seconds) for m, t in zip(medians, timings)],
-              [max(t.seconds) - m for m, t in zip(medians, timings)]]
-    runs = sorted({len(t.seconds) for t in timings})
-    title = (f"End-to-end generation time per run on {device}\n"
-             f"median of {'/'.join(map(str, runs))} timed runs after warm-up; whiskers: min to max")
-    return csv_path, _bar_figure(csv_path.with_suffix(".png"), labels, [medians], ["median"], "seconds per run",
-                                 title, errors=spread)
+    runs = "/".join(map(str, sorted({len(t.seconds) for t in timings})))
+    return csv_path, plot_speedometer(csv_path, device, runs)
+
+
+def plot_speedometer(csv_path: Path, device: str, runs: str) -> Path:
+    """speedometer.png from speedometer.csv; `runs`: how many timed runs each row has."""
+    rows = read_csv(csv_path)
+    shared = _shared_attrs([json.loads(r["Attrs"]) for r in rows])
+    labels = [_label(r["Name"], {k: v for k, v in json.loads(r["Attrs"]).items() if k not in shared}) for r in rows]
+    medians = [float(r["Median"]) for r in rows]
+    spread = [[m - float(r["min"]) for m, r in zip(medians, rows)], [float(r["MAX"]) - m for m, r in zip(medians, rows)]]
+    title = (f"End-to-end generation time per run on {device} ({', '.join(f'{k} {v}' for k, v in shared.items())}): "
+             f"median of {runs} timed runs after a warm-up; whiskers from min to max")
+    return _bar_figure(Path(csv_path).with_suffix(".png"), labels, [medians], ["median"], "seconds per run", title,
+                       errors=spread)
 
 
 def write_breakdown(directory: Path, breakdowns: list[Breakdown], device: str, how: str) -> tuple[Path, Path]:
     """gpt2_generate_profile.csv and .png: each executor's time per stage, stacked."""
     csv_path = write_csv(Path(directory) / "gpt2_generate_profile.csv", BREAKDOWN_COLUMNS, breakdowns)
-    stages = [[b.input_prep_ms for b in breakdowns], [b.model_ms for b in breakdowns],
-              [b.beam_search_ms for b in breakdowns]]
-    title = f"Where generation's time goes on {device}\n{how}"
-    return csv_path, _bar_figure(csv_path.with_suffix(".png"), [b.name for b in breakdowns], stages,
-                                 ["InputPrep", "Model", "BeamSearch"], "milliseconds per run", title, stacked=True)
+    return csv_path, plot_breakdown(csv_path, device, how)
+
+
+def plot_breakdown(csv_path: Path, device: str, how: str) -> Path:
+    rows = read_csv(csv_path)
+    stages = ["InputPrep", "Model", "BeamSearch"]
+    return _bar_figure(Path(csv_path).with_suffix(".png"), [r["Name"] for r in rows],
+                       [[float(r[stage]) for r in rows] for stage in stages], stages, "milliseconds per run",
+                       f"Where generation's time goes on {device}: {how}", stacked=True)
 
 
 def write_graph_memory(directory: Path, memories: list[GraphMemory], device: str, how: str) -> tuple[Path, Path]:
     """metadata_compression.csv and .png: graph memory of ptgraph (every length) against grape's."""
     csv_path = write_csv(Path(directory) / "metadata_compression.csv", GRAPH_MEMORY_COLUMNS, memories)
-    title = f"Device memory held by CUDA graphs on {device}\n{how}"
-    return csv_path, _bar_figure(csv_path.with_suffix(".png"), [m.model for m in memories],
-                                 [[m.original_mb for m in memories], [m.compressed_mb for m in memories]],
-                                 ["ptgraph: one graph per length", "grape: shared graphs"], "MB (log scale)", title,
-                                 log=True)
+    return csv_path, plot_graph_memory(csv_path, device, how)
+
+
+def plot_graph_memory(csv_path: Path, device: str, how: str) -> Path:
+    rows = read_csv(csv_path)
+    original = [float(r["Original Size"]) for r in rows]
+    compressed = [float(r["Compressed Size (MB)"]) for r in rows]
+    labels = [f"{r['Model']}\n{o / c:.0f}x less" if c > 0 else r["Model"] for r, o, c in zip(rows, original, compressed)]
+    return _bar_figure(Path(csv_path).with_suffix(".png"), labels, [original, compressed],
+                       ["ptgraph: one graph per length", "grape: shared graphs"], "MB (log scale)",
+                       f"Device memory held by CUDA graphs on {device}: {how}", log=True)
+
+
+def _shared_attrs(attrs: list[dict]) -> dict:
+    """The attributes every row has with the same value (said once, in the title)."""
+    return {k: v for k, v in attrs[0].items() if all(a.get(k) == v for a in attrs)} if attrs else {}
+
+
+def _label(name: str, attrs: dict) -> str:
+    return "\n".join([name] + [f"{k} {v}" for k, v in attrs.items()])
 
 
 def _bar_figure(path: Path, labels: list[str], series: list[list[float]], names: list[str], unit: str,
@@ -116,7 +147,8 @@ def _bar_figure(path: Path, labels: list[str], series: list[list[float]], names:
     matplotlib.use("Agg")  # files only: no screen needed
     import matplotlib.pyplot as plt
 
-    figure, axes = plt.subplots(figsize=(max(6.0, 1.6 * len(labels) + 2), 4.5))
+    width_inches = max(6.0, 1.3 * len(labels) + 2)
+    figure, axes = plt.subplots(figsize=(width_inches, 5.0))
     positions = list(range(len(labels)))
     width = 0.8 if stacked or len(series) == 1 else 0.8 / len(series)
     bottom = [0.0] * len(labels)
@@ -130,7 +162,7 @@ def _bar_figure(path: Path, labels: list[str], series: list[list[float]], names:
             bottom = [b + v for b, v in zip(bottom, values)]
     axes.set_xticks(positions, labels, fontsize=8)
     axes.set_ylabel(unit)
-    axes.set_title(title, fontsize=10)
+    axes.set_title(textwrap.fill(title, width=int(width_inches * 13)), fontsize=9)
     if log:
         axes.set_yscale("log")
     if len(series) > 1:
