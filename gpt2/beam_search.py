@@ -22,7 +22,7 @@ import dataclasses
 import numpy as np
 
 from gpt2.decoding import make_decoder
-from gpt2.model import GPT2
+from gpt2.model import GPT2, TokenError
 from gpt2.tokenizer import END_OF_TEXT
 
 NEGATIVE = np.float32(-1e9)  # transformers' "impossible" score
@@ -56,7 +56,7 @@ def beam_search(model: GPT2, prompts: list[list[int]], max_new_tokens: int, sear
     decoder: a kind of gpt2.decoding, or a decoder of prompts * num_beams rows to run on.
     clock: when given, clock.mark(stage) is called as each stage begins (InputPrep: the
     cache's reordering; Model: the step; BeamSearch: choosing on the host)."""
-    prompts = np.asarray(prompts, np.int64)
+    prompts = equal_length_prompts(prompts)
     P, prompt_length = prompts.shape
     K = search.num_beams
     max_length = prompt_length + max_new_tokens
@@ -115,6 +115,15 @@ def beam_search(model: GPT2, prompts: list[list[int]], max_new_tokens: int, sear
         logits = decoder.step(running[:, :, -1].reshape(-1))
     mark("end")
     return hypotheses(finished, finished_scores, prompt_length, length - prompt_length, end_of_text)
+
+
+def equal_length_prompts(prompts) -> np.ndarray:
+    """The prompts as one (P, T) array of token ids; TokenError unless they share one length."""
+    lengths = sorted({len(prompt) for prompt in prompts})
+    if len(lengths) != 1 or lengths[0] == 0:
+        raise TokenError(f"beam search takes prompts of one length, not of {' and '.join(map(str, lengths)) or 'none'} "
+                         "tokens: search them one call per length")
+    return np.asarray(prompts, np.int64)
 
 
 def hypotheses(finished: np.ndarray, scores: np.ndarray, prompt_length: int, generated: int,

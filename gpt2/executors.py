@@ -35,7 +35,7 @@ import types
 import numpy as np
 
 from gpt2 import selection_kernels as selection
-from gpt2.beam_search import NEGATIVE, BeamSearch, Hypotheses, beam_search, hypotheses
+from gpt2.beam_search import NEGATIVE, BeamSearch, Hypotheses, beam_search, equal_length_prompts, hypotheses
 from gpt2.decoding import make_decoder
 from gpt2.generate import GREEDY, Sampling, fit_prompt, generate_batch
 from gpt2.model import GPT2
@@ -136,15 +136,15 @@ class GrapeExecutor:
         return self.runs[rows]
 
     def generate(self, prompts, max_new_tokens: int, sampling: Sampling = GREEDY, *,
-                 stop_at_end_of_text: bool = True, on_token=None, warn=None) -> list[list[int]]:
+                 stop_at_end_of_text: bool = True, on_token=None) -> list[list[int]]:
         context = self.model.config.max_T
-        prompts = [fit_prompt(list(p), max_new_tokens, context, warn or _warn) for p in prompts]
+        prompts = [fit_prompt(list(p), max_new_tokens, context, _warn) for p in prompts]
         if max_new_tokens == 0:
             return [[] for _ in prompts]
         return self.run(len(prompts)).sample(prompts, max_new_tokens, sampling, stop_at_end_of_text, on_token)
 
     def beam_search(self, prompts, max_new_tokens: int, search: BeamSearch, clock=None) -> Hypotheses:
-        prompts = np.asarray(prompts, np.int32)
+        prompts = equal_length_prompts(prompts).astype(np.int32)
         if search.num_beams > selection.MAX_BEAMS:
             raise ExecutorError(f"grape runs at most {selection.MAX_BEAMS} beams, not {search.num_beams}")
         return self.run(prompts.shape[0] * search.num_beams).beam_search(prompts, max_new_tokens, search, clock)

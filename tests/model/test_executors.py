@@ -9,7 +9,7 @@ from gpt2 import selection_kernels
 from gpt2.beam_search import BeamSearch, beam_search
 from gpt2.executors import EXECUTORS, ExecutorError, make_executor, rebuild_finished
 from gpt2.generate import GREEDY, Sampling, generate_batch
-from gpt2.model import GPT2
+from gpt2.model import GPT2, TokenError
 from kernel_runtime.compiler import compile_report, kernels_in
 from tests.model.helpers import TINY, perturbed_parameters
 
@@ -93,3 +93,8 @@ def test_selection_kernels_compile_without_spills(arch, pytestconfig):
     pytestconfig.compile_reports.extend(resources)
     for r in resources:
         assert r.spill_stores == 0 and r.spill_loads == 0, f"{r.name} on {arch} spills registers"
+
+
+def test_beam_prompts_of_different_lengths_are_one_line(model):
+    with pytest.raises(TokenError, match="beam search takes prompts of one length, not of 2 and 3 tokens"):
+        make_executor(model, "baseline").beam_search([[1, 2], [3, 4, 5]], 4, BeamSearch(2))
