@@ -22,6 +22,7 @@ import numpy as np
 from reference import cpu
 from reference.execution import Execution, call_arguments, execute, starting_output
 from reference.numerics import TINY
+from reference.precision import FP32, Profile, course_failures
 from reference.registry import build
 from reference.spec import Case, Problem
 
@@ -53,13 +54,18 @@ def expected_outputs(problem: Problem, against: str = "numpy") -> dict:
     return {k: cupy.asnumpy(args[k]).astype(np.float64) for k in problem.spec.outputs}
 
 
-def allowed_errors(problem: Problem, expected: dict) -> dict:
-    """Each output element's allowed |error| (float32 rounding of a correct implementation)."""
-    return problem.spec.error_bound({k: v.astype(np.float64) for k, v in problem.inputs().items()}, expected)
+def allowed_errors(problem: Problem, expected: dict, profile: Profile = FP32) -> dict:
+    """Each output element's allowed |error|: the rounding of a correct implementation under `profile`."""
+    inputs = {k: v.astype(np.float64) for k, v in problem.inputs().items()}
+    bounds = problem.spec.error_bound(inputs, expected)
+    if profile.product_input_rounding and problem.spec.products is not None:
+        for name, magnitude in problem.spec.products(inputs).items():
+            bounds[name] = bounds[name] + profile.extra_product_error(magnitude)
+    return bounds
 
 
-def judge(problem: Problem, execution: Execution, against: str = "numpy") -> Result:
-    """Whether `execution` (a call on `problem` and its replay) is right, and if not, why."""
+def judge(problem: Problem, execution: Execution, against: str = "numpy", profile: Profile = FP32) -> Result:
+    """Whether `execution` (a call on `problem` and its replay) is right under `profile`, and if not, why."""
     case = problem.case
     if execution.refused is not None:
         return Result(case, False, f"refused: {execution.refused} (only the host function's own kernels may "
@@ -75,12 +81,12 @@ def judge(problem: Problem, execution: Execution, against: str = "numpy") -> Res
     for name, original in problem.inputs().items():
         if name not in in_place and not np.array_equal(execution.inputs_after.get(name), original, equal_nan=True):
             return Result(case, False, f"input {name} was modified by the call")
-    result = _compare_with_reference(problem, execution.outputs, against)
+    result = _compare_with_reference(problem, execution.outputs, against, profile)
     if not result.passed:
         return result
     if execution.replay_error is not None:
         return Result(case, False, f"replaying its kernel launches on other inputs failed: {execution.replay_error}")
-    replayed = _compare_with_reference(build(case.other_inputs()), execution.replay_outputs or {}, against)
+    replayed = _compare_with_reference(build(case.other_inputs()), execution.replay_outputs or {}, against, profile)
     if not replayed.passed:
         return dataclasses.replace(result, passed=False, message=(
             f"wrong when its recorded kernel launches alone are replayed on other inputs (computed outside "
@@ -88,23 +94,40 @@ def judge(problem: Problem, execution: Execution, against: str = "numpy") -> Res
     return result
 
 
-def run_case(function: Callable, case: Case, against: str = "numpy", device: str = "gpu") -> Result:
-    """Call `function` (a host function with the kit's signature) on `case` and judge it.
+def run_case(function: Callable, case: Case, against: str = "numpy", device: str = "gpu",
+             profile: Profile = FP32) -> Result:
+    """Call `function` (a host function with the kit's signature) on `case` and judge it under `profile`.
 
     device="cpu" passes NumPy arrays instead of CuPy ones: for checking the checks
     themselves with NumPy implementations on a machine without a GPU.
     """
     problem = build(case)
-    return judge(problem, execute(function, problem, device), against)
+    return judge(problem, execute(function, problem, device), against, profile)
 
 
-def _compare_with_reference(problem: Problem, actual: dict, against: str) -> Result:
+def _compare_with_reference(problem: Problem, actual: dict, against: str, profile: Profile) -> Result:
     reference = expected_outputs(problem, "numpy")
-    bounds = allowed_errors(problem, reference)
+    bounds = allowed_errors(problem, reference, profile)
     if against == "gold":
         reference = expected_outputs(problem, "gold")
         bounds = {k: 2 * v for k, v in bounds.items()}
+    if not profile.rounding_bounds:
+        return compare_as_the_course(problem.case, actual, reference)
     return compare(problem.case, actual, reference, bounds)
+
+
+def compare_as_the_course(case: Case, actual: dict, expected: dict) -> Result:
+    """Every output under the course's criterion (reference.precision.COURSE)."""
+    failures, max_abs = [], 0.0
+    for name, want in expected.items():
+        got = actual.get(name)
+        if got is None or got.shape != want.shape:
+            failures.append(f"{name}: missing, or shape {None if got is None else got.shape}, expected {want.shape}")
+            continue
+        got = got.astype(np.float64)
+        max_abs = max(max_abs, float(np.abs(got - want).max(initial=0.0)))
+        failures += course_failures(name, got, want)
+    return Result(case, not failures, "; ".join(failures) if failures else "ok", max_abs)
 
 
 def compare(case: Case, actual: dict, expected: dict, bounds: dict) -> Result:

@@ -80,6 +80,8 @@ class Spec:
                                                   # once, each output written once), for GB/s
     flops: Callable[[dict], int] | None = None    # useful floating-point operations, for TFLOP/s
     graded: bool = True                 # students write it, and grading/weights.toml must score it
+    products: Callable[[dict], dict] | None = None  # (float64 inputs) -> per output, the sum of |a * b| over
+                                                     # the products behind each element (reference.precision)
 
     @property
     def written(self) -> tuple[str, ...]:

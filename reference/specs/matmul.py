@@ -17,18 +17,26 @@ def build(case, rng):
                           bias=bias, B=B, T=T, C=C, OC=OC))
 
 
+def products(x):
+    """sum_k |inp[., k] * weight[o, k]| for every output element."""
+    OC, C = x["weight"].shape
+    out_shape = x["inp"].shape[:-1] + (OC,)
+    return {"out": (np.abs(x["inp"].reshape(-1, C)) @ np.abs(x["weight"]).T).reshape(out_shape)}
+
+
 def error_bound(x, e):
     # A dot product of K float32 terms errs by ~sqrt(K) * U * sum |a_k * w_k| when
     # rounding errors partly cancel; allow 4x that, plus the bias add.
-    OC, C = x["weight"].shape
-    magnitude = np.abs(x["inp"].reshape(-1, C)) @ np.abs(x["weight"]).T
+    C = x["weight"].shape[1]
+    magnitude = products(x)["out"]
     if x.get("bias") is not None:
-        magnitude += np.abs(x["bias"])
-    return {"out": (4 * math.sqrt(C) * U * magnitude + U * np.abs(e["out"].reshape(-1, OC))).reshape(e["out"].shape)}
+        magnitude = magnitude + np.abs(x["bias"])
+    return {"out": 4 * math.sqrt(C) * U * magnitude + U * np.abs(e["out"])}
 
 
 SPEC = Spec(
     function="matmul_forward", module="matmul", outputs=("out",), build=build, error_bound=error_bound,
+    products=products,
     cases=(
         dict(B=1, T=1, C=768, OC=2304),
         dict(B=8, T=1, C=768, OC=2304),

@@ -1,0 +1,105 @@
+"""The precision profiles mean something, shown on the CPU with NumPy matmuls:
+float32 passes tf32; an honest TF32 matmul (inputs kept to TF32's 10-bit
+mantissa, rounded or cut, products summed in float32) passes every tf32 case and fails
+fp32's; an error past the tf32 bound fails it. The course's criterion lets a wrong
+element through, and rejects correct float32 on the extreme cases (its RMSE limit is
+absolute)."""
+
+import numpy as np
+import pytest
+
+from reference import gold
+from reference.judging import run_case
+from reference.precision import COURSE, FP32, TF32, ProfileError, profile_named
+from reference.registry import SPECS, cases
+
+MATMUL_CASES = cases("matmul_forward")
+
+
+def tf32(x: np.ndarray, rounding: str) -> np.ndarray:
+    """float32 values kept to TF32's 10 mantissa bits: rounded to nearest (ties to even) or cut."""
+    bits = np.ascontiguousarray(x, np.float32).view(np.uint32)
+    if rounding == "nearest":
+        bits = bits + np.uint32(0xFFF) + ((bits >> np.uint32(13)) & np.uint32(1))
+    return (bits & np.uint32(0xFFFFE000)).view(np.float32)
+
+
+def tf32_matmul(rounding: str, damage: float = 0.0):
+    """matmul_forward as TF32 tensor cores compute it; `damage` adds that many ulps of TF32 to each element."""
+    def matmul_forward(out, inp, weight, bias, B, T, C, OC):
+        a, w = tf32(inp.reshape(-1, C), rounding), tf32(weight, rounding)
+        result = (a @ w.T).astype(np.float32)  # float32 sums, as the tensor cores accumulate
+        if bias is not None:
+            result += bias
+        result += np.float32(damage * 2.0**-10) * np.abs(a) @ np.abs(w).T
+        out[...] = result.reshape(out.shape)
+    return matmul_forward
+
+
+@pytest.mark.parametrize("rounding", ["nearest", "cut"])
+@pytest.mark.parametrize("case", MATMUL_CASES, ids=lambda c: c.id)
+def test_an_honest_tf32_matmul_passes_tf32_and_fails_fp32(case, rounding):
+    under_tf32 = run_case(tf32_matmul(rounding), case, device="cpu", profile=TF32)
+    assert under_tf32.passed, under_tf32.message
+    under_fp32 = run_case(tf32_matmul(rounding), case, device="cpu", profile=FP32)
+    assert not under_fp32.passed, f"a TF32 matmul passed fp32 (worst error {under_fp32.worst_ratio:.2f}x its bound)"
+
+
+@pytest.mark.parametrize("case", MATMUL_CASES[:4], ids=lambda c: c.id)
+def test_tf32_past_its_bound_fails(case):
+    """Each element off by 3 of TF32's ulps of every product on top: past 2 * 2^-10, the bound's allowance."""
+    assert not run_case(tf32_matmul("cut", damage=3.0), case, device="cpu", profile=TF32).passed
+
+
+ALL_CASES = [c for function in SPECS for c in cases(function)]
+
+
+@pytest.mark.parametrize("case", ALL_CASES, ids=lambda c: f"{c.function}-{c.id}")
+def test_float32_passes_tf32(case):
+    result = run_case(getattr(gold, case.function), case, device="cpu", profile=TF32)
+    assert result.passed, result.message
+
+
+@pytest.mark.parametrize("case", ALL_CASES, ids=lambda c: f"{c.function}-{c.id}")
+def test_the_course_criterion_on_float32(case):
+    """Float32 passes the course's criterion, except where values are ~1e4 (the extreme cases):
+    there the criterion's RMSE limit, absolute, is below float32's own rounding."""
+    result = run_case(getattr(gold, case.function), case, device="cpu", profile=COURSE)
+    if case.values == "extreme" and not result.passed:
+        assert "RMSE" in result.message and "elements off" not in result.message, result.message
+    else:
+        assert result.passed, result.message
+
+
+def test_the_course_criterion_lets_through_a_wrong_element():
+    """One GELU output off by 0.04 passes the course's criterion (0.04 <= 0.05, and the RMSE
+    of one such error among thousands is under 1e-3); every rounding bound rejects it."""
+    case = max(cases("gelu_forward"), key=lambda c: c.size["N"])
+
+    def one_element_off(out, inp, N):
+        gold.gelu_forward(out, inp, N)
+        out.reshape(-1)[N // 2] += np.float32(0.04)
+    assert run_case(one_element_off, case, device="cpu", profile=COURSE).passed
+    assert not run_case(one_element_off, case, device="cpu", profile=TF32).passed
+
+
+def test_the_course_criterion_fails_large_errors_and_unwritten_elements():
+    case = MATMUL_CASES[3]
+
+    def ten_percent_off(out, *args):
+        gold.matmul_forward(out, *args)
+        out *= np.float32(1.1)
+
+    def one_left_unwritten(out, *args):
+        gold.matmul_forward(out, *args)
+        out.reshape(-1)[0] = np.nan
+    for wrong, message in ((ten_percent_off, "elements off by more than 0.05"),
+                           (one_left_unwritten, "1 of 2313 elements off by more than 0.05")):
+        result = run_case(wrong, case, device="cpu", profile=COURSE)
+        assert not result.passed and message in result.message, result.message
+
+
+def test_profiles_are_named():
+    assert profile_named("tf32") is TF32
+    with pytest.raises(ProfileError, match="no precision profile 'bf16'; the profiles are fp32, tf32, course"):
+        profile_named("bf16")
