@@ -7,6 +7,7 @@ to collect (a whole kit clone there would bring its own tests/conftest.py).
     pytest tests/kernels                      # this kit's kernels, default seed
     pytest tests/kernels --seed 7             # other random inputs (or KIT_SEED=7)
     pytest tests/kernels --kernels ~/mine     # another kernels/ directory, or a kit holding one
+    pytest tests/kernels --profile tf32       # judged under a precision profile (reference.precision)
 
 The process runs the chosen kernels directory everywhere (kernel_runtime.loader),
 the compile checks included; the watch on CuPy (kernel_runtime.recording) goes in
@@ -20,6 +21,7 @@ import pytest
 from kernel_runtime import recording
 from kernel_runtime.errors import KernelLoadError
 from kernel_runtime.loader import use_kernels
+from reference.precision import ProfileError, profile_named
 
 
 def pytest_addoption(parser):
@@ -27,6 +29,9 @@ def pytest_addoption(parser):
                      help="base seed of the random test inputs (default: $KIT_SEED or 0)")
     parser.addoption("--kernels", default=None,
                      help="a kernels/ directory (or a kit holding one) to test instead of this kit's")
+    parser.addoption("--profile", default=os.environ.get("KIT_PROFILE", "fp32"),
+                     help="precision profile the kernel checks judge by: fp32, tf32 or course "
+                          "(default: $KIT_PROFILE or fp32)")
 
 
 def pytest_configure(config):
@@ -34,4 +39,8 @@ def pytest_configure(config):
         config.kernels_directory = use_kernels(config.getoption("kernels"))
     except KernelLoadError as err:
         raise pytest.UsageError(f"--kernels: {err}") from None
+    try:
+        config.precision_profile = profile_named(config.getoption("profile"))
+    except ProfileError as err:
+        raise pytest.UsageError(f"--profile: {err}") from None
     recording.install()

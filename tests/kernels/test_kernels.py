@@ -7,6 +7,7 @@ within its documented tolerance (reference/specs/), then replays the call's own
 kernel launches on a second set of inputs and checks those outputs too.
 
     pytest tests/kernels -k layernorm      # one host function's cases
+    pytest tests/kernels --profile tf32    # bounds for TF32 tensor cores (reference.precision)
 """
 
 import pytest
@@ -23,12 +24,12 @@ def pytest_generate_tests(metafunc):
 
 
 @pytest.mark.gpu
-def test_matches_numpy_reference(case):
-    result = run_case(host_function(case.function), case, against="numpy")
+def test_matches_numpy_reference(case, pytestconfig):
+    result = run_case(host_function(case.function), case, against="numpy", profile=pytestconfig.precision_profile)
     assert result.passed, result.message
 
 
 @pytest.mark.gpu
-def test_matches_gold(case):
-    result = run_case(host_function(case.function), case, against="gold")
+def test_matches_gold(case, pytestconfig):
+    result = run_case(host_function(case.function), case, against="gold", profile=pytestconfig.precision_profile)
     assert result.passed, result.message

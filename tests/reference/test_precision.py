@@ -5,6 +5,10 @@ fp32's; an error past the tf32 bound fails it. The course's criterion lets a wro
 element through, and rejects correct float32 on the extreme cases (its RMSE limit is
 absolute)."""
 
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -13,6 +17,7 @@ from reference.judging import run_case
 from reference.precision import COURSE, FP32, TF32, ProfileError, profile_named
 from reference.registry import SPECS, cases
 
+ROOT = Path(__file__).parents[2]
 MATMUL_CASES = cases("matmul_forward")
 
 
@@ -103,3 +108,10 @@ def test_profiles_are_named():
     assert profile_named("tf32") is TF32
     with pytest.raises(ProfileError, match="no precision profile 'bf16'; the profiles are fp32, tf32, course"):
         profile_named("bf16")
+
+
+def test_pytest_names_a_profile_that_does_not_exist():
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/kernels/test_kernels.py",
+                           "--profile", "bf16"], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert done.returncode == 4
+    assert "ERROR: --profile: no precision profile 'bf16'; the profiles are fp32, tf32, course" in done.stderr
