@@ -168,28 +168,41 @@ def compile_report(kernel: CudaKernel, arch: str) -> list[KernelResources]:
     Returns the resources of every kernel in the source; raises KernelCompileError
     pointing at the .py line on a compile error, and when there is no NVRTC to compile with.
     """
+    # NVRTC can reuse an earlier identical compilation, and then ptxas does not run and
+    # prints no report: an unused symbol of its own makes every report compilation new.
+    nonce = f'\nextern "C" __device__ int kit_resource_report_{secrets.token_hex(8)};\n'
+
+    def report(nvrtc, program) -> list[KernelResources]:
+        cubin = nvrtc.getCUBIN(program) + b"\0"  # CuPy's getCUBIN drops the final byte
+        if not cubin.startswith(b"\x7fELF"):
+            raise KernelCompileError(f"{kernel.origin.path}: NVRTC returned no cubin for {arch}")
+        return parse_ptxas_log(nvrtc.getProgramLog(program))
+
+    return _nvrtc_compile(kernel, kernel.source + nonce, arch, [f"-arch={arch}", "-Xptxas=-v"], report)
+
+
+def compile_ptx(kernel: CudaKernel, arch: str) -> str:
+    """The PTX of `kernel`'s whole source for `arch`'s virtual architecture (sm_86 -> compute_86); no GPU needed."""
+    return _nvrtc_compile(kernel, kernel.source, arch, [f"-arch=compute_{arch.removeprefix('sm_')}"],
+                          lambda nvrtc, program: nvrtc.getPTX(program).rstrip(b"\0").decode())
+
+
+def _nvrtc_compile(kernel: CudaKernel, source: str, arch: str, arch_options: list[str], take):
+    """Compile `source` (kernel's, or a variant of it) with kernel's options; take(nvrtc, program) what is wanted."""
     reason = nvrtc_unavailable_reason()
     if reason is not None:
         raise KernelCompileError(f"{kernel.origin.path}: cannot compile for {arch}: {reason}")
     from cupy.cuda import nvrtc
 
-    # NVRTC can reuse an earlier identical compilation, and then ptxas does not run and
-    # prints no report: an unused symbol of its own makes every report compilation new.
-    nonce = f'\nextern "C" __device__ int kit_resource_report_{secrets.token_hex(8)};\n'
-    program = nvrtc.createProgram(kernel.source + nonce, kernel.origin.path, [], [])
+    program = nvrtc.createProgram(source, kernel.origin.path, [], [])
     try:
-        options = [f"-arch={arch}", "-Xptxas=-v", "-std=c++17", *kernel.options]
         try:
-            nvrtc.compileProgram(program, options)
+            nvrtc.compileProgram(program, [*arch_options, "-std=c++17", *kernel.options])
         except nvrtc.NVRTCError:
             raise KernelCompileError(
                 f"{kernel.origin.path}: CUDA compile for {arch} failed\n"
                 + describe_compile_log(nvrtc.getProgramLog(program), kernel.origin)
             ) from None
-        log = nvrtc.getProgramLog(program)
-        cubin = nvrtc.getCUBIN(program) + b"\0"  # CuPy's getCUBIN drops the final byte
-        if not cubin.startswith(b"\x7fELF"):
-            raise KernelCompileError(f"{kernel.origin.path}: NVRTC returned no cubin for {arch}")
+        return take(nvrtc, program)
     finally:
         nvrtc.destroyProgram(program)
-    return parse_ptxas_log(log)

@@ -1,0 +1,86 @@
+"""Technique checks on compiled code (NVRTC, no GPU): each technique shows in a kernel that
+uses it and not in one that only claims it. The samples are small kernels written for
+this test, all in one source, as a kernel module with several kernels has them."""
+
+import types
+
+import pytest
+
+from kernel_runtime import CudaKernel
+from reference.techniques import TECHNIQUES, evidence, missing_evidence
+
+pytestmark = pytest.mark.nvrtc
+
+SAMPLES = r"""
+// a "TF32" matmul that is plain float32, one output per thread: no tensor cores, no tiles
+extern "C" __global__ void plain_matmul(float* out, const float* a, const float* w, int C, int OC) {
+    int row = blockIdx.y, o = blockIdx.x * blockDim.x + threadIdx.x;
+    if (o >= OC) return;
+    float acc = 0.0f;
+    for (int k = 0; k < C; k++) acc += a[row * C + k] * w[o * C + k];
+    out[row * OC + o] = acc;
+}
+
+// one m16n8k8 TF32 product on the tensor cores (a warp's fragments, loaded plainly)
+extern "C" __global__ void tensor_core_tile(float* d, const float* a, const float* b) {
+    int lane = threadIdx.x % 32;
+    unsigned a_frag[4], b_frag[2];
+    for (int i = 0; i < 4; i++) asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(a_frag[i]) : "f"(a[lane * 4 + i]));
+    for (int i = 0; i < 2; i++) asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(b_frag[i]) : "f"(b[lane * 2 + i]));
+    float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a_frag[0]), "r"(a_frag[1]), "r"(a_frag[2]), "r"(a_frag[3]), "r"(b_frag[0]), "r"(b_frag[1]));
+    for (int i = 0; i < 4; i++) d[lane * 4 + i] = c[i];
+}
+
+// a tile staged in shared memory
+extern "C" __global__ void staged_tile(float* out, const float* in) {
+    __shared__ float tile[256];
+    int i = blockIdx.x * 256 + threadIdx.x;
+    tile[threadIdx.x] = in[i];
+    __syncthreads();
+    out[i] = tile[255 - threadIdx.x];
+}
+
+// a "reduction" that is one thread walking a whole row
+extern "C" __global__ void serial_row_sum(float* out, const float* in, int C) {
+    if (threadIdx.x != 0) return;
+    float sum = 0.0f;
+    for (int c = 0; c < C; c++) sum += in[blockIdx.x * C + c];
+    out[blockIdx.x] = sum;
+}
+
+// a row summed by a warp's shuffles
+extern "C" __global__ void shuffled_row_sum(float* out, const float* in, int C) {
+    float sum = 0.0f;
+    for (int c = threadIdx.x; c < C; c += 32) sum += in[blockIdx.x * C + c];
+    for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+    if (threadIdx.x == 0) out[blockIdx.x] = sum;
+}
+"""
+
+NAMES = ("plain_matmul", "tensor_core_tile", "staged_tile", "serial_row_sum", "shuffled_row_sum")
+SAMPLE_MODULE = types.SimpleNamespace(**{name: CudaKernel(SAMPLES, name) for name in NAMES})
+
+SHOWN = {  # sample -> the techniques its code shows
+    "plain_matmul": set(),
+    "tensor_core_tile": {"tensor_cores"},
+    "staged_tile": {"shared_memory", "reduction"},  # a barrier between shared stores and loads reads as either
+    "serial_row_sum": set(),
+    "shuffled_row_sum": {"reduction"},
+}
+
+
+@pytest.mark.parametrize("technique", sorted(TECHNIQUES))
+def test_each_technique_shows_where_it_is_used_only(technique):
+    found = evidence(SAMPLE_MODULE, technique)
+    assert found == {name: technique in SHOWN[name] for name in NAMES}
+
+
+def test_missing_evidence_names_the_kernels_and_what_was_looked_for():
+    assert missing_evidence(SAMPLE_MODULE, "tensor_cores", kernels={"tensor_core_tile"}) is None
+    assert missing_evidence(SAMPLE_MODULE, "tensor_cores", kernels={"plain_matmul"}) == (
+        "no evidence of tensor cores: none of plain_matmul has tensor-core instructions (mma.sync, wmma.mma or "
+        "wgmma) in its PTX")
