@@ -4,7 +4,8 @@ Every kernel body between `// BEGIN SOLUTION` and `// END SOLUTION` in kernels/
 becomes a TODO stub: it compiles, writes nothing, and so fails its tests cleanly (the
 outputs stay NaN). Everything else is kept, except what only the staff use: the
 grader and its tests, the known-wrong implementations and the test that runs them,
-the Slurm job tests and the CI setup. The README loses what it says of those: each
+the Slurm job tests and the CI setup; and, this being milestone 1's kit, milestone 2's
+variant modules and their tests. The README loses what it says of those: each
 section between `<!-- staff only -->` and `<!-- end staff only -->`, and each line
 that ends with `<!-- staff -->`, so that it mentions only what the handout holds.
 """
@@ -17,10 +18,12 @@ import subprocess
 from pathlib import Path
 
 from kernel_runtime import KitError
+from reference.variants import new_modules
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+MILESTONE_2 = ("tests/kernels/test_variants.py", *(f"kernels/{m}.py" for m in new_modules(2)))
 LEFT_OUT = ("grading/", "tests/grading/", "tests/kernels/wrong/", "tests/kernels/test_known_wrong.py",
-            "tests/slurm/", "slurm/grade_class.slurm", ".ci/")
+            "tests/slurm/", "slurm/grade_class.slurm", ".ci/", *MILESTONE_2)
 SOLUTION = re.compile(r"^([ \t]*)// BEGIN SOLUTION\n.*?^[ \t]*// END SOLUTION\n", re.MULTILINE | re.DOTALL)
 LEFTOVER_MARKER = re.compile(r"^[ \t]*// (BEGIN|END) SOLUTION", re.MULTILINE)
 STAFF_SECTION = re.compile(r"^<!-- staff only.*?^<!-- end staff only -->\n\n?", re.MULTILINE | re.DOTALL)

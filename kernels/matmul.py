@@ -169,7 +169,8 @@ extern "C" __global__ void matmul_few_rows_kernel(float* out, const float* inp, 
 matmul_few_rows_kernel = CudaKernel(MATMUL_FEW_ROWS_SOURCE, "matmul_few_rows_kernel", defines=dict(FEW_ROWS=FEW_ROWS))
 
 
-def matmul_forward(out, inp, weight, bias, B, T, C, OC):
+def matmul_arguments(out, inp, weight, bias, B, T, C, OC) -> tuple:
+    """The checked launch arguments of a matmul kernel: out, inp, weight, bias (NULL when None), M, K, N."""
     check_dims("matmul_forward", B=B, T=T, C=C, OC=OC)
     check_array("matmul_forward", "out", out, B * T * OC)
     check_array("matmul_forward", "inp", inp, B * T * C)
@@ -177,7 +178,11 @@ def matmul_forward(out, inp, weight, bias, B, T, C, OC):
     if bias is not None:
         check_array("matmul_forward", "bias", bias, OC)
     bias_pointer = bias if bias is not None else np.uint64(0)  # NULL: no bias
-    args = (out, inp, weight, bias_pointer, np.int32(B * T), np.int32(C), np.int32(OC))
+    return (out, inp, weight, bias_pointer, np.int32(B * T), np.int32(C), np.int32(OC))
+
+
+def matmul_forward(out, inp, weight, bias, B, T, C, OC):
+    args = matmul_arguments(out, inp, weight, bias, B, T, C, OC)
     if B * T <= FEW_ROWS:
         columns_per_block = THREADS // 32
         matmul_few_rows_kernel((ceil_div(OC, columns_per_block),), (THREADS,), args)

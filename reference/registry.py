@@ -5,6 +5,7 @@
     cases(function, seed)  its test cases for a base seed
     build(case)            a Problem: the case's inputs, drawn from its seed
     host_function(name)    the function itself, from the kernels directory this process runs
+    kernel_module(name)    kernels/<name>.py of that directory
 
 This module holds no oracle: the grader's worker imports it (and reference.execution)
 to run a submission, and never reference.cpu, reference.gold or reference.judging.
@@ -64,19 +65,24 @@ def build(case: Case) -> Problem:
     return Problem(function_spec, case, function_spec.build(case, np.random.default_rng(case.seed)))
 
 
-def host_function(function: str) -> Callable:
-    """`function` as the kernels directory this process runs defines it (kernel_runtime.loader).
+def host_function(function: str, module_name: str | None = None) -> Callable:
+    """`function` as the kernels directory this process runs defines it (kernel_runtime.loader),
+    in its spec's module, or in `module_name` (a variant's module, reference.variants).
 
     A module that fails to import, or lacks the function, raises one KernelLoadError
     line naming the file (and the line, when the error happened inside it)."""
-    module_name = spec(function).module
-    try:
-        module = importlib.import_module(f"kernels.{module_name}")
-    except Exception as err:  # a student's file: a syntax error, a missing import, ...
-        raise KernelLoadError(f"cannot load {_where(module_name, err)}: {type(err).__name__}: {err}") from None
+    module = kernel_module(module_name or spec(function).module)
     if not callable(getattr(module, function, None)):
         raise KernelLoadError(f"{module.__file__} defines no {function}()")
     return getattr(module, function)
+
+
+def kernel_module(module_name: str) -> types.ModuleType:
+    """kernels/<module_name>.py of the kernels directory this process runs."""
+    try:
+        return importlib.import_module(f"kernels.{module_name}")
+    except Exception as err:  # a student's file: a syntax error, a missing import, ...
+        raise KernelLoadError(f"cannot load {_where(module_name, err)}: {type(err).__name__}: {err}") from None
 
 
 def host_functions(functions) -> types.SimpleNamespace:

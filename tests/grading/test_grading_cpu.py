@@ -229,6 +229,9 @@ def test_handout_stubs_every_solution_and_leaves_out_staff_files(handout):
         assert LEFTOVER_MARKER.search(path.read_text()) is None, path
     assert "TODO: write this kernel" in (destination / "kernels" / "layernorm.py").read_text()
     assert not (destination / "grading").exists() and not (destination / "tests/kernels/wrong").exists()
+    assert (ROOT / "kernels/matmul_tf32.py").exists()  # milestone 2's: not in milestone 1's handout
+    assert not (destination / "kernels/matmul_tf32.py").exists()
+    assert not (destination / "tests/kernels/test_variants.py").exists()
     assert (destination / "kernels" / "decode.py").read_text() == (ROOT / "kernels" / "decode.py").read_text()
     readme = (destination / "README.md").read_text()
     assert "## Grading (for TAs)" not in readme and "## On Delta" in readme and "staff only" not in readme

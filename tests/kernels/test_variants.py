@@ -1,0 +1,33 @@
+"""Milestone 2's variants (reference.variants): each on every case of its host function,
+judged under its own precision profile, and its compiled code showing its technique.
+
+    pytest tests/kernels/test_variants.py -k tf32
+"""
+
+import pytest
+
+from reference.judging import run_case
+from reference.registry import SPECS, host_function, kernel_module
+from reference.techniques import missing_evidence
+from reference.variants import VARIANTS
+
+
+def pytest_generate_tests(metafunc):
+    if "variant_case" in metafunc.fixturenames:
+        seed = metafunc.config.getoption("seed")
+        pairs = [(variant, case) for variant in VARIANTS.values() for case in SPECS[variant.function].test_cases(seed)]
+        metafunc.parametrize("variant_case", pairs, ids=[f"{v.name}-{c.id}" for v, c in pairs])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("against", ["numpy", "gold"])
+def test_variant_matches_the_reference_under_its_profile(variant_case, against):
+    variant, case = variant_case
+    result = run_case(host_function(variant.function, variant.module), case, against=against, profile=variant.profile)
+    assert result.passed, f"{variant.name} under {variant.profile_name}: {result.message}"
+
+
+@pytest.mark.nvrtc
+@pytest.mark.parametrize("variant", VARIANTS.values(), ids=lambda v: v.name)
+def test_variant_shows_its_technique(variant):
+    assert missing_evidence(kernel_module(variant.module), variant.technique) is None
