@@ -8,9 +8,9 @@ right away, and the model carries on with gold's numbers (check-and-swap), so on
 wrong kernel is reported where it is and does not smear into every later step.
 
 A step passes when, for every element, min(|error|, |error| / max(1e-3, |gold|)) <=
-0.05, and the root-mean-square error is <= 1e-3 (the course's test_gpt2_kernels
-criterion: loose enough for any float32 summation order, tight enough for a
-forgotten bias or a missing mask).
+0.05, and the root-mean-square error is <= 1e-3: the course's test_gpt2_kernels
+criterion (reference.precision's `course` profile), loose enough for any float32
+summation order, tight enough for a forgotten bias or a missing mask.
 """
 
 from __future__ import annotations
@@ -24,10 +24,8 @@ import numpy as np
 from gpt2.ops import parameters
 from kernel_runtime.commands import OneLineArgumentParser, run_command
 from kernel_runtime.device import exit_without_gpu
+from reference.precision import COURSE_ELEMENT, COURSE_RMSE, course_errors
 from reference.registry import spec
-
-ELEMENT_TOLERANCE = 0.05
-RMSE_TOLERANCE = 1e-3
 
 
 @functools.cache
@@ -47,16 +45,13 @@ class Step:
 
     @property
     def passed(self) -> bool:
-        return self.max_error <= ELEMENT_TOLERANCE and self.rmse <= RMSE_TOLERANCE
+        return self.max_error <= COURSE_ELEMENT and self.rmse <= COURSE_RMSE
 
 
 def compare(candidate: np.ndarray, gold: np.ndarray) -> tuple[float, float]:
     """(largest per-element min(abs, rel) error, RMSE); NaN or inf anywhere is infinite."""
-    error = np.abs(candidate.astype(np.float64) - gold.astype(np.float64))
-    if not np.isfinite(error).all():
-        return float("inf"), float("inf")
-    relative = error / np.maximum(1e-3, np.abs(gold))
-    return float(np.minimum(error, relative).max(initial=0.0)), float(np.sqrt(np.mean(error**2)))
+    scaled, rmse = course_errors(candidate, gold)
+    return float(scaled.max(initial=0.0)), rmse
 
 
 class StepChecker:

@@ -54,12 +54,17 @@ def profile_named(name: str) -> Profile:
     return PROFILES[name]
 
 
+def course_errors(got: np.ndarray, want: np.ndarray) -> tuple[np.ndarray, float]:
+    """Per element min(|d|, |d| / max(1e-3, |want|)), and the RMSE of d; NaN or inf in `got` is infinitely wrong."""
+    error = np.abs(got.astype(np.float64) - want.astype(np.float64))
+    error[~np.isfinite(error)] = np.inf
+    scaled = np.minimum(error, error / np.maximum(1e-3, np.abs(want)))
+    return scaled, float(np.sqrt(np.mean(np.square(error)))) if error.size else 0.0
+
+
 def course_failures(name: str, got: np.ndarray, want: np.ndarray) -> list[str]:
     """The course's criterion on one output: what fails it, or nothing."""
-    error = np.abs(got - want)
-    error[~np.isfinite(got)] = np.inf
-    scaled = np.minimum(error, error / np.maximum(1e-3, np.abs(want)))
-    rmse = float(np.sqrt(np.mean(np.square(error)))) if error.size else 0.0
+    scaled, rmse = course_errors(got, want)
     failures = []
     bad = ~(scaled <= COURSE_ELEMENT)
     if bad.any():

@@ -14,7 +14,7 @@ import pytest
 
 from reference import gold
 from reference.judging import run_case
-from reference.precision import COURSE, FP32, TF32, ProfileError, profile_named
+from reference.precision import COURSE, FP32, TF32, ProfileError, course_failures, profile_named
 from reference.registry import SPECS, cases
 
 ROOT = Path(__file__).parents[2]
@@ -115,3 +115,17 @@ def test_pytest_names_a_profile_that_does_not_exist():
                            "--profile", "bf16"], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert done.returncode == 4
     assert "ERROR: --profile: no precision profile 'bf16'; the profiles are fp32, tf32, course" in done.stderr
+
+
+@pytest.mark.parametrize("seed", [0, 1], ids=lambda s: f"seed{s}")
+def test_the_step_check_judges_by_the_course_criterion(seed):
+    """A step passes exactly when the course's criterion finds nothing (NaN is infinitely wrong)."""
+    from gpt2.step_check import Step, compare
+
+    rng = np.random.default_rng(seed)
+    gold_values = rng.normal(0, 3, 500)
+    for damage in (0.0, 1e-5, 0.03, 0.07):
+        candidate = gold_values + damage * rng.normal(0, 1, 500)
+        step = Step("layer 0 fc", "matmul_forward", 0, *compare(candidate, gold_values))
+        assert step.passed == (course_failures("out", candidate, gold_values) == [])
+    assert compare(np.where(np.arange(500) == 7, np.nan, gold_values), gold_values) == (np.inf, np.inf)
