@@ -35,9 +35,6 @@ import numpy as np
 
 from gpt2.model import GPT2, KVCache
 
-KINDS = ("recompute", "launched", "graph", "graph_per_length")
-
-
 def prompt_rows(prompts, batch_size: int) -> list[np.ndarray]:
     """The prompts (a (B, T) array, or B lists of any lengths) as B int32 rows."""
     rows = [np.asarray(prompt, np.int32).reshape(-1) for prompt in prompts]
@@ -189,6 +186,7 @@ class PerLengthGraphDecoder(GraphDecoder):
 
 DECODERS = {"recompute": RecomputeDecoder, "launched": LaunchedDecoder, "graph": GraphDecoder,
             "graph_per_length": PerLengthGraphDecoder}
+KINDS = tuple(DECODERS)
 
 
 def make_decoder(model: GPT2, kind: str, batch_size: int):

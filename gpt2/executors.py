@@ -29,7 +29,6 @@ For the same inputs, greedy and beam tokens are the same on all three.
 from __future__ import annotations
 
 import contextlib
-import sys
 import types
 
 import numpy as np
@@ -37,7 +36,7 @@ import numpy as np
 from gpt2 import selection_kernels as selection
 from gpt2.beam_search import NEGATIVE, BeamSearch, Hypotheses, beam_search, equal_length_prompts, hypotheses
 from gpt2.decoding import make_decoder
-from gpt2.generate import GREEDY, Sampling, fit_prompt, generate_batch
+from gpt2.generate import GREEDY, Sampling, fit_prompt, generate_batch, warn_on_stderr
 from gpt2.model import GPT2
 from gpt2.tokenizer import END_OF_TEXT
 from kernel_runtime import KitError
@@ -138,7 +137,7 @@ class GrapeExecutor:
     def generate(self, prompts, max_new_tokens: int, sampling: Sampling = GREEDY, *,
                  stop_at_end_of_text: bool = True, on_token=None) -> list[list[int]]:
         context = self.model.config.max_T
-        prompts = [fit_prompt(list(p), max_new_tokens, context, _warn) for p in prompts]
+        prompts = [fit_prompt(list(p), max_new_tokens, context, warn_on_stderr) for p in prompts]
         if max_new_tokens == 0:
             return [[] for _ in prompts]
         return self.run(len(prompts)).sample(prompts, max_new_tokens, sampling, stop_at_end_of_text, on_token)
@@ -383,6 +382,3 @@ def make_executor(model: GPT2, name: str):
         return HostExecutor(model, name, "graph_per_length")
     return GrapeExecutor(model)
 
-
-def _warn(message: str) -> None:
-    print(f"warning: {message}", file=sys.stderr)

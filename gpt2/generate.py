@@ -55,10 +55,15 @@ GREEDY = Sampling(temperature=0.0)
 
 def next_token(logits: np.ndarray, sampling: Sampling, rng: np.random.Generator) -> int:
     """One token id from a row of logits (V,)."""
-    logits = logits.astype(np.float64)
     if sampling.temperature == 0:
         return int(np.argmax(logits))
-    logits = logits / sampling.temperature
+    probabilities = sampling_probabilities(logits, sampling)
+    return int(rng.choice(probabilities.size, p=probabilities))
+
+
+def sampling_probabilities(logits: np.ndarray, sampling: Sampling) -> np.ndarray:
+    """The distribution (float64) a row of logits (V,) is sampled from: temperature (> 0), then top-k, then top-p."""
+    logits = logits.astype(np.float64) / sampling.temperature
     if sampling.top_k is not None and sampling.top_k < logits.size:
         kth_largest = np.partition(logits, -sampling.top_k)[-sampling.top_k]
         logits = np.where(logits < kth_largest, -np.inf, logits)
@@ -71,7 +76,11 @@ def next_token(logits: np.ndarray, sampling: Sampling, rng: np.random.Generator)
         kept = np.zeros_like(probabilities)
         kept[keep] = probabilities[keep]
         probabilities = kept / kept.sum()
-    return int(rng.choice(probabilities.size, p=probabilities))
+    return probabilities
+
+
+def warn_on_stderr(message: str) -> None:
+    print(f"warning: {message}", file=sys.stderr)
 
 
 def fit_prompt(prompt: list[int], max_new_tokens: int, context: int, warn: Callable[[str], None]) -> list[int]:
@@ -93,7 +102,7 @@ def fit_prompt(prompt: list[int], max_new_tokens: int, context: int, warn: Calla
 def generate(model: GPT2, prompt: list[int], max_new_tokens: int, sampling: Sampling = GREEDY, *,
              use_cache: bool = True, use_graph: bool = True, stop_at_end_of_text: bool = True,
              on_token: Callable[[int], None] | None = None,
-             warn: Callable[[str], None] = lambda m: print(f"warning: {m}", file=sys.stderr)) -> list[int]:
+             warn: Callable[[str], None] = warn_on_stderr) -> list[int]:
     """The new token ids (without the prompt), streamed one by one to on_token: a
     sampling loop over a decoder (gpt2.decoding). With the cache on the kernels
     backend, decode steps replay a CUDA graph of the step unless use_graph is False."""
@@ -105,7 +114,7 @@ def generate(model: GPT2, prompt: list[int], max_new_tokens: int, sampling: Samp
 def generate_batch(model: GPT2, prompts: list[list[int]], max_new_tokens: int, sampling: Sampling = GREEDY, *,
                    use_cache: bool = True, use_graph: bool = True, decoder=None, stop_at_end_of_text: bool = True,
                    on_token: Callable[[int, int], None] | None = None,
-                   warn: Callable[[str], None] = lambda m: print(f"warning: {m}", file=sys.stderr)
+                   warn: Callable[[str], None] = warn_on_stderr
                    ) -> list[list[int]]:
     """Each prompt's new tokens, the prompts (of any lengths) decoded together as the rows
     of one decoder; on_token(row, token) streams them. A row that has ended (end-of-text

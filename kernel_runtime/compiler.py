@@ -124,6 +124,11 @@ def kernels_in(module: types.ModuleType) -> list[CudaKernel]:
     return [value for value in vars(module).values() if isinstance(value, CudaKernel)]
 
 
+def distinct_compilations(module: types.ModuleType) -> list[CudaKernel]:
+    """One CudaKernel per distinct compilation (source and options) of a kernel module."""
+    return list({(k.source, k.options): k for k in kernels_in(module)}.values())
+
+
 # --------------------------------------------------------------------------- offline report
 
 

@@ -120,11 +120,11 @@ def compare_as_the_course(case: Case, actual: dict, expected: dict) -> Result:
     """Every output under the course's criterion (reference.precision.COURSE)."""
     failures, max_abs = [], 0.0
     for name, want in expected.items():
-        got = actual.get(name)
-        if got is None or got.shape != want.shape:
-            failures.append(f"{name}: missing, or shape {None if got is None else got.shape}, expected {want.shape}")
+        unusable = _unusable(name, actual, want)
+        if unusable:
+            failures.append(unusable)
             continue
-        got = got.astype(np.float64)
+        got = actual[name].astype(np.float64)
         max_abs = max(max_abs, float(np.abs(got - want).max(initial=0.0)))
         failures += course_failures(name, got, want)
     return Result(case, not failures, "; ".join(failures) if failures else "ok", max_abs)
@@ -134,13 +134,11 @@ def compare(case: Case, actual: dict, expected: dict, bounds: dict) -> Result:
     """Every element of every output against its expected value, within its bound."""
     failures, max_abs, max_rel, worst_ratio = [], 0.0, 0.0, 0.0
     for name in expected:
-        if name not in actual:
-            failures.append(f"{name}: missing")
+        unusable = _unusable(name, actual, expected[name])
+        if unusable:
+            failures.append(unusable)
             continue
         got = actual[name].astype(np.float64)
-        if got.shape != expected[name].shape:
-            failures.append(f"{name}: shape {got.shape}, expected {expected[name].shape}")
-            continue
         want, allowed = expected[name], np.broadcast_to(bounds[name], expected[name].shape)
         error = np.abs(got - want)
         error[np.isnan(got) | np.isinf(got)] = np.inf
@@ -160,3 +158,12 @@ def compare(case: Case, actual: dict, expected: dict, bounds: dict) -> Result:
                 + (f"; {unwritten} NaN (never written, or computed as NaN)" if unwritten else ""))
     message = "; ".join(failures) if failures else "ok"
     return Result(case, not failures, message, max_abs, max_rel, worst_ratio)
+
+
+def _unusable(name: str, actual: dict, want: np.ndarray) -> str | None:
+    """Why output `name` cannot be compared at all (missing, or of another shape), or None."""
+    if name not in actual:
+        return f"{name}: missing"
+    if actual[name].shape != want.shape:
+        return f"{name}: shape {actual[name].shape}, expected {want.shape}"
+    return None

@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 import re
 
-from kernel_runtime.compiler import compile_ptx, kernels_in
+from kernel_runtime.compiler import compile_ptx, distinct_compilations
 
 ARCH = "sm_86"  # the course's GPU (A40); every technique here exists there
 
@@ -50,7 +50,7 @@ TECHNIQUES = {t.name: t for t in (
 def kernel_instructions(module) -> dict[str, str]:
     """Each kernel (__global__ function) of a kernel module -> its PTX instructions."""
     found = {}
-    for kernel in {(k.source, k.options): k for k in kernels_in(module)}.values():
+    for kernel in distinct_compilations(module):
         ptx = compile_ptx(kernel, ARCH)
         functions = "".join(re.findall(r"\.func\b.*?\n}\n", ptx, flags=re.S))  # not inlined: any entry may call them
         for name, body in re.findall(r"\.entry\s+(\w+)\s*\((.*?\n}\n)", ptx, flags=re.S):

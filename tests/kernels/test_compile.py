@@ -13,7 +13,7 @@ import pkgutil
 
 import pytest
 
-from kernel_runtime.compiler import compile_report, kernels_in
+from kernel_runtime.compiler import compile_report, distinct_compilations
 from kernel_runtime.loader import PACKAGE, bound_directory
 
 ARCHES = ("sm_86", "sm_90")
@@ -25,9 +25,9 @@ pytestmark = pytest.mark.nvrtc
 def distinct_sources(module_name):
     """One CudaKernel per distinct compilation (source and options) of a kernel module."""
     module = importlib.import_module(f"{PACKAGE}.{module_name}")
-    by_compilation = {(k.source, k.options): k for k in kernels_in(module)}
-    assert by_compilation, f"{module.__file__} defines no CudaKernel"
-    return list(by_compilation.values())
+    kernels = distinct_compilations(module)
+    assert kernels, f"{module.__file__} defines no CudaKernel"
+    return kernels
 
 
 @pytest.mark.parametrize("arch", ARCHES)

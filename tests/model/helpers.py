@@ -16,3 +16,12 @@ def perturbed_parameters(config: GPT2Config, seed: int) -> dict:
     for name in ("ln1w", "ln1b", "qkvb", "attprojb", "ln2w", "ln2b", "fcb", "fcprojb", "lnfw", "lnfb"):
         params[name] = params[name] + rng.normal(0, 0.1, params[name].shape).astype(np.float32)
     return params
+
+
+def eos_leaning_parameters(seed: int, lean: float) -> dict:
+    """TINY's weights with the final layernorm's bias pushed along end-of-text's embedding, so that
+    end-of-text's logit rises by `lean`: hypotheses and rows then end at different steps."""
+    params = perturbed_parameters(TINY, seed=seed)
+    eos = params["wte"][50256].astype(np.float64)
+    params["lnfb"] = (params["lnfb"] + lean * eos / (eos @ eos)).astype(np.float32)
+    return params

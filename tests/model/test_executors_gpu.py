@@ -15,10 +15,10 @@ import pytest
 from gpt2.beam_search import BeamSearch, beam_search
 from gpt2.config import preset
 from gpt2.executors import EXECUTORS, StageClock, make_executor
-from gpt2.generate import GREEDY, Sampling, generate
+from gpt2.generate import GREEDY, Sampling, generate, sampling_probabilities
 from gpt2.model import GPT2
 from gpt2.tokenizer import END_OF_TEXT
-from tests.model.helpers import TINY, perturbed_parameters
+from tests.model.helpers import TINY, eos_leaning_parameters, perturbed_parameters
 
 pytestmark = pytest.mark.gpu
 
@@ -37,11 +37,8 @@ def big(weights):
 
 
 def leaning_model(lean: float) -> GPT2:
-    """TINY, with end-of-text's logit raised by `lean`: hypotheses and rows end at different steps."""
-    params = perturbed_parameters(TINY, seed=3)
-    eos = params["wte"][END_OF_TEXT].astype(np.float64)
-    params["lnfb"] = (params["lnfb"] + lean * eos / (eos @ eos)).astype(np.float32)
-    return GPT2(TINY, params, backend="kernels")
+    """TINY, with end-of-text's logit raised by `lean` (on the kernels backend)."""
+    return GPT2(TINY, eos_leaning_parameters(seed=3, lean=lean), backend="kernels")
 
 
 @pytest.mark.parametrize("executor", EXECUTORS)
@@ -130,22 +127,6 @@ def test_stage_clock_splits_a_beam_search_into_its_stages(big):
 
 # ------------------------------------------------------------------ the sampling kernel alone
 
-def expected_probabilities(logits: np.ndarray, sampling: Sampling) -> np.ndarray:
-    """gpt2.generate.next_token's distribution, in float64."""
-    z = logits.astype(np.float64) / sampling.temperature
-    if sampling.top_k is not None and sampling.top_k < z.size:
-        z = np.where(z < np.sort(z)[-sampling.top_k], -np.inf, z)
-    p = np.exp(z - z.max())
-    p /= p.sum()
-    if sampling.top_p is not None and sampling.top_p < 1:
-        order = np.argsort(-p)
-        keep = order[: int(np.searchsorted(np.cumsum(p[order]), sampling.top_p)) + 1]
-        kept = np.zeros_like(p)
-        kept[keep] = p[keep]
-        p = kept / kept.sum()
-    return p
-
-
 def draw(logits: np.ndarray, rows: int, sampling: Sampling, seed: int) -> np.ndarray:
     """`rows` tokens drawn by the device from the same logits (each row its own random stream)."""
     import cupy
@@ -175,7 +156,7 @@ def test_device_sampling_follows_the_cut_distribution(sampling, seed):
     """200,000 draws over 11 tokens: none outside the kept set, and frequencies within a
     chi-square bound (p = 1e-6 for 10 degrees of freedom: 50.7) of the probabilities."""
     logits = np.random.default_rng(seed).normal(0, 1.5, 11)
-    expected = expected_probabilities(logits, sampling)
+    expected = sampling_probabilities(logits, sampling)  # the host's distribution
     drawn = draw(logits, 200_000, sampling, seed=100 + seed)
     counts = np.bincount(drawn, minlength=logits.size)
     assert counts[expected == 0].sum() == 0, f"drawn outside the kept set: {counts} for {expected}"

@@ -15,7 +15,7 @@ transformers = pytest.importorskip("transformers", reason="needs transformers: p
 from gpt2.beam_search import BeamSearch, beam_search  # noqa: E402
 from gpt2.checkpoint import read_hf, write_hf  # noqa: E402
 from gpt2.model import GPT2  # noqa: E402
-from tests.model.helpers import TINY, perturbed_parameters  # noqa: E402
+from tests.model.helpers import TINY, eos_leaning_parameters, perturbed_parameters  # noqa: E402
 
 SEEDS = [0, 1]
 
@@ -58,15 +58,6 @@ def test_transformers_reads_what_write_hf_writes(tmp_path):
     theirs = hf_logits(model, tokens)
     ours = GPT2(TINY, params, backend="reference")(tokens)
     np.testing.assert_allclose(ours, theirs, rtol=0, atol=1e-9 * np.abs(theirs).max())
-
-
-def eos_leaning_parameters(seed: int, lean: float) -> dict:
-    """TINY's weights with the final layernorm's bias pushed along end-of-text's embedding, so that
-    end-of-text's logit rises by `lean`: hypotheses then finish at different steps."""
-    params = perturbed_parameters(TINY, seed=seed)
-    eos = params["wte"][50256].astype(np.float64)
-    params["lnfb"] = (params["lnfb"] + lean * eos / (eos @ eos)).astype(np.float32)
-    return params
 
 
 @pytest.mark.parametrize("lean", [0.0, 1.1, 1.5], ids=lambda v: f"lean{v}")
