@@ -1,19 +1,27 @@
-"""Time every host function at GPT-2 124M sizes against gold and the card's ceilings.
+"""Time every host function, and every milestone variant, at GPT-2 124M sizes against gold and
+the card's ceilings.
 
     python -m benchmarks.kernels [--kernels DIR] [--only NAME] [--csv results.csv]
 
 The rows are the benchmark sizes of the specs in reference/specs/: B=8, T=1024,
 C=768, NH=12; the matmul at OC = 2304 (qkv), 768 (attention projection), 3072 (MLP
-up) and 50257 (LM head). Timing: CUDA events around each call, after warm-up, median
-of many calls. The calls are queued behind a short spin kernel so that Python's
-launch overhead never leaves the GPU idle between the events: the numbers are GPU time.
+up) and 50257 (LM head). After the host functions come the variants of
+reference/variants.py that live in modules of their own (the TF32 and cuBLAS
+matmuls; the others are the host functions' own modules, already timed). Timing:
+CUDA events around each call, after warm-up, median of many calls. The calls are
+queued behind a short spin kernel so that Python's launch overhead never leaves the
+GPU idle between the events: the numbers are GPU time.
 
 Ceilings measured here, not taken from a datasheet: the copy bandwidth of a 1 GiB
-device-to-device copy (bytes read + written) and gold's matmul rate. GB/s counts the
-fewest bytes the operation must move (each input read once, each output written
-once); TFLOP/s counts useful flops (for attention, only the causal half).
+device-to-device copy (bytes read + written), gold's matmul rate (cuBLAS in float32),
+and for a variant under the tf32 profile, cuBLAS in TF32 mode (the same call with the
+cuBLAS handle's math mode set to CUBLAS_TF32_TENSOR_OP_MATH): "vs ceiling" compares
+each matmul with the cuBLAS of its own precision. GB/s counts the fewest bytes the
+operation must move (each input read once, each output written once); TFLOP/s counts
+useful flops (for attention, only the causal half).
 """
 
+import contextlib
 import csv
 import statistics
 import sys
@@ -25,6 +33,7 @@ from kernel_runtime.device import exit_without_gpu
 from kernel_runtime.loader import use_kernels
 from reference.execution import call_arguments
 from reference.registry import SPECS, build, host_function
+from reference.variants import VARIANTS
 
 SPIN_SOURCE = r"""
 extern "C" __global__ void spin(long long nanoseconds) {
@@ -66,8 +75,28 @@ def copy_bandwidth_gbs():
 
 
 def workloads(only: str = ""):
-    """(spec, case) for every timed call: the benchmark sizes of each spec whose host function names `only`."""
-    return [(spec, case) for spec in SPECS.values() if only in spec.function for case in spec.benchmark_cases()]
+    """(row name, spec, module, profile, case) for every timed call of the host functions and variants whose
+    name contains `only`: each spec's own module, then the variants that live in modules of their own."""
+    rows = [(spec.function, spec, spec.module, "fp32") for spec in SPECS.values()]
+    rows += [(v.name, SPECS[v.function], v.module, v.profile_name) for v in VARIANTS.values()
+             if v.module != SPECS[v.function].module]
+    return [(*row, case) for row in rows if only in row[0] or only in row[1].function
+            for case in row[1].benchmark_cases()]
+
+
+@contextlib.contextmanager
+def cublas_tf32():
+    """cuBLAS in TF32 mode inside the block: single-precision GEMMs on the tensor cores."""
+    import cupy
+    from cupy.cuda import cublas
+
+    handle = cupy.cuda.device.get_cublas_handle()
+    previous = cublas.getMathMode(handle)
+    cublas.setMathMode(handle, cublas.CUBLAS_TF32_TENSOR_OP_MATH)
+    try:
+        yield
+    finally:
+        cublas.setMathMode(handle, previous)
 
 
 def main(argv=None) -> int:
@@ -86,28 +115,36 @@ def benchmark(args) -> int:
     from reference import gold
 
     use_kernels(args.kernels)
-    rows = [(spec, case, host_function(spec.function)) for spec, case in workloads(args.only)]
+    rows = [(name, spec, case, host_function(spec.function, module), profile)
+            for name, spec, module, profile, case in workloads(args.only)]
     device = cupy.cuda.runtime.getDeviceProperties(0)["name"].decode()
     print(f"measuring copy bandwidth on {device} ...", flush=True)
     copy_gbs = copy_bandwidth_gbs()
     print(f"copy bandwidth (1 GiB device-to-device, read + write): {copy_gbs:.0f} GB/s\n")
 
     header = (f"{'host function':18s} {'size':32s} {'ms':>8s} {'gold ms':>8s} {'vs gold':>8s} "
-              f"{'GB/s':>7s} {'%copy':>6s} {'TFLOP/s':>8s} {'gold TF/s':>9s}")
+              f"{'GB/s':>7s} {'%copy':>6s} {'TFLOP/s':>8s} {'gold TF/s':>9s} {'TF32 TF/s':>9s} {'vs ceiling':>10s}")
     print(header)
     table = []
-    for spec, case, function in rows:
+    for name, spec, case, function, profile in rows:
         call_args = tuple(call_arguments(build(case), cupy).values())
         ms = gpu_times_ms(lambda: function(*call_args))
         gold_ms = gpu_times_ms(lambda: getattr(gold, spec.function)(*call_args))
         nbytes, flops = spec.traffic(case.size), spec.flops(case.size) if spec.flops else 0
+        tf32_ms = float("nan")
+        if spec.products is not None:  # a matmul: cuBLAS in TF32 mode too, the ceiling of the tf32 profile
+            with cublas_tf32():
+                tf32_ms = gpu_times_ms(lambda: getattr(gold, spec.function)(*call_args))
+        ceiling_ms = tf32_ms if profile == "tf32" else gold_ms
         size = case.id.rsplit("-seed", 1)[0]
-        row = dict(function=spec.function, size=size, ms=ms, gold_ms=gold_ms, speedup_vs_gold=gold_ms / ms,
+        row = dict(function=name, size=size, ms=ms, gold_ms=gold_ms, speedup_vs_gold=gold_ms / ms,
                    gbs=nbytes / ms / 1e6, pct_copy=100 * nbytes / ms / 1e6 / copy_gbs,
-                   tflops=flops / ms / 1e9, gold_tflops=flops / gold_ms / 1e9)
+                   tflops=flops / ms / 1e9, gold_tflops=flops / gold_ms / 1e9, tf32_tflops=flops / tf32_ms / 1e9,
+                   vs_ceiling=ceiling_ms / ms if flops else float("nan"))
         table.append(row)
-        tf = f"{row['tflops']:8.1f} {row['gold_tflops']:9.1f}" if flops else f"{'':8s} {'':9s}"
-        print(f"{spec.function:18s} {size:32s} {ms:8.3f} {gold_ms:8.3f} {row['speedup_vs_gold']:7.2f}x "
+        tf = (f"{row['tflops']:8.1f} {row['gold_tflops']:9.1f} {row['tf32_tflops']:9.1f} {row['vs_ceiling']:9.2f}x"
+              if flops else "")
+        print(f"{name:18s} {size:32s} {ms:8.3f} {gold_ms:8.3f} {row['speedup_vs_gold']:7.2f}x "
               f"{row['gbs']:7.0f} {row['pct_copy']:5.0f}% {tf}", flush=True)
         del call_args
         cupy.get_default_memory_pool().free_all_blocks()

@@ -2,7 +2,9 @@
 functions of gpt2.ops.ForwardOps.
 
 * kernels:   the kernels directory this process runs (this kit's kernels/, or another
-             one: `kernels=` binds it, see kernel_runtime.loader), on the GPU.
+             one: `kernels=` binds it, see kernel_runtime.loader), on the GPU; with
+             `variants=("matmul_tf32",)` a milestone variant's module stands in for
+             its host function (reference.variants), e.g. the TF32 tensor-core matmul.
 * gold:      reference/gold.py, CuPy library operations, on the GPU.
 * reference: reference/cpu.py, NumPy in float64 on the CPU; works without a GPU.
 
@@ -20,7 +22,8 @@ import numpy as np
 from gpt2.ops import MODEL_FUNCTIONS, ForwardOps
 from kernel_runtime import KitError, require_gpu
 from kernel_runtime.loader import use_kernels
-from reference.registry import host_functions
+from reference.registry import host_function, host_functions
+from reference.variants import variant_named
 
 BACKENDS = ("kernels", "gold", "reference")
 
@@ -46,12 +49,13 @@ class Backend:
         return self.xp.empty(shape, dtype=self.activation_dtype)
 
 
-def make_backend(name: str, kernels: str | None = None) -> Backend:
-    """A backend by name; `kernels` is a kernels/ directory for the kernels backend."""
+def make_backend(name: str, kernels: str | None = None, variants: tuple[str, ...] = ()) -> Backend:
+    """A backend by name; `kernels` is a kernels/ directory for the kernels backend, `variants` the
+    milestone variants whose modules stand in for their host functions."""
     if name not in BACKENDS:
         raise BackendError(f"unknown backend {name!r} (choose from {', '.join(BACKENDS)})")
-    if kernels is not None and name != "kernels":
-        raise BackendError(f"a kernels directory only applies to the kernels backend, not {name!r}")
+    if (kernels is not None or variants) and name != "kernels":
+        raise BackendError(f"a kernels directory or a variant only applies to the kernels backend, not {name!r}")
     if name == "reference":
         from reference import cpu
         return Backend(name, np, np.float64, _namespace(cpu))
@@ -61,13 +65,21 @@ def make_backend(name: str, kernels: str | None = None) -> Backend:
     if name == "gold":
         from reference import gold
         return Backend(name, cupy, np.float32, _namespace(gold))
-    return Backend(name, cupy, np.float32, kernel_ops(kernels))
+    return Backend(name, cupy, np.float32, kernel_ops(kernels, variants))
 
 
-def kernel_ops(kernels: str | None = None) -> ForwardOps:
-    """The model's host functions from a kernels directory (None: this kit's), bound for this process."""
+def kernel_ops(kernels: str | None = None, variants: tuple[str, ...] = ()) -> ForwardOps:
+    """The model's host functions from a kernels directory (None: this kit's), bound for this process;
+    each of `variants` (names in reference.variants) stands in for its host function."""
     use_kernels(kernels)
-    return host_functions(MODEL_FUNCTIONS)
+    ops = host_functions(MODEL_FUNCTIONS)
+    chosen = [variant_named(name) for name in variants]
+    functions = [v.function for v in chosen]
+    if len(set(functions)) < len(functions):
+        raise BackendError(f"variants {', '.join(variants)}: at most one per host function")
+    for variant in chosen:
+        setattr(ops, variant.function, host_function(variant.function, variant.module))
+    return ops
 
 
 def _namespace(module) -> ForwardOps:

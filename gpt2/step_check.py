@@ -1,16 +1,23 @@
 """Step-by-step check: your kernels and gold side by side through a whole forward pass.
 
-    python -m gpt2.step_check [--model M] [--kernels DIR] [--batch 4] [--tokens 64] [--seed 0]
+    python -m gpt2.step_check [--model M] [--kernels DIR] [--variant NAME ...] [--profile P]
+                              [--batch 4] [--tokens 64] [--seed 0]
 
 Every host-function call of the forward pass runs twice on the same inputs: gold's into
 the model's activations, yours into fresh NaN-filled copies. The two are compared
 right away, and the model carries on with gold's numbers (check-and-swap), so one
 wrong kernel is reported where it is and does not smear into every later step.
+`--variant matmul_tf32` checks a milestone variant in its host function's place.
 
-A step passes when, for every element, min(|error|, |error| / max(1e-3, |gold|)) <=
-0.05, and the root-mean-square error is <= 1e-3: the course's test_gpt2_kernels
-criterion (reference.precision's `course` profile), loose enough for any float32
-summation order, tight enough for a forgotten bias or a missing mask.
+How a step is judged is a precision profile (reference.precision):
+* course (the default without variants): for every element, min(|error|, |error| /
+  max(1e-3, |gold|)) <= 0.05, and the root-mean-square error <= 1e-3: the course's
+  test_gpt2_kernels criterion, loose enough for any float32 summation order, tight
+  enough for a forgotten bias or a missing mask;
+* fp32 or tf32 (the default with variants: the loosest of theirs): every element
+  within the rounding bound of its host function's spec for the step's own inputs,
+  doubled since gold rounds too, as the kernel tests judge against gold. The column
+  then shows the worst error as a fraction of its bound.
 """
 
 from __future__ import annotations
@@ -24,8 +31,10 @@ import numpy as np
 from gpt2.ops import parameters
 from kernel_runtime.commands import OneLineArgumentParser, run_command
 from kernel_runtime.device import exit_without_gpu
-from reference.precision import COURSE_ELEMENT, COURSE_RMSE, course_errors
+from reference.judging import rounding_bounds
+from reference.precision import COURSE, COURSE_ELEMENT, COURSE_RMSE, Profile, course_errors, profile_named
 from reference.registry import spec
+from reference.variants import profile_of
 
 
 @functools.cache
@@ -40,12 +49,15 @@ class Step:
     where: str
     function: str
     output: int
-    max_error: float
+    max_error: float   # course: the largest min(abs, rel) error; fp32/tf32: the largest |error| / bound
     rmse: float
+    judged_by: str = COURSE.name
 
     @property
     def passed(self) -> bool:
-        return self.max_error <= COURSE_ELEMENT and self.rmse <= COURSE_RMSE
+        if self.judged_by == COURSE.name:
+            return self.max_error <= COURSE_ELEMENT and self.rmse <= COURSE_RMSE
+        return self.max_error <= 1.0
 
 
 def compare(candidate: np.ndarray, gold: np.ndarray) -> tuple[float, float]:
@@ -54,34 +66,76 @@ def compare(candidate: np.ndarray, gold: np.ndarray) -> tuple[float, float]:
     return float(scaled.max(initial=0.0)), rmse
 
 
-class StepChecker:
-    """The model's observer (model.observer = checker): each call runs on gold, then on the candidate."""
+def worst_fraction_of_bound(candidate: np.ndarray, gold: np.ndarray, bound: np.ndarray) -> float:
+    """The largest |candidate - gold| / bound; NaN or inf anywhere is infinite, an exact element 0."""
+    error = np.abs(candidate.astype(np.float64) - gold)
+    error[~np.isfinite(error)] = np.inf
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = np.where(error == 0, 0.0, error / np.broadcast_to(bound, error.shape))
+    return float(np.nan_to_num(ratio, nan=np.inf).max(initial=0.0))
 
-    def __init__(self, candidate):
+
+def _host(array) -> np.ndarray:
+    return array.get() if hasattr(array, "get") else np.asarray(array)
+
+
+def _nan_like(array):
+    """A NaN-filled array like `array`, on its device (NumPy on the CPU: the checks of this check)."""
+    if isinstance(array, np.ndarray):
+        return np.full_like(array, np.nan)
+    import cupy
+
+    return cupy.full_like(array, np.nan)
+
+
+class StepChecker:
+    """The model's observer (model.observer = checker): each call runs on gold, then on the candidate,
+    judged under `profile` (the course's criterion, or fp32's or tf32's rounding bounds)."""
+
+    def __init__(self, candidate, profile: Profile = COURSE):
         self.candidate = candidate
+        self.profile = profile
         self.steps: list[Step] = []
 
     def first_failure(self) -> Step | None:
         return next((s for s in self.steps if not s.passed), None)
 
     def __call__(self, step: str, layer: int | None, kernel, args: tuple) -> None:
-        import cupy
-
         name = kernel.__name__
         outputs, scratch = written_positions(name)
         where = step if layer is None else f"layer {layer} {step}"
         mine = list(args)
         for i in outputs + scratch:
-            mine[i] = cupy.full_like(args[i], np.nan)
+            mine[i] = _nan_like(args[i])
+        inputs = self._inputs(name, args) if self.profile.rounding_bounds else None
         kernel(*args)
         getattr(self.candidate, name)(*mine)
+        got = {i: _host(mine[i]) for i in outputs}
+        gold = {i: _host(args[i]) for i in outputs}
+        if not self.profile.rounding_bounds:
+            self.steps += [Step(where, name, i, *compare(got[i], gold[i])) for i in outputs]
+            return
+        names = parameters(name)
+        expected = {names[i]: gold[i].astype(np.float64) for i in outputs}
+        bounds = rounding_bounds(spec(name), inputs, expected, self.profile)
         for i in outputs:
-            self.steps.append(Step(where, name, i, *compare(cupy.asnumpy(mine[i]), cupy.asnumpy(args[i]))))
+            rmse = float(np.sqrt(np.mean(np.square(got[i].astype(np.float64) - gold[i])))) if gold[i].size else 0.0
+            self.steps.append(Step(where, name, i, worst_fraction_of_bound(got[i], expected[names[i]],
+                                                                           2 * bounds[names[i]]),
+                                   rmse, self.profile.name))
+
+    @staticmethod
+    def _inputs(function: str, args: tuple) -> dict:
+        """The call's array inputs on the host, by name, before it runs (an output is not an input)."""
+        names, written = parameters(function), spec(function).written
+        return {n: _host(a) for n, a in zip(names, args)
+                if n not in written and a is not None and hasattr(a, "shape") and a.dtype.kind == "f"}
 
 
-def run(model, tokens: np.ndarray, candidate) -> StepChecker:
-    """One forward pass of `model` (on the gold backend) with every call checked against `candidate`."""
-    checker = StepChecker(candidate)
+def run(model, tokens: np.ndarray, candidate, profile: Profile = COURSE) -> StepChecker:
+    """One forward pass of `model` (on the gold backend) with every call checked against `candidate`
+    under `profile`."""
+    checker = StepChecker(candidate, profile)
     model.observer = checker
     try:
         model.forward(tokens)
@@ -94,6 +148,10 @@ def main(argv=None) -> int:
     parser = OneLineArgumentParser(prog="python -m gpt2.step_check", description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="random", help="weights (default: random 124M)")
     parser.add_argument("--kernels", help="kernels/ directory to check (default: this repo's)")
+    parser.add_argument("--variant", action="append", default=[], metavar="NAME",
+                        help="a milestone variant in its host function's place, e.g. matmul_tf32 (repeatable)")
+    parser.add_argument("--profile", choices=("course", "fp32", "tf32"),
+                        help="how steps are judged (default: course; with --variant, the variants' profile)")
     parser.add_argument("--batch", type=int, default=4)
     parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--seed", type=int, default=0, help="seed of the random token ids")
@@ -106,12 +164,15 @@ def check(args) -> int:
     from gpt2.backends import kernel_ops
     from gpt2.model import GPT2
 
-    candidate = kernel_ops(args.kernels)
+    candidate = kernel_ops(args.kernels, tuple(args.variant))
+    profile = profile_named(args.profile) if args.profile else profile_of(args.variant) if args.variant else COURSE
     model = GPT2.from_pretrained(args.model, backend="gold")
     rng = np.random.default_rng(args.seed)
     tokens = rng.integers(0, model.config.vocab_size, (args.batch, args.tokens), dtype=np.int32)
-    checker = run(model, tokens, candidate)
-    print(f"{'step':22s} {'function':18s} {'out':>3s} {'max err':>9s} {'rmse':>9s}")
+    print(f"judged under the {profile.name} profile", flush=True)
+    checker = run(model, tokens, candidate, profile)
+    error = "max err" if profile is COURSE else "err/bound"
+    print(f"{'step':22s} {'function':18s} {'out':>3s} {error:>9s} {'rmse':>9s}")
     for s in checker.steps:
         print(f"{s.where:22s} {s.function:18s} {s.output:3d} {s.max_error:9.2e} {s.rmse:9.2e}"
               f"{'' if s.passed else '  FAIL'}")
@@ -120,7 +181,8 @@ def check(args) -> int:
         print(f"all {len(checker.steps)} checked outputs pass")
         return 0
     print(f"first failing step: {failure.where} ({failure.function}, output argument {failure.output}): "
-          f"max error {failure.max_error:.3g}, rmse {failure.rmse:.3g}")
+          f"{'max error' if profile is COURSE else 'worst error / bound'} {failure.max_error:.3g}, "
+          f"rmse {failure.rmse:.3g}")
     return 1
 
 

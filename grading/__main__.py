@@ -1,15 +1,16 @@
 """Grade kernel submissions, or write the students' handout.
 
-    python -m grading SUBMISSION [SUBMISSION ...] [--seed N] [--out DIR] [--results-json PATH]
+    python -m grading SUBMISSION [SUBMISSION ...] [--milestone 1|2] [--seed N] [--out DIR] [--results-json PATH]
     python -m grading --class-list FILE [--out DIR]       # one submission directory per line
-    python -m grading gather DIR                          # gradebook.csv from DIR/*/results.json
-    python -m grading handout OUT_DIR                     # the starter kit, solutions stubbed
+    python -m grading gather DIR [--milestone 1|2]        # gradebook.csv from DIR/*/results.json
+    python -m grading handout OUT_DIR [--milestone 1|2]   # the starter kit, solutions stubbed
 
 A submission is a directory holding a student's kernels/ (or a kernels/ directory
-itself). Each item of grading/weights.toml runs in its own process, under a time
-limit, on inputs from a secret seed (printed in the report so a regrade can repeat
-it). Per submission: a console table and OUT/<name>/results.json in Gradescope's
-format; for several, OUT/gradebook.csv too.
+itself). Each item of the milestone's weights file (grading/weights.toml, or
+grading/weights_m2.toml for milestone 2's variants) runs in its own process, under a
+time limit, on inputs from a secret seed (printed in the report so a regrade can
+repeat it). Per submission: a console table and OUT/<name>/results.json in
+Gradescope's format; for several, OUT/gradebook.csv too.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from pathlib import Path
 from grading import reports
 from grading.grade import grade_submission
 from grading.handout import make_handout
-from grading.items import load_scheme
+from grading.items import WEIGHTS_FILES, scheme_for
 from kernel_runtime import KitError
 from kernel_runtime.commands import OneLineArgumentParser, run_command
 from kernel_runtime.device import exit_without_gpu
@@ -32,6 +33,7 @@ def grade_main(argv) -> int:
     parser = OneLineArgumentParser(prog="python -m grading", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("submissions", nargs="*", type=Path, help="submission directories")
+    add_milestone_option(parser)
     parser.add_argument("--class-list", type=Path, help="a file naming one submission directory per line")
     parser.add_argument("--seed", type=int, help="seed of the test inputs (default: a fresh secret one)")
     parser.add_argument("--out", type=Path, default=Path("grading-results"),
@@ -48,12 +50,13 @@ def grade_main(argv) -> int:
     if problems:
         print(f"grading: {'; '.join(problems)}", file=sys.stderr)
         return 2
+    scheme = scheme_for(args.milestone)
     exit_without_gpu("grading", "cannot grade without a GPU")
-    scheme = load_scheme()
     seed = args.seed if args.seed is not None else secrets.randbelow(2**31)
     rows = []
     for number, submission in enumerate(submissions, start=1):
-        print(f"[{number}/{len(submissions)}] grading {submission} ...", file=sys.stderr, flush=True)
+        print(f"[{number}/{len(submissions)}] grading {submission} (milestone {scheme.milestone}) ...",
+              file=sys.stderr, flush=True)
         grade = grade_submission(submission, scheme, seed, progress=lambda m: print(m, file=sys.stderr, flush=True))
         name = submission.resolve().name
         results, results_json = reports.gradescope_results(grade), args.out / name / "results.json"
@@ -67,6 +70,11 @@ def grade_main(argv) -> int:
         reports.write_gradebook(rows, scheme, args.out / "gradebook.csv")
         print(f"gradebook: {args.out / 'gradebook.csv'}", file=sys.stderr)
     return 0
+
+
+def add_milestone_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--milestone", type=int, choices=sorted(WEIGHTS_FILES), default=1,
+                        help="which milestone's items (default: 1)")
 
 
 class GradingInputError(KitError):
@@ -96,12 +104,13 @@ def submission_problem(submission: Path) -> str | None:
 def gather_main(argv) -> int:
     parser = OneLineArgumentParser(prog="python -m grading gather")
     parser.add_argument("directory", type=Path, help="the --out directory of the grading runs")
+    add_milestone_option(parser)
     args = parser.parse_args(argv)
     rows = reports.read_results(args.directory)
     if not rows:
         print(f"grading gather: no */results.json under {args.directory}", file=sys.stderr)
         return 2
-    reports.write_gradebook(rows, load_scheme(), args.directory / "gradebook.csv")
+    reports.write_gradebook(rows, scheme_for(args.milestone), args.directory / "gradebook.csv")
     print(f"gradebook of {len(rows)} submissions: {args.directory / 'gradebook.csv'}")
     return 0
 
@@ -109,9 +118,10 @@ def gather_main(argv) -> int:
 def handout_main(argv) -> int:
     parser = OneLineArgumentParser(prog="python -m grading handout")
     parser.add_argument("destination", type=Path)
+    add_milestone_option(parser)
     args = parser.parse_args(argv)
-    stubbed = make_handout(args.destination)
-    print(f"handout written to {args.destination}; stubbed: {', '.join(stubbed)}")
+    stubbed = make_handout(args.destination, milestone=args.milestone)
+    print(f"milestone {args.milestone} handout written to {args.destination}; stubbed: {', '.join(stubbed)}")
     return 0
 
 

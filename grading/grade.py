@@ -1,13 +1,16 @@
 """Grading one submission: one worker process per item, judged here against our own references.
 
 The inputs come from a seed the submission cannot know in advance (a fresh secret one
-unless the TA passes --seed). The worker reports what each call left behind; this
-process rebuilds the same cases, computes the float64 NumPy references and judges.
+unless the TA passes --seed). The worker reports what each call of each of the item's
+variants left behind, and what its technique's evidence shows; this process rebuilds
+the same cases, computes the float64 NumPy references and judges each variant under
+its precision profile.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import signal
 import subprocess
@@ -17,10 +20,11 @@ from pathlib import Path
 from typing import Callable
 
 from grading.items import Item, Scheme
+from grading.worker import TECHNIQUE_FILE
 from reference.execution import CUDA_CONTEXT_LOST, Execution
-from reference.judging import judge
+from reference.judging import Result, judge
 from reference.registry import build, cases
-from reference.spec import Case
+from reference.variants import Variant
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -65,50 +69,85 @@ def grade_item(submission: Path, item: Item, scheme: Scheme, seed: int) -> ItemG
     """Run the item's worker process on the submission, then score what it left behind."""
     with tempfile.TemporaryDirectory(prefix=f"grade-{item.name}-") as out:
         command = [sys.executable, "-m", "grading.worker", "--submission", str(Path(submission).resolve()),
-                   "--item", item.name, "--seed", str(seed), "--out", out]
+                   "--weights", str(Path(scheme.path).resolve()), "--item", item.name, "--seed", str(seed),
+                   "--out", out]
         env = os.environ | {"PYTHONPATH": str(REPO_ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
         try:
             done = subprocess.run(command, capture_output=True, text=True, timeout=scheme.time_limit_seconds,
                                   cwd=out, env=env)
         except subprocess.TimeoutExpired:
             return ItemGrade(item, 0.0, f"timed out after {scheme.time_limit_seconds:g} s (a kernel that never "
-                                        f"returns?)", 0, len(item_cases(item, seed)))
+                                        f"returns?)", 0, case_count(item, seed))
         crash = _crash_reason(done.returncode, done.stderr)
         return score_item(item, scheme, seed, Path(out), crash)
 
 
 def score_item(item: Item, scheme: Scheme, seed: int, out: Path, crash: str | None = None) -> ItemGrade:
-    """Judge the worker's records in `out` against our own references and apply the scheme."""
-    expected = item_cases(item, seed)
-    records = Execution.load_all(out)
-    judged = {}  # by case id: a case counts once, and only if it is one of ours
+    """Judge the worker's records in `out` (a directory per variant) against our own references, and
+    apply the scheme."""
+    expected = case_count(item, seed)
+    results, load_errors, cuda_errors, missing_techniques = [], [], [], []
+    for variant in item.variants:
+        judged = judge_variant(variant, seed, Path(out) / variant.name)
+        results += [(variant.name, r) for r in judged.results]
+        load_errors += judged.load_errors
+        cuda_errors += judged.cuda_errors
+        why = technique_missing(variant, Path(out)) if variant.technique else None
+        if why:
+            missing_techniques.append(f"{variant.name}: {why}")
+    passed = sum(r.passed for _, r in results)
+    details = [f"{name} {r.case.id}: {r.message}" for name, r in results if not r.passed]
+    reason = (load_errors[0] if load_errors else crash if crash else
+              f"CUDA error: {cuda_errors[0]}" if cuda_errors else
+              f"only {len(results)} of {expected} cases ran" if len(results) < expected else None)
+    if reason is not None:
+        return ItemGrade(item, 0.0, reason, passed, expected, details)
+    if passed == expected and missing_techniques:
+        return ItemGrade(item, 0.0, f"all {passed} cases pass, but {missing_techniques[0]}", passed, expected,
+                         missing_techniques)
+    if passed == expected:
+        return ItemGrade(item, item.weight, f"all {passed} cases pass", passed, passed)
+    if scheme.partial_credit == "fraction" and not missing_techniques:
+        return ItemGrade(item, item.weight * passed / expected,
+                         f"{passed} of {expected} cases pass; first failure: {details[0]}", passed, expected, details)
+    return ItemGrade(item, 0.0, f"{expected - passed} of {expected} cases fail; first: {details[0]}",
+                     passed, expected, details)
+
+
+@dataclasses.dataclass
+class VariantJudgement:
+    results: list[Result]      # a case counts once, and only if it is one of ours
+    load_errors: list[str]     # the host function could not be loaded
+    cuda_errors: list[str]     # a call died of a CUDA error
+
+
+def judge_variant(variant: Variant, seed: int, records_dir: Path) -> VariantJudgement:
+    """Each of the variant's cases the worker recorded in `records_dir`, judged under its profile."""
+    expected = {c.id: c for c in cases(variant.function, seed)}
+    records = Execution.load_all(records_dir)
+    judged = {}
     for record in records:
         case = expected.get(record.case_id)
         if case is not None and record.function == case.function:
-            judged[case.id] = judge(build(case), record)
-    results = list(judged.values())
-    passed = sum(r.passed for r in results)
-    details = [f"{r.case.function} {r.case.id}: {r.message}" for r in results if not r.passed]
-    load_errors = [r.error for r in records if r.case_id is None]
-    cuda_errors = [r.error for r in records if r.cuda_error]
-    reason = (load_errors[0] if load_errors else crash if crash else
-              f"CUDA error: {cuda_errors[0]}" if cuda_errors else
-              f"only {len(results)} of {len(expected)} cases ran" if len(results) < len(expected) else None)
-    if reason is not None:
-        return ItemGrade(item, 0.0, reason, passed, len(expected), details)
-    if passed == len(expected):
-        return ItemGrade(item, item.weight, f"all {passed} cases pass", passed, passed)
-    if scheme.partial_credit == "fraction":
-        return ItemGrade(item, item.weight * passed / len(expected),
-                         f"{passed} of {len(expected)} cases pass; first failure: {details[0]}", passed,
-                         len(expected), details)
-    return ItemGrade(item, 0.0, f"{len(expected) - passed} of {len(expected)} cases fail; first: {details[0]}",
-                     passed, len(expected), details)
+            judged[case.id] = judge(build(case), record, profile=variant.profile)
+    return VariantJudgement(list(judged.values()), [r.error for r in records if r.case_id is None],
+                            [r.error for r in records if r.cuda_error])
 
 
-def item_cases(item: Item, seed: int) -> dict[str, Case]:
-    """Every test case of the item's host functions for this seed, by case id."""
-    return {c.id: c for f in item.functions for c in cases(f, seed)}
+def technique_missing(variant: Variant, out: Path) -> str | None:
+    """Why the variant's calls did not show its technique, from the worker's evidence; None when they did."""
+    try:
+        evidence = json.loads((out / variant.name / TECHNIQUE_FILE).read_text())
+    except (OSError, ValueError):
+        return f"no evidence of {variant.technique} was recorded"
+    if evidence.get("technique") != variant.technique:
+        return f"no evidence of {variant.technique} was recorded"
+    return evidence.get("missing")
+
+
+def case_count(item: Item, seed: int) -> int:
+    """How many cases the item's variants have for this seed."""
+    return sum(len(cases(v.function, seed)) for v in item.variants)
 
 
 def _crash_reason(returncode: int, stderr: str) -> str | None:

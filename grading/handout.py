@@ -1,13 +1,21 @@
-"""The students' starter kit, generated from this repository.
+"""The students' starter kit of a milestone, generated from this repository.
 
-Every kernel body between `// BEGIN SOLUTION` and `// END SOLUTION` in kernels/
-becomes a TODO stub: it compiles, writes nothing, and so fails its tests cleanly (the
-outputs stay NaN). Everything else is kept, except what only the staff use: the
-grader and its tests, the known-wrong implementations and the test that runs them,
-the Slurm job tests and the CI setup; and, this being milestone 1's kit, milestone 2's
-variant modules and their tests. The README loses what it says of those: each
-section between `<!-- staff only -->` and `<!-- end staff only -->`, and each line
-that ends with `<!-- staff -->`, so that it mentions only what the handout holds.
+Every solution block in kernels/ (a kernel body between `// BEGIN SOLUTION` and
+`// END SOLUTION`, or Python between `# BEGIN SOLUTION` and `# END SOLUTION`) becomes
+a TODO stub: it compiles, writes nothing, and so fails its tests cleanly (the outputs
+stay NaN). Everything else is kept, except what only the staff use: the grader and
+its tests, the known-wrong implementations and the tests that run them, the Slurm
+job tests and the CI setup; and what belongs to later milestones (milestone 2's
+variant modules and their test, in milestone 1's kit).
+
+Milestone 2's kit stubs milestone 1's kernels too: the course's students carry their
+own milestone-1 kernels forward (copying their kernels/*.py over the stubs), and the
+kit's would hand them the tiling and reduction items, which are those same kernels.
+
+The README loses what it says of what the kit leaves out: each section between
+`<!-- staff only -->` and `<!-- end staff only -->`, each line that ends with
+`<!-- staff -->`, and each section between `<!-- milestone N -->` and
+`<!-- end milestone N -->` for a later milestone N.
 """
 
 from __future__ import annotations
@@ -21,28 +29,40 @@ from kernel_runtime import KitError
 from reference.variants import new_modules
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-MILESTONE_2 = ("tests/kernels/test_variants.py", *(f"kernels/{m}.py" for m in new_modules(2)))
-LEFT_OUT = ("grading/", "tests/grading/", "tests/kernels/wrong/", "tests/kernels/test_known_wrong.py",
-            "tests/slurm/", "slurm/grade_class.slurm", ".ci/", *MILESTONE_2)
-SOLUTION = re.compile(r"^([ \t]*)// BEGIN SOLUTION\n.*?^[ \t]*// END SOLUTION\n", re.MULTILINE | re.DOTALL)
-LEFTOVER_MARKER = re.compile(r"^[ \t]*// (BEGIN|END) SOLUTION", re.MULTILINE)
+MILESTONES = (1, 2)
+MILESTONE_FILES = {2: ("tests/kernels/test_variants.py", *(f"kernels/{m}.py" for m in new_modules(2)))}
+STAFF_FILES = ("grading/", "tests/grading/", "tests/kernels/wrong/", "tests/kernels/wrong_technique/",
+               "tests/kernels/test_known_wrong.py", "tests/kernels/test_wrong_techniques.py", "tests/slurm/",
+               "slurm/grade_class.slurm", ".ci/")
+SOLUTION = re.compile(r"^([ \t]*)(//|#) BEGIN SOLUTION\n.*?^[ \t]*\2 END SOLUTION\n", re.MULTILINE | re.DOTALL)
+LEFTOVER_MARKER = re.compile(r"^[ \t]*(//|#) (BEGIN|END) SOLUTION", re.MULTILINE)
 STAFF_SECTION = re.compile(r"^<!-- staff only.*?^<!-- end staff only -->\n\n?", re.MULTILINE | re.DOTALL)
 STAFF_LINE = re.compile(r"^.*<!-- staff -->\n", re.MULTILINE)
-STUB = "{indent}// TODO: write this kernel (the comment at the top of this file says what it computes)\n"
+STUBS = {"//": "{indent}// TODO: write this kernel (the comment at the top of this file says what it computes)\n",
+         "#": "{indent}pass  # TODO: write this (the comment at the top of this file says what it computes)\n"}
 
 
 class HandoutError(KitError):
     """The handout cannot be written."""
 
 
+def left_out(milestone: int) -> tuple[str, ...]:
+    """The paths (files, or directories ending in /) milestone `milestone`'s kit leaves out."""
+    return STAFF_FILES + tuple(path for later, paths in MILESTONE_FILES.items() if later > milestone for path in paths)
+
+
 def strip_solutions(text: str) -> tuple[str, int]:
     """`text` with every solution block replaced by a stub, and how many there were."""
-    return SOLUTION.subn(lambda m: STUB.format(indent=m.group(1)), text)
+    return SOLUTION.subn(lambda m: STUBS[m.group(2)].format(indent=m.group(1)), text)
 
 
-def students_readme(text: str) -> str:
-    """The README without its staff-only sections and lines."""
-    return STAFF_LINE.sub("", STAFF_SECTION.sub("", text))
+def students_readme(text: str, milestone: int = 1) -> str:
+    """The README without its staff-only sections and lines, and without the sections of later milestones."""
+    for later in (m for m in MILESTONES if m > milestone):
+        text = re.sub(rf"^<!-- milestone {later} -->.*?^<!-- end milestone {later} -->\n\n?", "", text,
+                      flags=re.MULTILINE | re.DOTALL)
+    return re.sub(r"^<!-- (end )?milestone \d+ -->\n", "", STAFF_LINE.sub("", STAFF_SECTION.sub("", text)),
+                  flags=re.MULTILINE)
 
 
 def repository_files(root: Path) -> list[Path]:
@@ -64,33 +84,36 @@ def repository_files(root: Path) -> list[Path]:
     return files
 
 
-def make_handout(destination: Path, root: Path = REPO_ROOT) -> list[str]:
-    """Write the starter kit to `destination` (which must not exist); returns the stubbed kernel files."""
+def make_handout(destination: Path, root: Path = REPO_ROOT, milestone: int = 1) -> list[str]:
+    """Write milestone `milestone`'s starter kit to `destination` (which must not exist); returns the
+    stubbed kernel files."""
+    if milestone not in MILESTONES:
+        raise HandoutError(f"no milestone {milestone}; the handouts are for milestones {', '.join(map(str, MILESTONES))}")
     if destination.exists():
         raise HandoutError(f"{destination} already exists; choose a new directory")
     try:
-        return _write_handout(destination, root)
+        return _write_handout(destination, root, milestone)
     except OSError as err:
         raise HandoutError(f"{destination}: cannot write the handout ({err.strerror or err})") from None
 
 
-def _write_handout(destination: Path, root: Path) -> list[str]:
-    stubbed = []
+def _write_handout(destination: Path, root: Path, milestone: int) -> list[str]:
+    stubbed, leave_out = [], left_out(milestone)
     for relative in repository_files(root):
         name = relative.as_posix()
-        if any(name == left or name.startswith(left) for left in LEFT_OUT) or not (root / relative).exists():
+        if any(name == left or name.startswith(left) for left in leave_out) or not (root / relative).exists():
             continue
         target = destination / relative
         target.parent.mkdir(parents=True, exist_ok=True)
         if name == "README.md":
-            target.write_text(students_readme((root / relative).read_text()))
+            target.write_text(students_readme((root / relative).read_text(), milestone))
         elif name.startswith("kernels/") and name.endswith(".py"):
             text, count = strip_solutions((root / relative).read_text())
             if LEFTOVER_MARKER.search(text):
                 raise HandoutError(f"{name}: unbalanced solution markers")
             target.write_text(text)
             if count:
-                stubbed.append(f"{name} ({count} kernel{'s' if count > 1 else ''})")
+                stubbed.append(f"{name} ({count} block{'s' if count > 1 else ''})")
         else:
             shutil.copy2(root / relative, target)
     return stubbed

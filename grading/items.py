@@ -1,4 +1,11 @@
-"""The grading items and policy, read from grading/weights.toml."""
+"""The grading items and policy of a milestone, read from its weights file.
+
+    milestone 1   grading/weights.toml      items of host functions (`functions = [...]`)
+    milestone 2   grading/weights_m2.toml   items of variants (`variants = [...]`, reference.variants)
+
+An item is made of variants either way: a milestone-1 host function is the variant
+`plain(function)` (its spec's module, fp32, no technique to show).
+"""
 
 from __future__ import annotations
 
@@ -7,9 +14,10 @@ import tomllib
 from pathlib import Path
 
 from kernel_runtime import KitError
-from reference.registry import graded
+from reference.variants import VARIANTS, Variant, milestone_variants, plain
 
 WEIGHTS_FILE = Path(__file__).with_name("weights.toml")
+WEIGHTS_FILES = {1: WEIGHTS_FILE, 2: Path(__file__).with_name("weights_m2.toml")}
 POLICIES = ("none", "fraction")
 
 
@@ -18,7 +26,11 @@ class Item:
     name: str
     title: str
     weight: float
-    functions: tuple[str, ...]   # host functions, each with a spec in reference/specs/
+    variants: tuple[Variant, ...]
+
+    @property
+    def functions(self) -> tuple[str, ...]:
+        return tuple(v.function for v in self.variants)
 
 
 class SchemeError(KitError):
@@ -31,6 +43,8 @@ class Scheme:
     total_points: float
     partial_credit: str
     time_limit_seconds: float
+    milestone: int = 1
+    path: Path = WEIGHTS_FILE  # the file it was read from: the grader's workers read it again
 
     def item(self, name: str) -> Item:
         for item in self.items:
@@ -39,21 +53,39 @@ class Scheme:
         raise SchemeError(f"no grading item {name!r} (items: {', '.join(i.name for i in self.items)})")
 
 
+def scheme_for(milestone: int) -> Scheme:
+    """The grading scheme of a milestone (1 or 2)."""
+    if milestone not in WEIGHTS_FILES:
+        raise SchemeError(f"no milestone {milestone}; the grader knows milestones {', '.join(map(str, WEIGHTS_FILES))}")
+    return load_scheme(WEIGHTS_FILES[milestone])
+
+
 def load_scheme(path: Path = WEIGHTS_FILE) -> Scheme:
     try:
         raw = tomllib.loads(Path(path).read_text())
     except (OSError, tomllib.TOMLDecodeError) as err:
         raise SchemeError(f"{path}: cannot read the grading scheme ({err})") from None
-    items = tuple(Item(i["name"], i["title"], float(i["weight"]), tuple(i["functions"])) for i in raw["items"])
+    items = tuple(Item(i["name"], i["title"], float(i["weight"]), _variants_of(path, i)) for i in raw["items"])
     scheme = Scheme(items, float(raw["total_points"]), raw.get("partial_credit", "none"),
-                    float(raw.get("time_limit_seconds", 180)))
+                    float(raw.get("time_limit_seconds", 180)), int(raw.get("milestone", 1)), Path(path))
     if scheme.partial_credit not in POLICIES:
         raise SchemeError(f"{path}: partial_credit must be one of {POLICIES}, got {scheme.partial_credit!r}")
     if abs(sum(i.weight for i in items) - scheme.total_points) > 1e-9:
         raise SchemeError(f"{path}: item weights add up to {sum(i.weight for i in items)}, "
                          f"not total_points = {scheme.total_points}")
-    scored, written = sorted(f for i in items for f in i.functions), sorted(s.function for s in graded())
+    scored = sorted(v.name for i in items for v in i.variants)
+    written = sorted(v.name for v in milestone_variants(scheme.milestone))
     if scored != written:
-        raise SchemeError(f"{path}: items must score each host function students write once: {written}, "
-                          f"got {scored}")
+        what = "host function students write" if scheme.milestone == 1 else f"milestone-{scheme.milestone} variant"
+        raise SchemeError(f"{path}: items must score each {what} once: {written}, got {scored}")
     return scheme
+
+
+def _variants_of(path: Path, item: dict) -> tuple[Variant, ...]:
+    """An item's variants: named (`variants`), or milestone 1's host functions (`functions`)."""
+    unknown = [name for name in item.get("variants", []) if name not in VARIANTS]
+    if unknown:
+        raise SchemeError(f"{path}: item {item['name']!r} names no known variant {unknown[0]!r} "
+                          f"(variants: {', '.join(VARIANTS)})")
+    return (tuple(VARIANTS[name] for name in item.get("variants", []))
+            + tuple(plain(function) for function in item.get("functions", [])))

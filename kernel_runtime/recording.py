@@ -12,7 +12,12 @@ it runs:
   kernels, cupy.matmul and cuBLAS, sorting, random numbers, fused functions, copies
   of device data) or that copies device data to the host is refused: it raises
   RefusedOperation naming itself ("computed with cupy.matmul"), and the refusal stays
-  on the recording even if the caller catches the error.
+  on the recording even if the caller catches the error;
+* except cuBLAS through `cupy.cublas` (gemm, gemv, ...: CuPy's array-level bindings)
+  when the recording permits it, `record(permit=("cublas",))`, as milestone 2's
+  cuBLAS variant needs: each such call is taped as a "library" step, with the arrays
+  it was given, and counted. The pointer-level `cupy.cuda.cublas` stays refused: a
+  raw host pointer it is given (alpha, beta) may be gone by the time the tape replays.
 
 `Recording.replay()` runs the tape again: the taped steps only, none of the caller's
 Python. A call whose outputs come from its own kernels writes them again, for
@@ -48,19 +53,33 @@ class RefusedOperation(KitError):
 class Step:
     """One taped step of a recorded call, and how to do it again."""
 
-    kind: str          # "launch" (a kernel of the caller's own) or "constant" (a fill or an upload)
-    what: str
+    kind: str          # "launch" (a kernel of the caller's own), "constant" (a fill or an upload),
+                       # or "library" (a permitted library call)
+    what: str          # the kernel's or the operation's name
     run: Callable[[], object]
+
+
+LIBRARIES = {"cublas": "cupy.cublas"}  # what a recording may permit -> the namespace it opens
 
 
 @dataclasses.dataclass
 class Recording:
     steps: list[Step] = dataclasses.field(default_factory=list)
     refused: str | None = None  # the first refused operation
+    permitted: frozenset = frozenset()  # names in LIBRARIES
 
     @property
     def launches(self) -> int:
         return sum(step.kind == "launch" for step in self.steps)
+
+    @property
+    def library_calls(self) -> int:
+        return sum(step.kind == "library" for step in self.steps)
+
+    @property
+    def kernels_launched(self) -> list[str]:
+        """The names of the kernels it launched, each once, in order of first launch."""
+        return list(dict.fromkeys(step.what for step in self.steps if step.kind == "launch"))
 
     def replay(self) -> None:
         """Do the taped steps again, in order, on whatever the buffers hold now."""
@@ -110,12 +129,16 @@ _installed = False
 
 
 @contextlib.contextmanager
-def record() -> Iterator[Recording]:
-    """Tape the call made inside the block; refuse what only its own kernels may do."""
+def record(permit: tuple[str, ...] = ()) -> Iterator[Recording]:
+    """Tape the call made inside the block; refuse what only its own kernels may do, except
+    the libraries named in `permit` (keys of LIBRARIES), whose calls are taped and counted."""
     if _WATCH.recording is not None:
         raise RuntimeError("record() does not nest")
+    unknown = set(permit) - set(LIBRARIES)
+    if unknown:
+        raise ValueError(f"record() cannot permit {sorted(unknown)}; it can permit {sorted(LIBRARIES)}")
     install()
-    _WATCH.recording = recording = Recording()
+    _WATCH.recording = recording = Recording(permitted=frozenset(permit))
     try:
         yield recording
     finally:
@@ -163,7 +186,7 @@ class _Refused:
         value = getattr(self._original, attribute)
         if callable(value) and not isinstance(value, type) and not attribute.startswith("__"):
             qualified = f"{self._name}.{attribute}"
-            return type(self)(qualified, value, f"computed with {qualified}")
+            return _Refused(qualified, value, f"computed with {qualified}")
         return value
 
     def __repr__(self) -> str:
@@ -172,6 +195,32 @@ class _Refused:
 
 def _computing(name: str, original):
     return _Refused(name, original, f"computed with {name}")
+
+
+class _LibraryCall(_Refused):
+    """A function of a library a recording may permit: refused unless it does; then taped and counted."""
+
+    def __init__(self, name: str, original, library: str):
+        super().__init__(name, original, f"computed with {name} (cuBLAS is allowed in the cuBLAS variant only)")
+        self._library = library
+
+    def __call__(self, *args, **kwargs):
+        watch = self._watch
+        if not watch.checking() or self._library not in watch.recording.permitted:
+            return super().__call__(*args, **kwargs)
+
+        def call():
+            with watch.allowed():  # CuPy's own work inside the library call is part of it
+                return self._original(*args, **kwargs)
+
+        result = call()
+        watch.tape("library", self._name, call)
+        return result
+
+    def __getattr__(self, attribute):
+        if attribute == "_library":
+            raise AttributeError(attribute)
+        return super().__getattr__(attribute)
 
 
 def _to_host(name: str, original):
@@ -343,7 +392,8 @@ _ARRAY_TO_HOST = {"get", "tolist", "item", "tobytes", "tofile", "dump", "dumps",
 _ARRAY_EXPORTING = {"__dlpack__", "toDlpack"}
 
 
-def _watch_namespace(module: types.ModuleType, prefix: str) -> None:
+def _watch_namespace(module: types.ModuleType, prefix: str, library: str | None = None) -> None:
+    """Watch every public routine of `module`; those of a permittable `library` are _LibraryCalls."""
     for name in dir(module):
         value = getattr(module, name)
         if name.startswith("_") or isinstance(value, (type, types.ModuleType)) or not callable(value):
@@ -361,6 +411,8 @@ def _watch_namespace(module: types.ModuleType, prefix: str) -> None:
             watched = _to_host(qualified, value)
         elif name == "fuse":
             watched = _watched_fuse(value)
+        elif library is not None:
+            watched = _LibraryCall(qualified, value, library)
         else:
             watched = _computing(qualified, value)
         setattr(module, name, watched)
@@ -404,19 +456,19 @@ def install() -> None:
     cupyx = importlib.import_module("cupyx")
     for submodule in ("cuda.runtime", "fft", "linalg", "random"):
         importlib.import_module(f"cupy.{submodule}")
-    namespaces = [(cupy, "cupy"), (cupy.linalg, "cupy.linalg"), (cupy.fft, "cupy.fft"), (cupy.random, "cupy.random"),
-                  (cupyx, "cupyx")]
+    namespaces = [(cupy, "cupy", None), (cupy.linalg, "cupy.linalg", None), (cupy.fft, "cupy.fft", None),
+                  (cupy.random, "cupy.random", None), (cupyx, "cupyx", None)]
     try:  # without the cuBLAS library (an NVRTC-only install) nothing can call it, so nothing to watch
         importlib.import_module("cupy.cublas")
-        namespaces += [(cupy.cublas, "cupy.cublas"), (cupy.cuda.cublas, "cupy.cuda.cublas")]
+        namespaces += [(cupy.cublas, "cupy.cublas", "cublas"), (cupy.cuda.cublas, "cupy.cuda.cublas", None)]
     except ImportError:
         pass
 
     cupy.RawKernel, cupy.RawModule = _taping_raw_classes()
     for name in ("ElementwiseKernel", "ReductionKernel", "vectorize"):
         setattr(cupy, name, _refusing_class(f"a cupy.{name}", getattr(cupy, name)))
-    for module, prefix in namespaces:
-        _watch_namespace(module, prefix)
+    for module, prefix, library in namespaces:
+        _watch_namespace(module, prefix, library)
     _watch_arrays()
     runtime = cupy.cuda.runtime
     for name in dir(runtime):

@@ -68,12 +68,16 @@ layernorm_forward_kernel = CudaKernel(LAYERNORM_SOURCE, "layernorm_forward_kerne
 BLOCK_SIZE = 256  # 8 warps, 8 rows per block
 
 
-def layernorm_forward(out, mean, rstd, inp, weight, bias, B, T, C):
+def layernorm_arguments(out, mean, rstd, inp, weight, bias, B, T, C) -> tuple:
+    """The checked launch arguments of a layernorm kernel: out, mean, rstd, inp, weight, bias, N = B*T, C."""
     check_dims("layernorm_forward", B=B, T=T, C=C)
     for name, array, size in (("out", out, B * T * C), ("mean", mean, B * T), ("rstd", rstd, B * T),
                               ("inp", inp, B * T * C), ("weight", weight, C), ("bias", bias, C)):
         check_array("layernorm_forward", name, array, size)
+    return (out, mean, rstd, inp, weight, bias, np.int32(B * T), np.int32(C))
+
+
+def layernorm_forward(out, mean, rstd, inp, weight, bias, B, T, C):
+    args = layernorm_arguments(out, mean, rstd, inp, weight, bias, B, T, C)
     rows_per_block = BLOCK_SIZE // 32
-    grid = ceil_div(B * T, rows_per_block)
-    layernorm_forward_kernel((grid,), (BLOCK_SIZE,),
-                             (out, mean, rstd, inp, weight, bias, np.int32(B * T), np.int32(C)))
+    layernorm_forward_kernel((ceil_div(B * T, rows_per_block),), (BLOCK_SIZE,), args)

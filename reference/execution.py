@@ -6,7 +6,8 @@
    starting content, NaN where the call must write), scalars go as they are;
 2. the call runs under kernel_runtime.recording: the kernels it launches and the
    constants it writes are taped, and a CuPy operation that computes or copies device
-   data to the host is refused, by name;
+   data to the host is refused, by name (cuBLAS through cupy.cublas is taped and
+   counted instead, when the caller permits it: milestone 2's cuBLAS variant);
 3. outputs, and inputs as the call left them, come back as host arrays;
 4. the tape is replayed on the case's other inputs (same sizes, another seed), written
    into the same buffers: outputs that do not come from the call's own kernels do not
@@ -43,6 +44,8 @@ class Execution:
     error: str | None = None             # the exception the call raised
     refused: str | None = None           # the first operation refused while it ran
     launches: int | None = None          # kernels of its own it launched; None: called on NumPy arrays
+    kernels_launched: list | None = None  # their names, each once
+    library_calls: int = 0               # permitted library calls (cuBLAS) it made
     outputs: dict | None = None          # output name -> host array
     inputs_after: dict | None = None     # input name -> host array, as the call left it
     replay_outputs: dict | None = None   # outputs of the taped launches replayed on the other inputs
@@ -87,8 +90,10 @@ class Execution:
         return executions
 
 
-def execute(function: Callable, problem: Problem, device: str = "gpu") -> Execution:
+def execute(function: Callable, problem: Problem, device: str = "gpu", permit: tuple[str, ...] = ()) -> Execution:
     """Call `function` on the problem's inputs and collect what it left behind; then replay it.
+
+    `permit` names the libraries the call may use (kernel_runtime.recording.LIBRARIES).
 
     device="cpu" passes NumPy arrays instead of CuPy ones and simply calls `function`
     again on the other inputs: for checking the checks themselves, without a GPU.
@@ -111,11 +116,12 @@ def execute(function: Callable, problem: Problem, device: str = "gpu") -> Execut
 
     args = call_arguments(problem, cupy)
     try:
-        with recording.record() as tape:
+        with recording.record(permit) as tape:
             try:
                 function(*args.values())
             finally:
                 execution.refused, execution.launches = tape.refused, tape.launches
+                execution.kernels_launched, execution.library_calls = tape.kernels_launched, tape.library_calls
         cupy.cuda.runtime.deviceSynchronize()
     except Exception as err:  # a failing submission must produce a record, not a crash
         execution.error = describe(err)

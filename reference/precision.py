@@ -48,6 +48,15 @@ COURSE = Profile("course", 0.0, rounding_bounds=False)
 PROFILES = {p.name: p for p in (FP32, TF32, COURSE)}
 
 
+def to_tf32(x: np.ndarray, rounding: str = "nearest") -> np.ndarray:
+    """float32 values kept to TF32's 10 mantissa bits, as a tensor core takes them: rounded to
+    nearest (ties to even) or cut. Emulates the `tf32` profile's arithmetic on NumPy."""
+    bits = np.ascontiguousarray(x, np.float32).view(np.uint32)
+    if rounding == "nearest":
+        bits = bits + np.uint32(0xFFF) + ((bits >> np.uint32(13)) & np.uint32(1))
+    return (bits & np.uint32(0xFFFFE000)).view(np.float32)
+
+
 def profile_named(name: str) -> Profile:
     if name not in PROFILES:
         raise ProfileError(f"no precision profile {name!r}; the profiles are {', '.join(PROFILES)}")

@@ -1,7 +1,8 @@
-"""Evidence, read from compiled code, that a kernel uses the technique it claims.
+"""Evidence that a kernel uses the technique it claims: read from its compiled code, or
+from the calls it made.
 
-A kernel module is compiled to PTX through NVRTC (no GPU needed) and each kernel's
-instructions are searched:
+A kernel is compiled to PTX through NVRTC (no GPU needed) and its instructions are
+searched:
 
     tensor_cores   mma.sync, wmma.mma or wgmma instructions: the tensor cores do the products
     shared_memory  stores to shared memory (st.shared, or cp.async into it) and loads back
@@ -9,17 +10,25 @@ instructions are searched:
     reduction      warp shuffles (shfl.sync), or shared memory read back after a barrier
                    (st.shared, bar.sync, ld.shared): partial results are combined in parallel
 
-A kernel's own instructions are its entry's and those of the device functions in its
-compilation that were not inlined. A variant that passes its cases without its
-technique's evidence scores 0, with the reason (the course's milestone-2 items).
+A kernel's own instructions are its entry's and those of the device functions it
+calls that were not inlined (a device function nothing calls shows nothing). The kernels looked at are the ones a variant
+launched on its cases (the recording names them), found among the CudaKernels that
+loaded modules define at their top level; with no launches to go by (no GPU), every
+kernel of its module.
+
+    cublas         a cuBLAS call (through cupy.cublas) in every case's recording
+
+A variant that passes its cases without its technique's evidence scores 0, with the
+reason (the course's milestone-2 items).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import re
+import sys
 
-from kernel_runtime.compiler import compile_ptx, distinct_compilations
+from kernel_runtime.compiler import CudaKernel, compile_ptx
 
 ARCH = "sm_86"  # the course's GPU (A40); every technique here exists there
 
@@ -30,10 +39,16 @@ class Technique:
     shows_as: str                  # what the evidence is, in words
     all_of: tuple[str, ...] = ()   # PTX patterns that must all appear
     any_of: tuple[tuple[str, ...], ...] = ()  # or: one of these groups, each all present
+    library: str | None = None     # shown by calls to this library instead (kernel_runtime.recording.LIBRARIES)
 
     def shown_by(self, ptx: str) -> bool:
         groups = ((self.all_of,) if self.all_of else ()) + self.any_of
         return any(all(re.search(pattern, ptx) for pattern in group) for group in groups)
+
+    @property
+    def permit(self) -> tuple[str, ...]:
+        """The libraries a recording of this technique's variant must permit."""
+        return (self.library,) if self.library else ()
 
 
 TECHNIQUES = {t.name: t for t in (
@@ -44,31 +59,73 @@ TECHNIQUES = {t.name: t for t in (
               all_of=(r"\b(?:st\.shared|cp\.async[.\w]*\.shared)", r"\b(?:ld\.shared|ldmatrix)")),
     Technique("reduction", "warp shuffles (shfl.sync), or shared memory read back after a barrier, in its PTX",
               any_of=((r"\bshfl\.sync",), (r"\bst\.shared", r"\bbar\.sync", r"\bld\.shared"))),
+    Technique("cublas", "cuBLAS call (through cupy.cublas)", library="cublas"),
 )}
 
 
-def kernel_instructions(module) -> dict[str, str]:
-    """Each kernel (__global__ function) of a kernel module -> its PTX instructions."""
+def kernel_instructions(kernels: list[CudaKernel]) -> dict[str, str]:
+    """Each of `kernels` by name -> its PTX instructions (one compilation per distinct source and options)."""
+    wanted = {k.name for k in kernels}
     found = {}
-    for kernel in distinct_compilations(module):
+    for kernel in {(k.source, k.options): k for k in kernels}.values():
         ptx = compile_ptx(kernel, ARCH)
-        functions = "".join(re.findall(r"\.func\b.*?\n}\n", ptx, flags=re.S))  # not inlined: any entry may call them
+        functions = dict(re.findall(r"\.func\s+(?:\([^)]*\)\s*)?(\w+)\s*\((.*?\n}\n)", ptx, flags=re.S))
         for name, body in re.findall(r"\.entry\s+(\w+)\s*\((.*?\n}\n)", ptx, flags=re.S):
-            found[name] = body + functions
+            if name in wanted:
+                found[name] = body + "".join(functions[f] for f in _called(body, functions))
     return found
 
 
-def evidence(module, technique: str) -> dict[str, bool]:
-    """Each kernel of `module` -> whether its compiled code shows `technique` (a name in TECHNIQUES)."""
+_CALL = re.compile(r"\bcall(?:\.uni)?\s+(?:\([^)]*\)\s*,\s*)?(\w+)")
+
+
+def _called(body: str, functions: dict[str, str]) -> list[str]:
+    """The device functions (not inlined) that `body` calls, directly or through each other."""
+    called, pending = [], _CALL.findall(body)
+    while pending:
+        name = pending.pop()
+        if name in functions and name not in called:
+            called.append(name)
+            pending += _CALL.findall(functions[name])
+    return called
+
+
+def evidence(kernels: list[CudaKernel], technique: str) -> dict[str, bool]:
+    """Each of `kernels` by name -> whether its compiled code shows `technique` (a PTX one of TECHNIQUES)."""
     shown_by = TECHNIQUES[technique].shown_by
-    return {name: shown_by(ptx) for name, ptx in kernel_instructions(module).items()}
+    return {name: shown_by(ptx) for name, ptx in kernel_instructions(kernels).items()}
 
 
-def missing_evidence(module, technique: str, kernels=None) -> str | None:
-    """None when one of `kernels` (default: every kernel of the module) shows `technique`, else why not."""
-    shown = evidence(module, technique)
-    looked_at = [name for name in shown if kernels is None or name in kernels]
-    if any(shown[name] for name in looked_at):
+def missing_evidence(kernels: list[CudaKernel], technique: str) -> str | None:
+    """None when one of `kernels` shows `technique` in its compiled code, else why not."""
+    shown = evidence(kernels, technique)
+    if any(shown.values()):
         return None
-    return (f"no evidence of {technique.replace('_', ' ')}: none of {', '.join(looked_at) or 'no kernels'} "
+    return (f"no evidence of {technique.replace('_', ' ')}: none of {', '.join(shown) or 'no kernels'} "
             f"has {TECHNIQUES[technique].shows_as}")
+
+
+def launched_kernels(names) -> tuple[list[CudaKernel], list[str]]:
+    """The CudaKernels named `names` that loaded modules define at their top level, and the names not found."""
+    found = {}
+    for module in list(sys.modules.values()):
+        for value in list(getattr(module, "__dict__", {}).values()):
+            if isinstance(value, CudaKernel) and value.name in names:
+                found.setdefault(value.name, value)
+    return list(found.values()), [name for name in names if name not in found]
+
+
+def missing_technique(technique: str, executions) -> str | None:
+    """None when the calls recorded in `executions` (reference.execution, one per case) show
+    `technique`, else why not. Run where those calls ran: the kernels must be loaded."""
+    shows = TECHNIQUES[technique]
+    if shows.library:
+        without = [e.case_id for e in executions if not e.library_calls]
+        return (f"no evidence of {technique}: {len(without)} of {len(executions)} cases made no {shows.shows_as}, "
+                f"first {without[0]}") if without else None
+    names = list(dict.fromkeys(name for e in executions for name in (e.kernels_launched or [])))
+    kernels, unknown = launched_kernels(names)
+    if unknown:
+        return (f"cannot inspect the compiled code of {', '.join(unknown)}: write each kernel as a "
+                f"kernel_runtime.CudaKernel at the top level of its module")
+    return missing_evidence(kernels, technique)

@@ -4,19 +4,25 @@ named technique, each judged under its own precision profile.
     variant              host function       module            profile  technique
     matmul_tiled         matmul_forward      matmul            fp32     shared_memory
     matmul_tf32          matmul_forward      matmul_tf32       tf32     tensor_cores
+    matmul_cublas        matmul_forward      matmul_cublas     fp32     cublas
     layernorm_reduction  layernorm_forward   layernorm         fp32     reduction
     softmax_reduction    softmax_forward     attention         fp32     reduction
 
 A variant passes when every case of its host function's spec passes under its profile
-and its module's compiled code shows its technique (reference.techniques). The
-milestone-1 modules are milestone 2's tiled and reduction variants as well: the
+and its calls show its technique (reference.techniques): the kernels it launched, in
+their compiled code, or its cuBLAS calls. Only the cuBLAS variant may call cuBLAS.
+The milestone-1 modules are milestone 2's tiled and reduction variants as well: the
 course asks for each technique in the kernels where it applies.
+
+A milestone-1 host function is a variant too, `plain(function)`: its spec's module,
+fp32, no technique; so the grader runs every item of every milestone one way.
 """
 
 from __future__ import annotations
 
 import dataclasses
 
+from kernel_runtime import KitError
 from reference.precision import Profile, profile_named
 from reference.registry import SPECS
 from reference.techniques import TECHNIQUES
@@ -28,33 +34,66 @@ class Variant:
     function: str     # the host function whose contract and cases it takes
     module: str       # kernels/<module>.py defines it
     profile_name: str
-    technique: str    # what its compiled code must show (reference.techniques)
+    technique: str | None  # what its calls must show (reference.techniques); None: nothing
     milestone: int
 
     @property
     def profile(self) -> Profile:
         return profile_named(self.profile_name)
 
+    @property
+    def permit(self) -> tuple[str, ...]:
+        """The libraries its calls may use (cuBLAS, for the cuBLAS variant only)."""
+        return TECHNIQUES[self.technique].permit if self.technique else ()
+
+
+def plain(function: str) -> Variant:
+    """A host function as milestone 1 asks for it: in its spec's module, judged under fp32."""
+    return Variant(function, function, SPECS[function].module, "fp32", None, milestone=1)
+
 
 VARIANTS = {v.name: v for v in (
     Variant("matmul_tiled", "matmul_forward", "matmul", "fp32", "shared_memory", milestone=2),
     Variant("matmul_tf32", "matmul_forward", "matmul_tf32", "tf32", "tensor_cores", milestone=2),
+    Variant("matmul_cublas", "matmul_forward", "matmul_cublas", "fp32", "cublas", milestone=2),
     Variant("layernorm_reduction", "layernorm_forward", "layernorm", "fp32", "reduction", milestone=2),
     Variant("softmax_reduction", "softmax_forward", "attention", "fp32", "reduction", milestone=2),
 )}
 
 
-
 def _check(variants) -> None:
     """A variant naming a host function, technique or profile that does not exist fails at import."""
     for variant in variants:
-        if variant.function not in SPECS or variant.technique not in TECHNIQUES:
+        if variant.function not in SPECS or variant.technique not in (*TECHNIQUES, None):
             raise TypeError(f"variant {variant.name}: no host function {variant.function!r} or technique "
                             f"{variant.technique!r}")
         profile_named(variant.profile_name)
 
 
 _check(VARIANTS.values())
+
+
+class VariantError(KitError):
+    """A variant that does not exist, or variants that cannot go together."""
+
+
+def variant_named(name: str) -> Variant:
+    if name not in VARIANTS:
+        raise VariantError(f"no variant {name!r}; the variants are {', '.join(VARIANTS)}")
+    return VARIANTS[name]
+
+
+def profile_of(variant_names) -> Profile:
+    """The precision profile of a model built with these variants: tf32 if any is, else fp32."""
+    profiles = {variant_named(name).profile_name for name in variant_names}
+    return profile_named("tf32" if "tf32" in profiles else "fp32")
+
+
+def milestone_variants(milestone: int) -> list[Variant]:
+    """What a milestone's grading scheme must score: milestone 1's host functions, or a later one's variants."""
+    if milestone == 1:
+        return [plain(s.function) for s in SPECS.values() if s.graded]
+    return [v for v in VARIANTS.values() if v.milestone == milestone]
 
 
 def new_modules(milestone: int) -> list[str]:

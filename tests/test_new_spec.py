@@ -126,7 +126,7 @@ def test_its_kernel_compiles_and_its_bounds_admit_float32(kit):
 def test_it_gets_its_quick_check_and_benchmark_rows(kit):
     code = ("from reference.verify import quick_cases; from benchmarks.kernels import workloads; "
             "print([c.id for c in quick_cases(0) if c.function == 'scale_forward'], "
-            "[c.id for s, c in workloads() if s.function == 'scale_forward'])")
+            "[row[-1].id for row in workloads() if row[1].function == 'scale_forward'])")
     done = run(kit, "-c", code)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().startswith("['N1000-seed") and "['N16777216-seed" in done.stdout

@@ -1,6 +1,7 @@
-"""The grader on the GPU: the kit's solution scores full marks, every known-wrong
-implementation and cheat loses its item, and crashing, hanging, tampering and
-library-only submissions score 0 on their items while the rest of the submission is graded."""
+"""The grader on the GPU: the kit's solution scores full marks in both milestones, every
+known-wrong implementation, cheat and known-wrong variant loses its item, and crashing,
+hanging, tampering and library-only submissions score 0 on their items while the rest
+of the submission is graded."""
 
 import dataclasses
 import shutil
@@ -10,8 +11,11 @@ from pathlib import Path
 import pytest
 
 from grading.grade import grade_item, grade_submission
-from grading.items import load_scheme
+from grading.items import load_scheme, scheme_for
 from reference.registry import spec
+from reference.variants import VARIANTS
+from tests.kernels import wrong_technique
+from tests.kernels.test_wrong_techniques import CAUGHT_BY as VARIANTS_CAUGHT_BY
 from tests.kernels.wrong import load, names
 
 pytestmark = pytest.mark.gpu
@@ -28,6 +32,25 @@ def solution_copy(directory: Path) -> Path:
 def test_the_solution_scores_full_marks(tmp_path):
     grade = grade_submission(solution_copy(tmp_path), load_scheme(), SEED)
     assert grade.score == 10, "\n".join(f"{g.item.title}: {g.reason}" for g in grade.items)
+
+
+def test_the_solution_scores_full_marks_in_milestone_2(tmp_path):
+    grade = grade_submission(solution_copy(tmp_path), scheme_for(2), SEED)
+    assert grade.score == 18, "\n".join(f"{g.item.title}: {g.reason}" for g in grade.items)
+
+
+@pytest.mark.parametrize("name", wrong_technique.names())
+def test_a_known_wrong_variant_loses_its_item(tmp_path, name):
+    wrong = wrong_technique.load(name)
+    variant = VARIANTS[wrong.VARIANT]
+    submission = solution_copy(tmp_path)
+    with open(submission / "kernels" / f"{variant.module}.py", "a") as f:
+        f.write(f"\nfrom {wrong.__name__} import {variant.function}  # noqa: E402,F401\n")
+    scheme = scheme_for(2)
+    item = next(i for i in scheme.items if variant in i.variants)
+    grade = grade_item(submission, item, scheme, SEED)
+    print(f"\n{name}: {grade.score:g}/{item.weight:g} ({grade.reason})")
+    assert grade.score == 0 and VARIANTS_CAUGHT_BY[name] in grade.reason, grade.reason
 
 
 @pytest.mark.parametrize("name", names())

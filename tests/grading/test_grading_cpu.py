@@ -10,12 +10,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from grading import reports
 from grading.grade import ItemGrade, SubmissionGrade, score_item
 from grading.handout import LEFTOVER_MARKER, make_handout, strip_solutions
-from grading.items import SchemeError, load_scheme
+from grading.items import SchemeError, load_scheme, scheme_for
+from grading.worker import TECHNIQUE_FILE
 from kernel_runtime.device import gpu_unavailable_reason, nvrtc_unavailable_reason
 from reference import gold
 from reference.execution import Execution, execute
@@ -33,24 +35,48 @@ def test_weights_are_the_course_s():
     assert scheme.total_points == 10 and scheme.partial_credit == "none"
 
 
-@pytest.mark.parametrize("edit, message", [
-    (lambda t: t.replace("weight = 3", "weight = 4"), "add up to 11"),
-    (lambda t: t.replace('partial_credit = "none"', 'partial_credit = "some"'), "partial_credit must be one of"),
-    (lambda t: t.replace('functions = ["gelu_forward"]', 'functions = []'), "must score each host function"),
+def test_milestone_2_weights_are_the_course_s():
+    scheme = scheme_for(2)
+    assert {i.title: (i.weight, [v.name for v in i.variants]) for i in scheme.items} == {
+        "Shared-memory and register tiling": (6, ["matmul_tiled"]), "Tensor cores (TF32)": (5, ["matmul_tf32"]),
+        "cuBLAS": (4, ["matmul_cublas"]), "Reduction": (3, ["layernorm_reduction", "softmax_reduction"])}
+    assert scheme.total_points == 18 and scheme.milestone == 2 and scheme.partial_credit == "none"
+    profiles = {v.name: (v.profile_name, v.technique, v.permit) for i in scheme.items for v in i.variants}
+    assert profiles["matmul_tf32"] == ("tf32", "tensor_cores", ())
+    assert profiles["matmul_cublas"] == ("fp32", "cublas", ("cublas",))  # the only one that may call cuBLAS
+    assert all(permit == () for name, (_, _, permit) in profiles.items() if name != "matmul_cublas")
+
+
+@pytest.mark.parametrize("file, edit, message", [
+    ("weights.toml", lambda t: t.replace("weight = 3", "weight = 4"), "add up to 11"),
+    ("weights.toml", lambda t: t.replace('partial_credit = "none"', 'partial_credit = "some"'),
+     "partial_credit must be one of"),
+    ("weights.toml", lambda t: t.replace('functions = ["gelu_forward"]', 'functions = []'),
+     "must score each host function"),
+    ("weights_m2.toml", lambda t: t.replace('variants = ["matmul_cublas"]', 'variants = []'),
+     "must score each milestone-2 variant once"),
+    ("weights_m2.toml", lambda t: t.replace('"matmul_cublas"', '"matmul_cuda"'), "no known variant 'matmul_cuda'"),
 ])
-def test_bad_scheme_is_refused(tmp_path, edit, message):
-    path = tmp_path / "weights.toml"
-    path.write_text(edit((ROOT / "grading" / "weights.toml").read_text()))
+def test_bad_scheme_is_refused(tmp_path, file, edit, message):
+    path = tmp_path / file
+    path.write_text(edit((ROOT / "grading" / file).read_text()))
     with pytest.raises(SchemeError, match=message):
         load_scheme(path)
 
 
-def worker_records(out: Path, implementation, functions, launches=1):
-    """What a worker would leave behind after running `implementation(function)` on every case (on NumPy arrays)."""
+def test_a_milestone_without_a_scheme_is_one_line():
+    done = grading("--milestone", "3", str(ROOT))
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and "--milestone: invalid choice: 3" in done.stderr
+
+
+def worker_records(out: Path, implementation, functions, launches=1, variant=None):
+    """What a worker would leave behind after running `implementation(function)` on every case (on NumPy
+    arrays), in the directory of `variant` (default: the function, as milestone 1's plain variant)."""
     for function in functions:
+        (out / (variant or function)).mkdir(parents=True, exist_ok=True)
         for case in cases(function, SEED):
             execution = execute(implementation(function), build(case), device="cpu")
-            dataclasses.replace(execution, launches=launches).save(out)
+            dataclasses.replace(execution, launches=launches).save(out / (variant or function))
 
 
 def honest(function):
@@ -92,19 +118,22 @@ def test_no_custom_kernel_scores_zero(tmp_path):
 
 def test_a_cuda_error_scores_zero_with_the_reason(tmp_path):
     case = cases("encoder_forward", SEED)[0]
+    (tmp_path / "encoder_forward").mkdir()
     Execution("encoder_forward", case.id, launches=1,
-              error="CUDARuntimeError: cudaErrorIllegalAddress: an illegal memory access was encountered").save(tmp_path)
+              error="CUDARuntimeError: cudaErrorIllegalAddress: an illegal memory access was encountered").save(
+        tmp_path / "encoder_forward")
     grade = score_item(item("encoder"), load_scheme(), SEED, tmp_path)
     assert grade.score == 0 and "cudaErrorIllegalAddress" in grade.reason
 
 
 def test_forged_and_repeated_records_do_not_count(tmp_path):
     worker_records(tmp_path, honest, ["layernorm_forward"])
-    records = (tmp_path / "records.jsonl").read_text().splitlines()
+    log = tmp_path / "layernorm_forward" / "records.jsonl"
+    records = log.read_text().splitlines()
     first = json.loads(records[0])
     forged = ([json.dumps(first)] * 20 + [json.dumps(first | {"case_id": "made-up-case"})]
               + [json.dumps(json.loads(r) | {"function": "gelu_forward"}) for r in records[1:]])
-    (tmp_path / "records.jsonl").write_text("\n".join(forged) + "\n")
+    log.write_text("\n".join(forged) + "\n")
     grade = score_item(item("layernorm"), load_scheme(), SEED, tmp_path)
     assert grade.score == 0 and "only 1 of" in grade.reason
 
@@ -112,6 +141,55 @@ def test_forged_and_repeated_records_do_not_count(tmp_path):
 def test_a_crash_scores_zero_with_the_reason(tmp_path):
     grade = score_item(item("matmul"), load_scheme(), SEED, tmp_path, crash="the worker process was killed by SIGSEGV")
     assert grade.score == 0 and "SIGSEGV" in grade.reason
+
+
+def m2_item(name):
+    return scheme_for(2).item(name)
+
+
+def technique_evidence(out: Path, variant: str, technique: str, missing: str | None) -> None:
+    (out / variant / TECHNIQUE_FILE).write_text(json.dumps({"technique": technique, "missing": missing}))
+
+
+def test_a_variant_scores_under_its_profile_and_with_its_technique_shown(tmp_path):
+    worker_records(tmp_path, lambda f: tf32_matmul, ["matmul_forward"], variant="matmul_tf32")
+    technique_evidence(tmp_path, "matmul_tf32", "tensor_cores", None)
+    grade = score_item(m2_item("tf32"), scheme_for(2), SEED, tmp_path)
+    assert grade.score == 5, grade.reason
+    as_fp32 = dataclasses.replace(m2_item("tf32"), variants=(dataclasses.replace(
+        m2_item("tf32").variants[0], profile_name="fp32"),))
+    assert score_item(as_fp32, scheme_for(2), SEED, tmp_path).score == 0  # the profile is what lets TF32 pass
+
+
+def tf32_matmul(out, inp, weight, bias, B, T, C, OC):
+    """An honest TF32 matmul on NumPy: inputs cut to TF32's 10-bit mantissa, products summed in float64."""
+    def tf32(x):
+        return (x.astype(np.float32).view(np.uint32) & np.uint32(0xFFFFE000)).view(np.float32).astype(np.float64)
+    result = tf32(inp).reshape(B * T, C) @ tf32(weight).reshape(OC, C).T
+    out[...] = (result + (bias if bias is not None else 0.0)).reshape(out.shape)
+
+
+@pytest.mark.parametrize("missing", ["no evidence of tensor cores: none of matmul_forward_kernel has tensor-core "
+                                     "instructions (mma.sync, wmma.mma or wgmma) in its PTX", "absent"])
+def test_a_variant_passing_every_case_without_its_technique_scores_zero_with_the_reason(tmp_path, missing):
+    worker_records(tmp_path, honest, ["matmul_forward"], variant="matmul_tf32")
+    if missing != "absent":
+        technique_evidence(tmp_path, "matmul_tf32", "tensor_cores", missing)
+    grade = score_item(m2_item("tf32"), scheme_for(2), SEED, tmp_path)
+    assert grade.score == 0 and grade.cases_passed == grade.cases_run
+    expected = missing if missing != "absent" else "no evidence of tensor_cores was recorded"
+    assert grade.reason.endswith(f"cases pass, but matmul_tf32: {expected}")
+
+
+def test_an_item_of_two_variants_needs_both(tmp_path):
+    worker_records(tmp_path, honest, ["layernorm_forward"], variant="layernorm_reduction")
+    worker_records(tmp_path, honest, ["softmax_forward"], variant="softmax_reduction")
+    technique_evidence(tmp_path, "layernorm_reduction", "reduction", None)
+    technique_evidence(tmp_path, "softmax_reduction", "reduction", None)
+    assert score_item(m2_item("reduction"), scheme_for(2), SEED, tmp_path).score == 3
+    technique_evidence(tmp_path, "softmax_reduction", "reduction", "no evidence of reduction: ...")
+    grade = score_item(m2_item("reduction"), scheme_for(2), SEED, tmp_path)
+    assert grade.score == 0 and "softmax_reduction: no evidence of reduction" in grade.reason
 
 
 def sample_grade():
@@ -215,11 +293,52 @@ def test_strip_solutions_keeps_indentation_and_counts():
                                       "what it computes)\n}\n"
 
 
+def test_strip_solutions_stubs_python_blocks_with_a_statement():
+    text = "def f():\n    x = 1\n    # BEGIN SOLUTION\n    call(x)\n    # END SOLUTION\n"
+    stripped, count = strip_solutions(text)
+    assert count == 1 and stripped == "def f():\n    x = 1\n    pass  # TODO: write this (the comment at the top of " \
+                                      "this file says what it computes)\n"
+
+
 @pytest.fixture(scope="module")
 def handout(tmp_path_factory):
     destination = tmp_path_factory.mktemp("handout") / "kit"
     stubbed = make_handout(destination)
     return destination, stubbed
+
+
+@pytest.fixture(scope="module")
+def handout_m2(tmp_path_factory):
+    destination = tmp_path_factory.mktemp("handout-m2") / "kit"
+    stubbed = make_handout(destination, milestone=2)
+    return destination, stubbed
+
+
+def test_milestone_2_handout_adds_the_variants_stubbed(handout_m2, handout):
+    destination, stubbed = handout_m2
+    assert len(stubbed) == len(handout[1]) + 2, stubbed  # milestone 1's kernels stay stubbed too
+    assert {"kernels/matmul_tf32.py (1 block)", "kernels/matmul_cublas.py (2 blocks)"} <= set(stubbed)
+    for path in (destination / "kernels").glob("*.py"):
+        assert LEFTOVER_MARKER.search(path.read_text()) is None, path
+    assert "cublas.gemm(\"N\"" not in (destination / "kernels/matmul_cublas.py").read_text()
+    assert (destination / "tests/kernels/test_variants.py").exists()
+    assert not (destination / "tests/kernels/wrong_technique").exists() and not (destination / "grading").exists()
+    readme = (destination / "README.md").read_text()
+    assert "## Milestone 2" in readme and "<!--" not in readme
+    assert "## Milestone 2" not in (handout[0] / "README.md").read_text()
+    assert kit_paths_mentioned(readme, ROOT) == kit_paths_mentioned(readme, destination)
+
+
+@pytest.mark.nvrtc
+def test_milestone_2_handout_stubs_compile_and_show_no_technique(handout_m2):
+    """Without a GPU, the student's stubs compile, and each variant's technique check fails until it is written."""
+    destination, _ = handout_m2
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rf",
+                           "tests/kernels/test_compile.py", "tests/kernels/test_variants.py"],
+                          capture_output=True, text=True, cwd=destination, timeout=600)
+    failed = sorted(re.findall(r"^FAILED tests/kernels/(\S+)", done.stdout, flags=re.MULTILINE))
+    assert failed == [f"test_variants.py::test_variant_module_compiles_to_its_technique[{name}]" for name in
+                      sorted(["layernorm_reduction", "matmul_tf32", "matmul_tiled", "softmax_reduction"])], done.stdout[-3000:]
 
 
 def test_handout_stubs_every_solution_and_leaves_out_staff_files(handout):
@@ -294,8 +413,9 @@ def test_handout_readme_commands_pass_without_a_gpu(handout):
 
 
 @pytest.mark.gpu
-def test_handout_kernel_tests_fail_cleanly_on_a_gpu(handout):
-    destination, _ = handout
+@pytest.mark.parametrize("kit", ["handout", "handout_m2"])
+def test_handout_kernel_tests_fail_cleanly_on_a_gpu(kit, request):
+    destination, _ = request.getfixturevalue(kit)
     done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/kernels"],
                           capture_output=True, text=True, cwd=destination, timeout=600)
     summary = (done.stdout.strip().splitlines() or ["no output"])[-1]

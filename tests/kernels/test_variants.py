@@ -1,14 +1,17 @@
 """Milestone 2's variants (reference.variants): each on every case of its host function,
-judged under its own precision profile, and its compiled code showing its technique.
+judged under its own precision profile, and its calls showing its technique: the
+compiled code of the kernels it launched, or its cuBLAS calls.
 
     pytest tests/kernels/test_variants.py -k tf32
 """
 
 import pytest
 
+from kernel_runtime.compiler import kernels_in
+from reference.execution import execute
 from reference.judging import run_case
-from reference.registry import SPECS, host_function, kernel_module
-from reference.techniques import missing_evidence
+from reference.registry import SPECS, build, cases, host_function, kernel_module
+from reference.techniques import TECHNIQUES, missing_evidence, missing_technique
 from reference.variants import VARIANTS
 
 
@@ -23,11 +26,22 @@ def pytest_generate_tests(metafunc):
 @pytest.mark.parametrize("against", ["numpy", "gold"])
 def test_variant_matches_the_reference_under_its_profile(variant_case, against):
     variant, case = variant_case
-    result = run_case(host_function(variant.function, variant.module), case, against=against, profile=variant.profile)
+    result = run_case(host_function(variant.function, variant.module), case, against=against,
+                      profile=variant.profile, permit=variant.permit)
     assert result.passed, f"{variant.name} under {variant.profile_name}: {result.message}"
 
 
-@pytest.mark.nvrtc
+@pytest.mark.gpu
 @pytest.mark.parametrize("variant", VARIANTS.values(), ids=lambda v: v.name)
-def test_variant_shows_its_technique(variant):
-    assert missing_evidence(kernel_module(variant.module), variant.technique) is None
+def test_variant_calls_show_its_technique(variant, pytestconfig):
+    function = host_function(variant.function, variant.module)
+    executions = [execute(function, build(case), permit=variant.permit)
+                  for case in cases(variant.function, pytestconfig.getoption("seed"))]
+    assert missing_technique(variant.technique, executions) is None
+
+
+@pytest.mark.nvrtc
+@pytest.mark.parametrize("variant", [v for v in VARIANTS.values() if not TECHNIQUES[v.technique].library],
+                         ids=lambda v: v.name)
+def test_variant_module_compiles_to_its_technique(variant):
+    assert missing_evidence(kernels_in(kernel_module(variant.module)), variant.technique) is None

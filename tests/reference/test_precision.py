@@ -14,25 +14,17 @@ import pytest
 
 from reference import gold
 from reference.judging import run_case
-from reference.precision import COURSE, FP32, TF32, ProfileError, course_failures, profile_named
+from reference.precision import COURSE, FP32, TF32, ProfileError, course_failures, profile_named, to_tf32
 from reference.registry import SPECS, cases
 
 ROOT = Path(__file__).parents[2]
 MATMUL_CASES = cases("matmul_forward")
 
 
-def tf32(x: np.ndarray, rounding: str) -> np.ndarray:
-    """float32 values kept to TF32's 10 mantissa bits: rounded to nearest (ties to even) or cut."""
-    bits = np.ascontiguousarray(x, np.float32).view(np.uint32)
-    if rounding == "nearest":
-        bits = bits + np.uint32(0xFFF) + ((bits >> np.uint32(13)) & np.uint32(1))
-    return (bits & np.uint32(0xFFFFE000)).view(np.float32)
-
-
 def tf32_matmul(rounding: str, damage: float = 0.0):
     """matmul_forward as TF32 tensor cores compute it; `damage` adds that many ulps of TF32 to each element."""
     def matmul_forward(out, inp, weight, bias, B, T, C, OC):
-        a, w = tf32(inp.reshape(-1, C), rounding), tf32(weight, rounding)
+        a, w = to_tf32(inp.reshape(-1, C), rounding), to_tf32(weight, rounding)
         result = (a @ w.T).astype(np.float32)  # float32 sums, as the tensor cores accumulate
         if bias is not None:
             result += bias

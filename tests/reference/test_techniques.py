@@ -7,7 +7,7 @@ import types
 import pytest
 
 from kernel_runtime import CudaKernel
-from reference.techniques import TECHNIQUES, evidence, missing_evidence
+from reference.techniques import TECHNIQUES, evidence, launched_kernels, missing_evidence, missing_technique
 
 pytestmark = pytest.mark.nvrtc
 
@@ -62,7 +62,9 @@ extern "C" __global__ void shuffled_row_sum(float* out, const float* in, int C) 
 """
 
 NAMES = ("plain_matmul", "tensor_core_tile", "staged_tile", "serial_row_sum", "shuffled_row_sum")
-SAMPLE_MODULE = types.SimpleNamespace(**{name: CudaKernel(SAMPLES, name) for name in NAMES})
+# at the top level, as a kernel module defines them: where the calls' launched kernels are looked up
+plain_matmul, tensor_core_tile, staged_tile, serial_row_sum, shuffled_row_sum = (CudaKernel(SAMPLES, n) for n in NAMES)
+KERNELS = [plain_matmul, tensor_core_tile, staged_tile, serial_row_sum, shuffled_row_sum]
 
 SHOWN = {  # sample -> the techniques its code shows
     "plain_matmul": set(),
@@ -73,14 +75,64 @@ SHOWN = {  # sample -> the techniques its code shows
 }
 
 
-@pytest.mark.parametrize("technique", sorted(TECHNIQUES))
+PTX_TECHNIQUES = sorted(name for name, t in TECHNIQUES.items() if not t.library)
+
+
+@pytest.mark.parametrize("technique", PTX_TECHNIQUES)
 def test_each_technique_shows_where_it_is_used_only(technique):
-    found = evidence(SAMPLE_MODULE, technique)
+    found = evidence(KERNELS, technique)
     assert found == {name: technique in SHOWN[name] for name in NAMES}
 
 
+def named(*names):
+    return [k for k in KERNELS if k.name in names]
+
+
 def test_missing_evidence_names_the_kernels_and_what_was_looked_for():
-    assert missing_evidence(SAMPLE_MODULE, "tensor_cores", kernels={"tensor_core_tile"}) is None
-    assert missing_evidence(SAMPLE_MODULE, "tensor_cores", kernels={"plain_matmul"}) == (
+    assert missing_evidence(named("tensor_core_tile", "plain_matmul"), "tensor_cores") is None
+    assert missing_evidence(named("plain_matmul"), "tensor_cores") == (
         "no evidence of tensor cores: none of plain_matmul has tensor-core instructions (mma.sync, wmma.mma or "
         "wgmma) in its PTX")
+
+
+def launched(*names, library_calls=0):
+    return types.SimpleNamespace(case_id=f"case-{len(names)}", kernels_launched=list(names),
+                                 library_calls=library_calls)
+
+
+def test_the_kernels_looked_at_are_the_ones_the_calls_launched():
+    assert missing_technique("tensor_cores", [launched("plain_matmul"), launched("tensor_core_tile")]) is None
+    assert missing_technique("tensor_cores", [launched("plain_matmul"), launched("staged_tile")]).startswith(
+        "no evidence of tensor cores: none of plain_matmul, staged_tile has")
+    assert missing_technique("reduction", [launched("made_elsewhere")]) == (
+        "cannot inspect the compiled code of made_elsewhere: write each kernel as a kernel_runtime.CudaKernel at the "
+        "top level of its module")
+    found, unknown = launched_kernels(["shuffled_row_sum", "made_elsewhere"])
+    assert [k.name for k in found] == ["shuffled_row_sum"] and unknown == ["made_elsewhere"]
+
+
+def test_cublas_shows_in_the_calls_of_every_case():
+    assert missing_technique("cublas", [launched(library_calls=1), launched("bias", library_calls=2)]) is None
+    assert missing_technique("cublas", [launched(library_calls=1), launched("bias_rows_kernel")]) == (
+        "no evidence of cublas: 1 of 2 cases made no cuBLAS call (through cupy.cublas), first case-1")
+
+
+CALLS = r"""
+__device__ __noinline__ float shuffled_sum(float value) {
+    for (int offset = 16; offset > 0; offset /= 2) value += __shfl_xor_sync(0xffffffffu, value, offset);
+    return value;
+}
+
+__device__ __noinline__ float twice_shuffled(float value) { return 2.0f * shuffled_sum(value); }
+
+extern "C" __global__ void calls_a_reduction(float* out, const float* in) {
+    out[threadIdx.x] = twice_shuffled(in[threadIdx.x]);
+}
+
+extern "C" __global__ void calls_nothing(float* out, const float* in) { out[threadIdx.x] = 2.0f * in[threadIdx.x]; }
+"""
+
+
+def test_a_device_function_counts_for_the_kernels_that_call_it_only():
+    kernels = [CudaKernel(CALLS, "calls_a_reduction"), CudaKernel(CALLS, "calls_nothing")]
+    assert evidence(kernels, "reduction") == {"calls_a_reduction": True, "calls_nothing": False}

@@ -1,0 +1,69 @@
+"""Milestone 2's technique checks must catch every known-wrong variant in tests/kernels/wrong_technique/:
+a variant that computes right without its technique, or with cuBLAS where it is not allowed.
+
+On the GPU each one runs every case of its variant under the variant's profile, and
+what catches it must be what CAUGHT_BY says: the technique check (its cases all pass,
+so the milestone-1 checks alone would not), or a refusal in its cases. Without a GPU
+the compiled code of the ones that bring kernels of their own shows no evidence.
+"""
+
+import pytest
+
+from kernel_runtime.compiler import kernels_in
+from reference.execution import execute
+from reference.judging import judge
+from reference.registry import build, cases
+from reference.techniques import TECHNIQUES, missing_evidence, missing_technique
+from reference.variants import VARIANTS
+from tests.kernels.wrong_technique import load, names
+
+CAUGHT_BY = {
+    "tf32_that_is_plain_fp32": "no evidence of tensor cores",
+    "tiled_without_shared_memory": "no evidence of shared memory",
+    "tiled_with_hidden_cublas": "refused: computed with cupy.cublas.gemm (cuBLAS is allowed in the cuBLAS variant "
+                                "only)",
+    "cublas_that_never_calls_it": "no evidence of cublas",
+    "layernorm_one_thread_per_row": "no evidence of reduction",
+}
+
+
+@pytest.fixture(autouse=True)
+def kit_kernels(pytestconfig):
+    if pytestconfig.getoption("kernels") is not None:
+        pytest.skip("known-wrong variants are checked against the kit's own kernels (run without --kernels)")
+
+
+def test_every_known_wrong_variant_says_what_catches_it():
+    assert set(CAUGHT_BY) == set(names())
+    assert {load(name).VARIANT for name in names()} == set(VARIANTS) - {"softmax_reduction"}  # softmax: as layernorm
+
+
+@pytest.mark.nvrtc
+@pytest.mark.parametrize("name", [n for n in names() if kernels_in(load(n)) and not TECHNIQUES[
+    VARIANTS[load(n).VARIANT].technique].library])
+def test_compiled_code_shows_no_technique(name):
+    wrong = load(name)
+    missing = missing_evidence(kernels_in(wrong), VARIANTS[wrong.VARIANT].technique)
+    assert missing is not None and missing.startswith(CAUGHT_BY[name])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", names())
+def test_the_checks_catch_it(name, pytestconfig):
+    wrong = load(name)
+    variant = VARIANTS[wrong.VARIANT]
+    function = getattr(wrong, variant.function)
+    executions, failures = [], []
+    for case in cases(variant.function, pytestconfig.getoption("seed")):
+        problem = build(case)
+        execution = execute(function, problem, permit=variant.permit)
+        result = judge(problem, execution, profile=variant.profile)
+        executions.append(execution)
+        failures += [] if result.passed else [f"{case.id}: {result.message}"]
+    print(f"\n{name} ({variant.name}): {len(failures)} of {len(executions)} cases fail")
+    if failures:
+        assert all(CAUGHT_BY[name] in f for f in failures), failures[0]
+    else:
+        missing = missing_technique(variant.technique, executions)
+        print(f"  {missing}")
+        assert missing is not None and missing.startswith(CAUGHT_BY[name])

@@ -1,0 +1,29 @@
+"""A "reduction" layernorm in which one thread walks each whole row: right, but no parallel reduction."""
+
+from kernel_runtime import CudaKernel, ceil_div
+from kernels.layernorm import layernorm_arguments
+
+VARIANT = "layernorm_reduction"
+
+SOURCE = r"""
+extern "C" __global__ void layernorm_serial_rows(float* out, float* mean, float* rstd, const float* inp,
+                                                 const float* weight, const float* bias, int N, int C) {
+    int row = blockIdx.x * blockDim.x + threadIdx.x;
+    if (row >= N) return;
+    const float* x = inp + (long long)row * C;
+    float sum = 0.0f;
+    for (int c = 0; c < C; c++) sum += x[c];
+    float m = sum / C, squares = 0.0f;
+    for (int c = 0; c < C; c++) squares += (x[c] - m) * (x[c] - m);
+    float s = rsqrtf(squares / C + 1e-5f);
+    for (int c = 0; c < C; c++) out[(long long)row * C + c] = (x[c] - m) * s * weight[c] + bias[c];
+    mean[row] = m;
+    rstd[row] = s;
+}
+"""
+layernorm_serial_rows = CudaKernel(SOURCE, "layernorm_serial_rows")
+
+
+def layernorm_forward(out, mean, rstd, inp, weight, bias, B, T, C):
+    args = layernorm_arguments(out, mean, rstd, inp, weight, bias, B, T, C)
+    layernorm_serial_rows((ceil_div(B * T, 64),), (64,), args)

@@ -1,0 +1,73 @@
+"""The step check's judging under each precision profile, on the CPU: the model runs
+gold's float32 code on NumPy arrays, as the step check runs gold on the GPU, and the
+candidate is the float64 reference rounded to float32 (right to the last bit), with
+or without an honest TF32 matmul in its place."""
+
+import types
+
+import numpy as np
+import pytest
+
+from gpt2 import step_check
+from gpt2.backends import Backend
+from gpt2.model import GPT2
+from gpt2.ops import MODEL_FUNCTIONS
+from reference import cpu, gold
+from reference.precision import COURSE, FP32, TF32
+from tests.model.helpers import TINY, perturbed_parameters
+from tests.reference.test_precision import tf32_matmul
+
+TOKENS = np.random.default_rng(3).integers(0, TINY.vocab_size, (2, 7)).astype(np.int32)
+
+
+def rounded_reference(name):
+    """Host function `name` computed by reference.cpu in float64, its outputs rounded to float32."""
+    def call(*args):
+        copies = [a.astype(np.float64) if isinstance(a, np.ndarray) and a.dtype == np.float32 else a for a in args]
+        getattr(cpu, name)(*copies)
+        outputs, scratch = step_check.written_positions(name)
+        for i in outputs + scratch:
+            args[i][...] = copies[i]
+    return call
+
+
+def float32_candidate(**replaced):
+    return types.SimpleNamespace(**{name: replaced.get(name) or rounded_reference(name) for name in MODEL_FUNCTIONS})
+
+
+def tf32_matmul_forward():
+    return tf32_matmul("nearest")
+
+
+@pytest.fixture(scope="module")
+def model():
+    gold_on_numpy = Backend("gold on NumPy", np, np.float32,
+                            types.SimpleNamespace(**{name: getattr(gold, name) for name in MODEL_FUNCTIONS}))
+    return GPT2(TINY, perturbed_parameters(TINY, seed=5), backend=gold_on_numpy)
+
+
+@pytest.mark.parametrize("profile", [COURSE, FP32, TF32], ids=lambda p: p.name)
+def test_correctly_rounded_float32_passes_every_profile(model, profile):
+    checker = step_check.run(model, TOKENS, float32_candidate(), profile)
+    assert len(checker.steps) == 1 + 2 * 15 + 3 + 1 and checker.first_failure() is None, checker.first_failure()
+    assert {s.judged_by for s in checker.steps} == {profile.name}
+
+
+def test_a_tf32_matmul_fails_fp32_at_the_first_matmul_and_passes_tf32(model):
+    candidate = float32_candidate(matmul_forward=tf32_matmul_forward())
+    failure = step_check.run(model, TOKENS, candidate, FP32).first_failure()
+    assert (failure.where, failure.function) == ("layer 0 qkv", "matmul_forward") and failure.max_error > 1
+    under_tf32 = step_check.run(model, TOKENS, candidate, TF32)
+    assert under_tf32.first_failure() is None, under_tf32.first_failure()
+    worst = max(s.max_error for s in under_tf32.steps if s.function == "matmul_forward")
+    assert 0.01 < worst <= 1  # TF32's error is visible against its bound, and within it
+
+
+def test_a_wrong_kernel_fails_under_tf32_too(model):
+    def gelu_off_by_a_little(out, inp, N):
+        gold.gelu_forward(out, inp, N)
+        out.reshape(-1)[0] += 1e-3
+
+    candidate = float32_candidate(matmul_forward=tf32_matmul_forward(), gelu_forward=gelu_off_by_a_little)
+    failure = step_check.run(model, TOKENS, candidate, TF32).first_failure()
+    assert (failure.where, failure.function) == ("layer 0 gelu", "gelu_forward")
