@@ -84,6 +84,9 @@ def workloads(only: str = ""):
             for case in row[1].benchmark_cases()]
 
 
+CUBLAS_TF32_TENSOR_OP_MATH = 3  # cublasMath_t (cublas_api.h); CuPy's bindings do not name it
+
+
 @contextlib.contextmanager
 def cublas_tf32():
     """cuBLAS in TF32 mode inside the block: single-precision GEMMs on the tensor cores."""
@@ -92,7 +95,7 @@ def cublas_tf32():
 
     handle = cupy.cuda.device.get_cublas_handle()
     previous = cublas.getMathMode(handle)
-    cublas.setMathMode(handle, cublas.CUBLAS_TF32_TENSOR_OP_MATH)
+    cublas.setMathMode(handle, CUBLAS_TF32_TENSOR_OP_MATH)
     try:
         yield
     finally:

@@ -13,11 +13,16 @@ Three launches:
 1. attention_scores_kernel: att = q k^T for every head, a batched matrix product
    done in 64 x 64 tiles. Tiles entirely above the diagonal are skipped: causal
    attention never needs them.
-2. softmax_forward_kernel, in place on att: one warp per row, the row's maximum and
-   sum found in one pass (an "online" softmax: when the running maximum grows, the
-   running sum is rescaled), then a second pass writes exp(x - max) / sum, and 0
-   above the diagonal. Subtracting the maximum keeps exp() from overflowing when
-   scores are large (exp(89) is already infinite in float32).
+2. softmax, in place on att: one warp per row, its maximum and sum found by warp
+   shuffles (a reduction tree across the lanes). Subtracting the maximum keeps exp()
+   from overflowing when scores are large (exp(89) is already infinite in float32).
+   For rows up to 1024 long (T a multiple of 4, 16-byte aligned) softmax_rows_kernel
+   reads each row's causal part once, as float4s, into registers, takes the maximum,
+   turns the values into exp(x - max) in place, sums them, and writes the row once
+   (0 above the diagonal): the least memory traffic a softmax can have. Otherwise
+   softmax_forward_kernel reads the row twice: one pass finds the maximum and the sum
+   together (an "online" softmax: when the running maximum grows, the running sum is
+   rescaled), a second writes exp(x - max) / sum.
 3. attention_values_kernel: out = att v, again tiled, summing only up to the tile's
    last query row because the later probabilities are zero.
 """
@@ -30,6 +35,7 @@ from kernel_runtime import CudaKernel, KernelArgumentError, ceil_div, check_arra
 
 SOFTMAX_SOURCE = r"""
 #define NEG_INFINITY __int_as_float(0xff800000)
+#define VECTORS_PER_LANE 8  // float4s a lane keeps: rows up to 32 * 4 * 8 = 1024 long stay in registers
 
 __device__ float warp_max(float value) {
     for (int offset = 16; offset > 0; offset /= 2) {
@@ -47,6 +53,47 @@ __device__ float warp_sum(float value) {
 
 // out and inp are (N, T, T); row (n, t) is normalised over its first t + 1 entries.
 // out may be inp: each lane writes only the entries it read itself.
+// For T % 4 == 0, T <= 32 * 4 * VECTORS_PER_LANE, out and inp 16-byte aligned: the row in registers.
+extern "C" __global__ void softmax_rows_kernel(float* out, const float* inp, float scale, int N, int T) {
+    // BEGIN SOLUTION
+    long long row = (long long)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    int lane = threadIdx.x % 32;
+    if (row >= (long long)N * T) return;
+    int t = (int)(row % T);
+    const float4* x = (const float4*)(inp + row * T);
+    float4* y = (float4*)(out + row * T);
+
+    float4 v[VECTORS_PER_LANE];  // this lane's columns 4i .. 4i + 3, i = lane + 32 j; -inf past t
+    float row_max = NEG_INFINITY;
+    #pragma unroll
+    for (int j = 0; j < VECTORS_PER_LANE; j++) {
+        int c = 4 * (lane + 32 * j);
+        float4 a = c <= t ? x[c / 4] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);  // nothing past t is read
+        v[j] = make_float4(c <= t ? scale * a.x : NEG_INFINITY, c + 1 <= t ? scale * a.y : NEG_INFINITY,
+                           c + 2 <= t ? scale * a.z : NEG_INFINITY, c + 3 <= t ? scale * a.w : NEG_INFINITY);
+        row_max = fmaxf(row_max, fmaxf(fmaxf(v[j].x, v[j].y), fmaxf(v[j].z, v[j].w)));
+    }
+    row_max = warp_max(row_max);
+    float sum = 0.0f;
+    #pragma unroll
+    for (int j = 0; j < VECTORS_PER_LANE; j++) {  // exp(-inf) = 0 above the diagonal
+        v[j] = make_float4(expf(v[j].x - row_max), expf(v[j].y - row_max), expf(v[j].z - row_max),
+                           expf(v[j].w - row_max));
+        sum += (v[j].x + v[j].y) + (v[j].z + v[j].w);
+    }
+    float inverse_sum = 1.0f / warp_sum(sum);
+    #pragma unroll
+    for (int j = 0; j < VECTORS_PER_LANE; j++) {
+        int i = lane + 32 * j;
+        if (4 * i < T) {
+            y[i] = make_float4(v[j].x * inverse_sum, v[j].y * inverse_sum, v[j].z * inverse_sum,
+                               v[j].w * inverse_sum);
+        }
+    }
+    // END SOLUTION
+}
+
+// Any T: the row read twice, as described above.
 extern "C" __global__ void softmax_forward_kernel(float* out, const float* inp, float scale,
                                                   int N, int T) {
     // BEGIN SOLUTION
@@ -80,6 +127,7 @@ TILE = 64                 # query rows, and key columns or head dims, per block
 TILE_K = 16               # depth of one shared-memory slice
 THREADS = 256             # 16 x 16 threads, each owning a 4 x 4 part of the tile
 SOFTMAX_BLOCK_SIZE = 256  # 8 warps, 8 rows per block
+SOFTMAX_ROW_LIMIT = 1024  # rows up to this long, in registers (VECTORS_PER_LANE float4s per lane)
 
 ATTENTION_SOURCE = r"""
 // acc[i][j] += sum over the slice of a[k][ty + 16 i] * b[k][tx + 16 j].
@@ -184,6 +232,7 @@ attention_values_kernel(float* out, const float* att, const float* qkv, int T, i
 """
 
 ATTENTION_DEFINES = dict(TILE=TILE, TILE_K=TILE_K, THREADS=THREADS)
+softmax_rows_kernel = CudaKernel(SOFTMAX_SOURCE, "softmax_rows_kernel")
 softmax_forward_kernel = CudaKernel(SOFTMAX_SOURCE, "softmax_forward_kernel")
 attention_scores_kernel = CudaKernel(ATTENTION_SOURCE, "attention_scores_kernel", defines=ATTENTION_DEFINES)
 attention_values_kernel = CudaKernel(ATTENTION_SOURCE, "attention_values_kernel", defines=ATTENTION_DEFINES)
@@ -195,8 +244,10 @@ def softmax_forward(out, inp, scale, N, T):
     check_array("softmax_forward", "out", out, N * T * T)
     check_array("softmax_forward", "inp", inp, N * T * T)
     rows_per_block = SOFTMAX_BLOCK_SIZE // 32
-    softmax_forward_kernel((ceil_div(N * T, rows_per_block),), (SOFTMAX_BLOCK_SIZE,),
-                           (out, inp, np.float32(scale), np.int32(N), np.int32(T)))
+    in_registers = T % 4 == 0 and T <= SOFTMAX_ROW_LIMIT and (out.data.ptr | inp.data.ptr) % 16 == 0
+    kernel = softmax_rows_kernel if in_registers else softmax_forward_kernel
+    kernel((ceil_div(N * T, rows_per_block),), (SOFTMAX_BLOCK_SIZE,),
+           (out, inp, np.float32(scale), np.int32(N), np.int32(T)))
 
 
 def attention_forward(out, qkvr, att, inp, B, T, C, NH):

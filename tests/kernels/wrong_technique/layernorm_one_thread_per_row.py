@@ -11,13 +11,13 @@ extern "C" __global__ void layernorm_serial_rows(float* out, float* mean, float*
     int row = blockIdx.x * blockDim.x + threadIdx.x;
     if (row >= N) return;
     const float* x = inp + (long long)row * C;
-    float sum = 0.0f;
-    for (int c = 0; c < C; c++) sum += x[c];
-    float m = sum / C, squares = 0.0f;
-    for (int c = 0; c < C; c++) squares += (x[c] - m) * (x[c] - m);
+    float shift = x[0], sum = 0.0f;  // sums of x - x[0]: exact where the mean is large next to the spread
+    for (int c = 0; c < C; c++) sum += x[c] - shift;
+    float offset = sum / C, squares = 0.0f;
+    for (int c = 0; c < C; c++) squares += ((x[c] - shift) - offset) * ((x[c] - shift) - offset);
     float s = rsqrtf(squares / C + 1e-5f);
-    for (int c = 0; c < C; c++) out[(long long)row * C + c] = (x[c] - m) * s * weight[c] + bias[c];
-    mean[row] = m;
+    for (int c = 0; c < C; c++) out[(long long)row * C + c] = ((x[c] - shift) - offset) * s * weight[c] + bias[c];
+    mean[row] = shift + offset;
     rstd[row] = s;
 }
 """
