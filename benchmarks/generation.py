@@ -13,11 +13,11 @@ chooses each token on the device (gpt2.executors), so no step waits for the host
 """
 
 import sys
-import tempfile
 import time
 
 import numpy as np
 
+from benchmarks.transformers_model import cuda_model
 from gpt2.executors import make_executor
 from gpt2.generate import GREEDY, generate
 from gpt2.model import GPT2
@@ -46,13 +46,8 @@ def timed_grape(executor, prompt):
 
 def hf_tokens_per_second(config, params, prompt):
     import torch
-    import transformers
 
-    from gpt2.checkpoint import write_hf
-
-    with tempfile.TemporaryDirectory() as directory:
-        write_hf(directory, config, params)
-        model = transformers.GPT2LMHeadModel.from_pretrained(directory).cuda().eval()
+    model = cuda_model(config, params)
     ids = torch.tensor([prompt], device="cuda")
     with torch.no_grad():
         model.generate(ids, max_new_tokens=8, do_sample=False, min_new_tokens=8)

@@ -35,7 +35,6 @@ from __future__ import annotations
 import gc
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -43,6 +42,7 @@ import numpy as np
 
 from benchmarks.grape_tables import (Breakdown, GraphMemory, Timing, write_breakdown, write_graph_memory,
                                      write_speedometer)
+from benchmarks.transformers_model import cuda_model
 from gpt2.beam_search import BeamSearch
 from gpt2.executors import EXECUTORS, StageClock, make_executor
 from gpt2.generate import GREEDY
@@ -124,13 +124,7 @@ def grape_gpu_seconds(study: Study, beams: bool) -> float:
 
 
 def hf_model(study: Study):
-    import transformers
-
-    from gpt2.checkpoint import write_hf
-
-    with tempfile.TemporaryDirectory() as directory:
-        write_hf(directory, study.model.config, study.parameters)
-        return transformers.GPT2LMHeadModel.from_pretrained(directory).cuda().eval()
+    return cuda_model(study.model.config, study.parameters)
 
 
 def hf_runs(study: Study, runs: int) -> dict[str, list[float]]:

@@ -1,0 +1,92 @@
+"""Whole-model prefill: one forward pass of GPT-2 124M over B x T tokens, the kit's kernels
+(with each milestone-2 matmul) beside gold and transformers in the same process.
+
+    python -m benchmarks.prefill [--batch 8] [--tokens 1024] [--no-hf]
+
+Random weights, float32, random token ids. Each row times `forward(tokens)` to the
+logits: CUDA events around each call, after warm-up, median of several (the events
+and transformers' work share CUDA's default stream). The rows:
+
+    kernels                 the kit's kernels (tiled matmul, reduction layernorm and softmax)
+    kernels + matmul_tf32   the same with the TF32 tensor-core matmul (the tf32 profile)
+    kernels + matmul_cublas the same with the cuBLAS matmul (float32)
+    gold                    reference.gold: CuPy library operations, cuBLAS float32
+    transformers fp32       GPT2LMHeadModel, eager (no torch.compile), its default attention, float32
+    transformers tf32       the same with torch.backends.cuda.matmul.allow_tf32
+
+"vs transformers" is transformers fp32's time over the row's.
+"""
+
+import sys
+
+import numpy as np
+
+from benchmarks.kernels import gpu_times_ms
+from benchmarks.transformers_model import cuda_model
+from gpt2.backends import make_backend
+from gpt2.checkpoint import random_parameters
+from gpt2.config import preset
+from gpt2.model import GPT2
+from kernel_runtime.commands import POSITIVE_INT, OneLineArgumentParser, run_command
+from kernel_runtime.device import exit_without_gpu
+
+KIT_ROWS = (("kernels", "kernels", ()), ("kernels + matmul_tf32", "kernels", ("matmul_tf32",)),
+            ("kernels + matmul_cublas", "kernels", ("matmul_cublas",)), ("gold", "gold", ()))
+TIMING = dict(batches=2, per_batch=6, warmup=2)  # a call is tens of milliseconds
+
+
+def main(argv=None) -> int:
+    parser = OneLineArgumentParser(prog="python -m benchmarks.prefill", description=__doc__.splitlines()[0])
+    parser.add_argument("--batch", type=POSITIVE_INT, default=8)
+    parser.add_argument("--tokens", type=POSITIVE_INT, default=1024)
+    parser.add_argument("--no-hf", action="store_true", help="leave transformers out")
+    args = parser.parse_args(argv)
+    if args.tokens > preset("gpt2").max_T:
+        parser.error(f"--tokens {args.tokens}: GPT-2 holds at most {preset('gpt2').max_T} positions")
+    exit_without_gpu("benchmarks.prefill", "cannot run")
+    return run_command("benchmarks.prefill", lambda: benchmark(args), error_status=2)
+
+
+def benchmark(args) -> int:
+    import cupy
+
+    config = preset("gpt2")
+    params = random_parameters(config, seed=0)
+    tokens = np.random.default_rng(0).integers(0, config.vocab_size, (args.batch, args.tokens)).astype(np.int32)
+    print(f"prefill of GPT-2 124M, B={args.batch} T={args.tokens}, float32 weights, on "
+          f"{cupy.cuda.runtime.getDeviceProperties(0)['name'].decode()}", flush=True)
+    times = {}
+    for name, backend, variants in KIT_ROWS:
+        model = GPT2(config, params, backend=make_backend(backend, variants=variants))
+        device_tokens = model.backend.upload(tokens)
+        times[name] = gpu_times_ms(lambda: model.forward(device_tokens), **TIMING)
+        print(f"  {name}: {times[name]:.2f} ms", flush=True)
+        del model
+        cupy.get_default_memory_pool().free_all_blocks()
+    if not args.no_hf:
+        times |= transformers_times(config, params, tokens)
+    baseline = times.get("transformers fp32")
+    print(f"\n{'':26s} {'ms':>8s} {'tokens/s':>10s} {'vs transformers fp32':>21s}")
+    for name, ms in times.items():
+        versus = f"{baseline / ms:20.2f}x" if baseline else ""
+        print(f"{name:26s} {ms:8.2f} {args.batch * args.tokens / ms * 1e3:10.0f} {versus}")
+    return 0
+
+
+def transformers_times(config, params, tokens) -> dict:
+    import torch
+
+    model = cuda_model(config, params)
+    ids = torch.from_numpy(tokens.astype(np.int64)).cuda()
+    times = {}
+    for name, tf32 in (("transformers fp32", False), ("transformers tf32", True)):
+        torch.backends.cuda.matmul.allow_tf32 = tf32
+        with torch.no_grad():
+            times[name] = gpu_times_ms(lambda: model(ids), **TIMING)
+        print(f"  {name}: {times[name]:.2f} ms", flush=True)
+    torch.backends.cuda.matmul.allow_tf32 = False
+    return times
+
+
+if __name__ == "__main__":
+    sys.exit(main())

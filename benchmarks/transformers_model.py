@@ -1,0 +1,15 @@
+"""The same weights in Hugging Face transformers' GPT2LMHeadModel, on the GPU: the
+comparison the benchmarks run beside the kit's kernels."""
+
+import tempfile
+
+
+def cuda_model(config, params):
+    """transformers.GPT2LMHeadModel holding `params`, float32, in eval mode on the GPU."""
+    import transformers
+
+    from gpt2.checkpoint import write_hf
+
+    with tempfile.TemporaryDirectory() as directory:
+        write_hf(directory, config, params)
+        return transformers.GPT2LMHeadModel.from_pretrained(directory).cuda().eval()
