@@ -8,16 +8,24 @@ layout; bias (OC) or None; out (B, T, OC).
 A naive kernel (one thread per output, reading its row and column from global memory)
 moves 2*K floats per 2*K flops and runs at a few percent of the chip. This one tiles:
 
-* each block computes a 128 x 128 tile of out, walking K in steps of 16;
-* per step the block copies a 128x16 slice of inp and of weight into shared memory,
-  stored k-major so the inner loop reads contiguous rows;
+* each block computes a 128 x 128 tile of out, walking K in slices of 8;
+* per slice the block copies a 128x8 slice of inp and of weight into shared memory,
+  stored k-major so the inner loop reads contiguous rows; rows are K-contiguous in
+  global memory, so each thread fetches 4 consecutive k with one 16-byte float4 load
+  (when K % 4 == 0 and the pointers are 16-byte aligned; else four scalar loads);
 * each of the 256 threads accumulates an 8 x 8 sub-tile in registers: per k it loads
   8 values of inp and 8 of weight (as float4s) and does 64 FMAs, so arithmetic, not
   memory, sets the pace;
-* a thread's 8 rows and 8 columns are two groups of 4, 64 apart, so a warp's float4
-  reads of shared memory hit distinct banks;
-* while the block computes on one slice, the next slice is already being loaded
-  into registers (software prefetch), hiding global-memory latency.
+* warp tiling: a warp owns a 32 x 64 part of the tile and its lanes' rows and columns
+  are two groups of 4, so per k a warp reads one 64-byte run of inp_tile and one
+  128-byte run of weight_tile: no bank conflicts, shared values are broadcast;
+* double buffering: shared memory holds two slices. While the block computes on one,
+  the next slice's float4s are already in flight from global memory into registers,
+  and land in the other buffer; one __syncthreads per slice both publishes the new
+  slice and frees the old one;
+* registers are the budget: 64 accumulators + 16 operands + the slice in flight fit in
+  128 registers (__launch_bounds__(256, 2)), so two blocks (16 warps) share an SM and
+  one block's barrier wait is covered by the other's arithmetic.
 
 Sizes that are not multiples of the tile are handled by loading zeros past the edges
 and not storing outside out. blockIdx.x walks the rows so that blocks running at the
@@ -35,85 +43,145 @@ import numpy as np
 from kernel_runtime import CudaKernel, ceil_div, check_array, check_dims
 
 TILE = 128      # rows and columns of out per block
-TILE_K = 16     # depth of one shared-memory slice
+TILE_K = 8      # depth of one shared-memory slice
 THREADS = 256   # per block, each owning an 8 x 8 part of the tile
 FEW_ROWS = 8    # up to this many rows, matmul_few_rows_kernel runs instead
 
 MATMUL_SOURCE = r"""
-#define LOADS_PER_THREAD (TILE * TILE_K / THREADS)  // 8
+#define LOADS (TILE * TILE_K / 4 / THREADS)  // float4-sized pieces of each operand's slice per thread
 
-extern "C" __global__ void __launch_bounds__(THREADS)
+extern "C" __global__ void __launch_bounds__(THREADS, 2)
 matmul_forward_kernel(float* out, const float* inp, const float* weight, const float* bias,
                       int M, int K, int N) {
     // BEGIN SOLUTION
-    __shared__ __align__(16) float inp_tile[TILE_K][TILE + 4];
-    __shared__ __align__(16) float weight_tile[TILE_K][TILE + 4];
+    // Two slices of each operand, k-major: the block computes on one while it fills the other.
+    __shared__ __align__(16) float inp_tile[2][TILE_K][TILE + 4];
+    __shared__ __align__(16) float weight_tile[2][TILE_K][TILE + 4];
 
     const int row0 = blockIdx.x * TILE;
     const int col0 = blockIdx.y * TILE;
-    const int tx = threadIdx.x % 16;   // this thread's columns: 4*tx.. and 64 + 4*tx..
-    const int ty = threadIdx.x / 16;   // this thread's rows:    4*ty.. and 64 + 4*ty..
 
-    // Slice loading: each thread always loads column k = threadIdx.x % 16 of the slice,
-    // rows threadIdx.x / 16 + 16 * i; a warp reads two 64-byte runs per row pair.
-    const int load_k = threadIdx.x % TILE_K;
-    const int load_row = threadIdx.x / TILE_K;
-    float inp_next[LOADS_PER_THREAD], weight_next[LOADS_PER_THREAD];
+    // Warp tiling: the 8 warps form a 4 x 2 grid of 32 x 64 parts of the tile; in a warp,
+    // lane (ty, tx) owns rows 4*ty.. and 16 + 4*ty.., columns 4*tx.. and 32 + 4*tx...
+    // Per k a warp then reads 64 contiguous bytes of inp_tile and 128 of weight_tile:
+    // no bank conflicts, and lanes that need the same float4 get it by broadcast.
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int ty = lane / 8, tx = lane % 8;
+    const int row_in = (warp / 2) * 32 + 4 * ty;   // this thread's first row in the tile
+    const int col_in = (warp % 2) * 64 + 4 * tx;   // and first column
 
-    auto load_slice = [&](int k0) {
-        int k = k0 + load_k;
-        #pragma unroll
-        for (int i = 0; i < LOADS_PER_THREAD; i++) {
-            int r = row0 + load_row + 16 * i;
-            int c = col0 + load_row + 16 * i;
-            inp_next[i] = (r < M && k < K) ? inp[(long long)r * K + k] : 0.0f;
-            weight_next[i] = (c < N && k < K) ? weight[(long long)c * K + k] : 0.0f;
+    // Slice loading: a slice row is TILE_K / 4 pieces of 4 consecutive k. Thread t copies
+    // piece t % (TILE_K / 4) of rows t / (TILE_K / 4) + ROW_STEP * i, of both operands
+    // (with TILE_K = 8: a warp reads 16 rows x 32 bytes, its shared stores hit 32 banks).
+    // Rows are K-contiguous, so when K % 4 == 0 and both pointers are 16-byte aligned
+    // a piece is one float4 load; otherwise (odd K) it is four checked scalar loads.
+    constexpr int PIECES_PER_ROW = TILE_K / 4;
+    constexpr int ROW_STEP = THREADS / PIECES_PER_ROW;
+    const int load_k = 4 * (threadIdx.x % PIECES_PER_ROW);
+    const int load_row = threadIdx.x / PIECES_PER_ROW;
+    const int k_end = K - load_k;  // piece at k0 is in range while k0 < k_end
+    // Rows past the edge are never read (zeros stand in), so their pointers are not used.
+    const float* inp_at = inp + (long long)(row0 + load_row) * K + load_k;
+    const float* weight_at = weight + (long long)(col0 + load_row) * K + load_k;
+    const long long step = (long long)ROW_STEP * K;
+    float4 inp_next, weight_next;  // one piece of each operand on its way to shared memory
+
+    auto load_piece = [&](const float* p, bool ok, int k0, bool vector) -> float4 {  // p[k0..k0+3]
+        float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        int left = k_end - k0;  // how many of the four are inside the row
+        if (vector) {
+            if (ok && left > 0) v = *(const float4*)(p + k0);  // K % 4 == 0: all four or none
+        } else if (ok) {
+            if (left > 0) v.x = p[k0];
+            if (left > 1) v.y = p[k0 + 1];
+            if (left > 2) v.z = p[k0 + 2];
+            if (left > 3) v.w = p[k0 + 3];
         }
+        return v;
     };
-    auto store_slice = [&]() {
-        #pragma unroll
-        for (int i = 0; i < LOADS_PER_THREAD; i++) {
-            inp_tile[load_k][load_row + 16 * i] = inp_next[i];
-            weight_tile[load_k][load_row + 16 * i] = weight_next[i];
-        }
+    auto load = [&](int i, int k0, bool vector) {  // piece i of the slice at k0: global memory -> registers
+        inp_next = load_piece(inp_at + i * step, row0 + load_row + ROW_STEP * i < M, k0, vector);
+        weight_next = load_piece(weight_at + i * step, col0 + load_row + ROW_STEP * i < N, k0, vector);
+    };
+    auto store = [&](int i, int buf) {  // registers -> shared memory, transposed to k-major
+        int r = load_row + ROW_STEP * i;
+        inp_tile[buf][load_k + 0][r] = inp_next.x;
+        inp_tile[buf][load_k + 1][r] = inp_next.y;
+        inp_tile[buf][load_k + 2][r] = inp_next.z;
+        inp_tile[buf][load_k + 3][r] = inp_next.w;
+        weight_tile[buf][load_k + 0][r] = weight_next.x;
+        weight_tile[buf][load_k + 1][r] = weight_next.y;
+        weight_tile[buf][load_k + 2][r] = weight_next.z;
+        weight_tile[buf][load_k + 3][r] = weight_next.w;
     };
 
     float acc[8][8] = {};
-    load_slice(0);
-    store_slice();
-    __syncthreads();
-    for (int k0 = 0; k0 < K; k0 += TILE_K) {
-        bool more = k0 + TILE_K < K;
-        if (more) load_slice(k0 + TILE_K);  // in flight while we compute
+    // The main loop, written once and compiled twice (vector is a constant in each copy):
+    // one copy that tests for float4 loads at every load would not fit in 128 registers.
+    auto main_loop = [&](bool vector) {
         #pragma unroll
-        for (int k = 0; k < TILE_K; k++) {
-            float4 a_lo = *(const float4*)&inp_tile[k][4 * ty];
-            float4 a_hi = *(const float4*)&inp_tile[k][64 + 4 * ty];
-            float4 b_lo = *(const float4*)&weight_tile[k][4 * tx];
-            float4 b_hi = *(const float4*)&weight_tile[k][64 + 4 * tx];
-            float a[8] = {a_lo.x, a_lo.y, a_lo.z, a_lo.w, a_hi.x, a_hi.y, a_hi.z, a_hi.w};
-            float b[8] = {b_lo.x, b_lo.y, b_lo.z, b_lo.w, b_hi.x, b_hi.y, b_hi.z, b_hi.w};
+        for (int i = 0; i < LOADS; i++) {
+            load(i, 0, vector);
+            store(i, 0);
+        }
+        __syncthreads();
+        int buf = 0;
+        for (int k0 = 0; k0 < K; k0 += TILE_K) {
+            bool more = k0 + TILE_K < K;
             #pragma unroll
-            for (int i = 0; i < 8; i++) {
+            for (int k = 0; k < TILE_K; k++) {
+                // The next slice's pieces, one at a time: piece i is loaded at k = i * SPAN
+                // and stored SPAN steps later, its global loads in flight meanwhile.
+                constexpr int SPAN = TILE_K / LOADS;
+                if (more && k % SPAN == 0) {
+                    if (k > 0) store(k / SPAN - 1, buf ^ 1);
+                    load(k / SPAN, k0 + TILE_K, vector);
+                }
+                float4 a_lo = *(const float4*)&inp_tile[buf][k][row_in];
+                float4 a_hi = *(const float4*)&inp_tile[buf][k][row_in + 16];
+                float4 b_lo = *(const float4*)&weight_tile[buf][k][col_in];
+                float4 b_hi = *(const float4*)&weight_tile[buf][k][col_in + 32];
+                float a[8] = {a_lo.x, a_lo.y, a_lo.z, a_lo.w, a_hi.x, a_hi.y, a_hi.z, a_hi.w};
+                float b[8] = {b_lo.x, b_lo.y, b_lo.z, b_lo.w, b_hi.x, b_hi.y, b_hi.z, b_hi.w};
                 #pragma unroll
-                for (int j = 0; j < 8; j++) acc[i][j] += a[i] * b[j];
+                for (int i = 0; i < 8; i++) {
+                    #pragma unroll
+                    for (int j = 0; j < 8; j++) acc[i][j] += a[i] * b[j];
+                }
             }
-        }
-        __syncthreads();  // everyone is done reading this slice
-        if (more) {
-            store_slice();
+            // The other buffer was last read before the previous barrier, so it could be
+            // filled meanwhile: one barrier per slice both publishes it and retires this one.
+            if (more) store(LOADS - 1, buf ^ 1);
             __syncthreads();
+            buf ^= 1;
         }
-    }
+    };
+    if (K % 4 == 0 && (((size_t)inp | (size_t)weight) % 16) == 0) main_loop(true);
+    else main_loop(false);
 
+    // Out: float4 stores when every row of out starts 16-byte aligned, else scalar ones.
+    const bool vector_out = N % 4 == 0 && ((size_t)out % 16) == 0 && ((size_t)bias % 16) == 0;
     #pragma unroll
-    for (int i = 0; i < 8; i++) {
-        int r = row0 + (i < 4 ? 4 * ty + i : 64 + 4 * ty + i - 4);
-        if (r >= M) continue;
+    for (int jj = 0; jj < 2; jj++) {
+        int c = col0 + col_in + 32 * jj;
+        if (c >= N) continue;
+        float b[4];
         #pragma unroll
-        for (int j = 0; j < 8; j++) {
-            int c = col0 + (j < 4 ? 4 * tx + j : 64 + 4 * tx + j - 4);
-            if (c < N) out[(long long)r * N + c] = acc[i][j] + (bias != nullptr ? bias[c] : 0.0f);
+        for (int j = 0; j < 4; j++) b[j] = (bias != nullptr && c + j < N) ? bias[c + j] : 0.0f;
+        #pragma unroll
+        for (int i = 0; i < 8; i++) {
+            int r = row0 + row_in + (i < 4 ? i : 12 + i);
+            if (r >= M) continue;
+            float* o = out + (long long)r * N + c;
+            float v[4];
+            #pragma unroll
+            for (int j = 0; j < 4; j++) v[j] = acc[i][4 * jj + j] + b[j];
+            if (vector_out) {
+                *(float4*)o = make_float4(v[0], v[1], v[2], v[3]);  // N % 4 == 0: all four are in out
+            } else {
+                #pragma unroll
+                for (int j = 0; j < 4; j++) if (c + j < N) o[j] = v[j];
+            }
         }
     }
     // END SOLUTION
