@@ -9,95 +9,247 @@ and adds the 16 x 8 product to float32 accumulators, for a whole warp at once. T
 inputs lose 13 bits of mantissa, so the results are judged under the `tf32`
 precision profile (reference.precision), not fp32's.
 
-* Each block computes a 64 x 64 tile of out with 4 warps in a 2 x 2 grid; each warp
-  owns 32 x 32 of it: 2 x 4 mma tiles of 16 x 8, i.e. 32 accumulators per thread.
-* K is walked in slices of 16. A slice of inp (64 x 16) and of weight (64 x 16) is
-  converted to TF32 once (cvt.rna: rounded to nearest) as it is stored in shared
-  memory; each slice feeds two k-steps of 8.
-* The fragments follow the PTX ISA's layout for m16n8k8 TF32. With g = lane / 4 and
-  t = lane % 4, a thread holds A's (g, t), (g + 8, t), (g, t + 4), (g + 8, t + 4); B's
-  (k = t, n = g) and (k = t + 4, n = g); and out's (g, 2t), (g, 2t + 1), (g + 8, 2t),
-  (g + 8, 2t + 1). weight's rows are B's columns, stored k-contiguous: the "col"
-  layout that mma wants for B.
-* Shared rows are padded to 20 words, so the 32 lanes' fragment reads (rows g, columns
-  t) hit 32 different banks.
+The tensor cores are so fast that the work is feeding them: every choice below is
+about moving operands global -> shared -> registers quickly enough, with few instructions.
 
-Sizes that are not multiples of the tile load zeros past the edges and store nothing
-outside out.
+* Each block computes a 128 x 128 tile of out with 4 warps in a 2 x 2 grid; each warp
+  owns 64 x 64 of it: 4 x 8 mma tiles of 16 x 8, i.e. 128 accumulators per thread
+  (about 200 registers: two blocks still fit on a multiprocessor). Big tiles mean few
+  bytes loaded per multiply-add, at every level.
+* K is walked in slices of 16 floats, copied global -> shared with cp.async (the copy
+  runs in the background: no registers, no waiting) into a ring of STAGES = 3 buffers:
+  while the warps multiply slice s, slices s + 1 and s + 2 are on their way. One
+  __syncthreads per slice both publishes a landed slice and frees the buffer that is
+  refilled next. 3 x (128 + 128) x 16 floats is 48 KB, the most a block may declare.
+* Fragment layout, PTX ISA for m16n8k8 TF32, with g = lane / 4 and t = lane % 4: a
+  thread holds A's (g, t), (g + 8, t), (g, t + 4), (g + 8, t + 4); B's (k = t, n = g)
+  and (k = t + 4, n = g); and out's (g, 2t), (g, 2t + 1), (g + 8, 2t), (g + 8, 2t + 1).
+  weight's rows are B's columns, stored k-contiguous: the "col" layout mma wants.
+* Fragments are read with ldmatrix, made for 16-bit types: it loads four 8 x 8
+  matrices of 16-bit values, each row 16 bytes, and lane l gets the 32-bit word l % 4
+  of row l / 4. Read as floats, a row is 4 consecutive k of one row of inp (or weight),
+  so lane (g, t) gets (row g, k t): exactly the TF32 fragment. One ldmatrix.x4 fills a
+  whole A fragment (rows 0-7 and 8-15, k and k + 4), or the B fragments of two n tiles,
+  where one 4-byte load per register would need four.
+* Shared rows are 16 floats (64 bytes, two rows per 128-byte line of the 32 banks) and
+  ldmatrix reads 8 rows x 16 bytes at a time: unchanged, rows 0, 2, 4, 6 would hit the
+  same banks. So the 4 16-byte chunks of row r are stored in the order
+  chunk ^ ((r / 2) % 4): 8 consecutive rows then cover all 32 banks once. cp.async
+  still writes whole 16-byte chunks.
+* cp.async copies raw floats, so each fragment register is rounded to TF32 (cvt.rna:
+  to nearest, ties away from zero) after ldmatrix, just before the mma.
+
+Edges: cp.async's source size may be smaller than its copy size, and the rest is
+filled with zeros; rows past M or N and k past K load zeros that way, and nothing is
+stored outside out. The 16-byte copies need K % 4 == 0 and 16-byte-aligned inp and
+weight (each row then starts aligned); otherwise the same pipeline copies 4 bytes at
+a time. blockIdx.x walks the rows, as in matmul.py: blocks running together share
+weight's columns, so the LM head's 154 MB weight streams from memory about once.
+
+On an H200 this runs at about 110-130 TFLOP/s at GPT-2's sizes (M = 8192, K = 768),
+with mma.sync's TF32 peak there about 310. cuBLAS in TF32 mode reaches 250-300 on the
+larger N with Hopper's own wgmma instructions, which need sm_90a and do not exist on
+the A40.
 """
 
 from kernel_runtime import CudaKernel, ceil_div
 from kernels.matmul import matmul_arguments
 
-TILE = 64       # rows and columns of out per block
+TILE_M = 128    # rows of out per block
+TILE_N = 128    # columns of out per block
+WARP_M = 64     # rows of out per warp
+WARP_N = 64     # columns of out per warp
 TILE_K = 16     # depth of one shared-memory slice: two mma k-steps of 8
-THREADS = 128   # 4 warps, 2 x 2, each owning 32 x 32 of the tile
+STAGES = 3      # slices in flight; shared memory: STAGES * (128 + 128) * 16 * 4 = 48 KB
+THREADS = 32 * (TILE_M // WARP_M) * (TILE_N // WARP_N)  # 128: 4 warps
 
 MATMUL_TF32_SOURCE = r"""
-#define PADDED (TILE_K + 4)                          // shared row length, in words
-#define LOADS_PER_THREAD (TILE * TILE_K / THREADS)   // 8 values of each operand per slice
+#define WARPS_N (TILE_N / WARP_N)
+#define M_TILES (WARP_M / 16)           // mma tiles per warp, down
+#define N_TILES (WARP_N / 8)            // and across
+#define CHUNKS (TILE_K / 4)             // 16-byte chunks per shared row
+#define ROWS_PER_LINE (32 / TILE_K)     // shared rows per 128-byte line of the 32 banks
+#define A_COPIES (TILE_M * CHUNKS / THREADS)  // 16-byte copies per thread per slice, inp
+#define B_COPIES (TILE_N * CHUNKS / THREADS)  // and weight
 
-__device__ unsigned to_tf32(float x) {
+__device__ __forceinline__ unsigned to_tf32(float x) {
     unsigned rounded;
     asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(rounded) : "f"(x));
     return rounded;
 }
 
+// Start copying 16 (or 4) bytes from global src to shared address dst; only the first
+// src_bytes are read, the rest of dst is zero-filled. .cg (16 bytes only) skips L1.
+__device__ __forceinline__ void copy_async16(unsigned dst, const float* src, int src_bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
+                 :: "r"(dst), "l"(src), "r"(src_bytes) : "memory");
+}
+__device__ __forceinline__ void copy_async4(unsigned dst, const float* src, int src_bytes) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;"
+                 :: "r"(dst), "l"(src), "r"(src_bytes) : "memory");
+}
+__device__ __forceinline__ void copy_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+// Wait until at most `pending` of this thread's committed groups are still in flight.
+template <int pending> __device__ __forceinline__ void copy_async_wait() {
+    asm volatile("cp.async.wait_group %0;" :: "n"(pending) : "memory");
+}
+
+// d += a (16 x 8, row) * b (8 x 8, col), inputs TF32, accumulators float32
+__device__ __forceinline__ void mma_tf32(float* d, const unsigned* a, const unsigned* b) {
+    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 "
+                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+// Four 8 x 8 matrices of 16-bit values from shared memory: lanes 8i .. 8i + 7 give the
+// addresses of matrix i's 8 rows (16 bytes each); lane l gets word l % 4 of row l / 4 of each.
+// A 16-byte row is 4 floats of a k-contiguous operand, so lane (g, t) gets (row g, k t).
+__device__ __forceinline__ void load_matrices(unsigned* r, unsigned address) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(address) : "memory");
+}
+
+// Where (row, k) of a shared tile lives: its 16-byte chunk is swizzled by row (see the
+// header), so that ldmatrix's 8 rows at one k hit 8 different groups of 4 banks.
+__device__ __forceinline__ int swizzled(int row, int k) {
+    return row * TILE_K + 4 * ((k / 4) ^ ((row / ROWS_PER_LINE) % CHUNKS)) + k % 4;
+}
+
 extern "C" __global__ void __launch_bounds__(THREADS)
 matmul_tf32_kernel(float* out, const float* inp, const float* weight, const float* bias, int M, int K, int N) {
     // BEGIN SOLUTION
-    __shared__ unsigned inp_tile[TILE][PADDED];
-    __shared__ unsigned weight_tile[TILE][PADDED];
-    const int row0 = blockIdx.y * TILE, col0 = blockIdx.x * TILE;
+    __shared__ __align__(16) float inp_tile[STAGES][TILE_M * TILE_K];
+    __shared__ __align__(16) float weight_tile[STAGES][TILE_N * TILE_K];
+    const int row0 = blockIdx.x * TILE_M, col0 = blockIdx.y * TILE_N;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-    const int warp_row = (warp / 2) * 32, warp_col = (warp % 2) * 32;
-    // slice loading: thread i copies row i / 2, columns 8 * (i % 2) .. + 7, of each operand
-    const int load_row = threadIdx.x / 2, load_k = (threadIdx.x % 2) * LOADS_PER_THREAD;
+    const int warp_row = (warp / WARPS_N) * WARP_M, warp_col = (warp % WARPS_N) * WARP_N;
+    const bool wide = K % 4 == 0 && (((size_t)inp | (size_t)weight) % 16) == 0;  // 16-byte copies allowed
 
-    float acc[2][4][4] = {};  // [m tile][n tile][fragment]
-    for (int k0 = 0; k0 < K; k0 += TILE_K) {
-        for (int i = 0; i < LOADS_PER_THREAD; i++) {
-            int k = k0 + load_k + i, m = row0 + load_row, n = col0 + load_row;
-            inp_tile[load_row][load_k + i] = to_tf32(m < M && k < K ? inp[(long long)m * K + k] : 0.0f);
-            weight_tile[load_row][load_k + i] = to_tf32(n < N && k < K ? weight[(long long)n * K + k] : 0.0f);
-        }
-        __syncthreads();
-        for (int kk = 0; kk < TILE_K; kk += 8) {
-            unsigned a[2][4], b[4][2];
-            for (int mi = 0; mi < 2; mi++) {
-                const int r = warp_row + 16 * mi + g;
-                a[mi][0] = inp_tile[r][kk + t];
-                a[mi][1] = inp_tile[r + 8][kk + t];
-                a[mi][2] = inp_tile[r][kk + t + 4];
-                a[mi][3] = inp_tile[r + 8][kk + t + 4];
-            }
-            for (int ni = 0; ni < 4; ni++) {
-                const int c = warp_col + 8 * ni + g;
-                b[ni][0] = weight_tile[c][kk + t];
-                b[ni][1] = weight_tile[c][kk + t + 4];
-            }
-            for (int mi = 0; mi < 2; mi++) {
-                for (int ni = 0; ni < 4; ni++) {
-                    float* d = acc[mi][ni];
-                    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 "
-                                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-                                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                                 : "r"(a[mi][0]), "r"(a[mi][1]), "r"(a[mi][2]), "r"(a[mi][3]),
-                                   "r"(b[ni][0]), "r"(b[ni][1]));
+    // Fast path: this thread copies chunk c = threadIdx.x % CHUNKS of rows threadIdx.x / CHUNKS
+    // + i * (THREADS / CHUNKS). Source rows and shared offsets are fixed; per slice only k moves.
+    const int c = threadIdx.x % CHUNKS;
+    const float* a_src[A_COPIES];  // nullptr: row past M, copy zeros
+    const float* b_src[B_COPIES];
+    int a_dst[A_COPIES], b_dst[B_COPIES];
+    #pragma unroll
+    for (int i = 0; i < A_COPIES; i++) {
+        const int r = threadIdx.x / CHUNKS + i * (THREADS / CHUNKS);
+        a_src[i] = row0 + r < M ? inp + (long long)(row0 + r) * K + 4 * c : nullptr;
+        a_dst[i] = swizzled(r, 4 * c);
+    }
+    #pragma unroll
+    for (int i = 0; i < B_COPIES; i++) {
+        const int r = threadIdx.x / CHUNKS + i * (THREADS / CHUNKS);
+        b_src[i] = col0 + r < N ? weight + (long long)(col0 + r) * K + 4 * c : nullptr;
+        b_dst[i] = swizzled(r, 4 * c);
+    }
+    const int slices = (K + TILE_K - 1) / TILE_K;
+    auto load_stage = [&](int slice) {  // always commits a group, even an empty one, to keep the count
+        if (slice < slices) {
+            const int stage = slice % STAGES, k0 = slice * TILE_K;
+            if (wide) {  // a chunk of 4 is all inside K or all outside, since K % 4 == 0
+                const bool in = k0 + 4 * c < K;
+                #pragma unroll
+                for (int i = 0; i < A_COPIES; i++) {
+                    const bool ok = in && a_src[i] != nullptr;
+                    copy_async16((unsigned)__cvta_generic_to_shared(&inp_tile[stage][a_dst[i]]),
+                                 ok ? a_src[i] + k0 : inp, ok ? 16 : 0);
+                }
+                #pragma unroll
+                for (int i = 0; i < B_COPIES; i++) {
+                    const bool ok = in && b_src[i] != nullptr;
+                    copy_async16((unsigned)__cvta_generic_to_shared(&weight_tile[stage][b_dst[i]]),
+                                 ok ? b_src[i] + k0 : weight, ok ? 16 : 0);
+                }
+            } else {  // odd K or unaligned rows: one float at a time, same layout
+                #pragma unroll 1
+                for (int e = threadIdx.x; e < (TILE_M + TILE_N) * TILE_K; e += THREADS) {
+                    const bool is_a = e < TILE_M * TILE_K;
+                    const int r = (is_a ? e : e - TILE_M * TILE_K) / TILE_K, k = e % TILE_K;
+                    const int m = (is_a ? row0 : col0) + r;
+                    const bool ok = m < (is_a ? M : N) && k0 + k < K;
+                    const float* src = is_a ? inp : weight;
+                    float* dst = is_a ? &inp_tile[stage][swizzled(r, k)] : &weight_tile[stage][swizzled(r, k)];
+                    copy_async4((unsigned)__cvta_generic_to_shared(dst),
+                                ok ? src + (long long)m * K + k0 + k : src, ok ? 4 : 0);
                 }
             }
         }
-        __syncthreads();
+        copy_async_commit();
+    };
+
+    // ldmatrix row addresses of this lane, per k-step, relative to a warp tile's first row
+    // (a multiple of 8 rows, so the swizzle depends on the lane alone). inp: matrices rows
+    // 0-7 and 8-15 at k, then at k + 4; weight: rows 0-7 at k, k + 4, then rows 8-15.
+    int a_lane[TILE_K / 8], b_lane[TILE_K / 8];
+    #pragma unroll
+    for (int step = 0; step < TILE_K / 8; step++) {
+        a_lane[step] = swizzled(lane % 16, 8 * step + 4 * (lane / 16));
+        b_lane[step] = swizzled(lane % 8 + 8 * (lane / 16), 8 * step + 4 * (lane / 8 % 2));
     }
-    for (int mi = 0; mi < 2; mi++) {
-        for (int ni = 0; ni < 4; ni++) {
+
+    float acc[M_TILES][N_TILES][4] = {};  // [m tile][n tile][fragment]
+    #pragma unroll
+    for (int s = 0; s < STAGES - 1; s++) load_stage(s);
+    for (int slice = 0; slice < slices; slice++) {
+        copy_async_wait<STAGES - 2>();  // this thread's copies of `slice` have landed...
+        __syncthreads();                // ...and everyone's; the buffer read last round is free
+        load_stage(slice + STAGES - 1);
+
+        const unsigned a_tile = (unsigned)__cvta_generic_to_shared(inp_tile[slice % STAGES]);
+        const unsigned b_tile = (unsigned)__cvta_generic_to_shared(weight_tile[slice % STAGES]);
+        #pragma unroll
+        for (int kk = 0; kk < TILE_K; kk += 8) {
+            unsigned a[M_TILES][4], b[N_TILES][2];
+            #pragma unroll
+            for (int mi = 0; mi < M_TILES; mi++) {  // (g, t), (g + 8, t), (g, t + 4), (g + 8, t + 4)
+                load_matrices(a[mi], a_tile + 4 * ((warp_row + 16 * mi) * TILE_K + a_lane[kk / 8]));
+            }
+            #pragma unroll
+            for (int ni = 0; ni < N_TILES; ni += 2) {  // two n tiles: (t, g), (t + 4, g) of each
+                unsigned r[4];
+                load_matrices(r, b_tile + 4 * ((warp_col + 8 * ni) * TILE_K + b_lane[kk / 8]));
+                b[ni][0] = r[0]; b[ni][1] = r[1]; b[ni + 1][0] = r[2]; b[ni + 1][1] = r[3];
+            }
+            #pragma unroll
+            for (int mi = 0; mi < M_TILES; mi++) {  // raw floats -> TF32, in place
+                #pragma unroll
+                for (int j = 0; j < 4; j++) a[mi][j] = to_tf32(__uint_as_float(a[mi][j]));
+            }
+            #pragma unroll
+            for (int ni = 0; ni < N_TILES; ni++) {
+                b[ni][0] = to_tf32(__uint_as_float(b[ni][0]));
+                b[ni][1] = to_tf32(__uint_as_float(b[ni][1]));
+            }
+            #pragma unroll
+            for (int mi = 0; mi < M_TILES; mi++) {
+                #pragma unroll
+                for (int ni = 0; ni < N_TILES; ni++) mma_tf32(acc[mi][ni], a[mi], b[ni]);
+            }
+        }
+    }
+    copy_async_wait<0>();  // no copy may still be writing shared memory when the block exits
+
+    const bool pairs = N % 2 == 0 && ((size_t)out % 8) == 0;  // columns 2t, 2t + 1 as one 8-byte store
+    #pragma unroll
+    for (int ni = 0; ni < N_TILES; ni++) {
+        const int n = col0 + warp_col + 8 * ni + 2 * t;
+        const float bias0 = bias != nullptr && n < N ? bias[n] : 0.0f;
+        const float bias1 = bias != nullptr && n + 1 < N ? bias[n + 1] : 0.0f;
+        #pragma unroll
+        for (int mi = 0; mi < M_TILES; mi++) {
+            #pragma unroll
             for (int half = 0; half < 2; half++) {  // rows g and g + 8
                 const int m = row0 + warp_row + 16 * mi + g + 8 * half;
-                for (int j = 0; j < 2; j++) {       // columns 2t and 2t + 1
-                    const int n = col0 + warp_col + 8 * ni + 2 * t + j;
-                    if (m < M && n < N) {
-                        out[(long long)m * N + n] = acc[mi][ni][2 * half + j] + (bias != nullptr ? bias[n] : 0.0f);
-                    }
+                if (m >= M) continue;
+                const float v0 = acc[mi][ni][2 * half] + bias0, v1 = acc[mi][ni][2 * half + 1] + bias1;
+                float* o = out + (long long)m * N + n;
+                if (pairs && n < N) {
+                    *(float2*)o = make_float2(v0, v1);  // N even: n < N means n + 1 < N too
+                } else {
+                    if (n < N) o[0] = v0;
+                    if (n + 1 < N) o[1] = v1;
                 }
             }
         }
@@ -107,9 +259,10 @@ matmul_tf32_kernel(float* out, const float* inp, const float* weight, const floa
 """
 
 matmul_tf32_kernel = CudaKernel(MATMUL_TF32_SOURCE, "matmul_tf32_kernel",
-                                defines=dict(TILE=TILE, TILE_K=TILE_K, THREADS=THREADS))
+                                defines=dict(TILE_M=TILE_M, TILE_N=TILE_N, WARP_M=WARP_M, WARP_N=WARP_N,
+                                             TILE_K=TILE_K, STAGES=STAGES, THREADS=THREADS))
 
 
 def matmul_forward(out, inp, weight, bias, B, T, C, OC):
     args = matmul_arguments(out, inp, weight, bias, B, T, C, OC)
-    matmul_tf32_kernel((ceil_div(OC, TILE), ceil_div(B * T, TILE)), (THREADS,), args)
+    matmul_tf32_kernel((ceil_div(B * T, TILE_M), ceil_div(OC, TILE_N)), (THREADS,), args)
