@@ -11,10 +11,11 @@ searched:
                    (st.shared, bar.sync, ld.shared): partial results are combined in parallel
 
 A kernel's own instructions are its entry's and those of the device functions it
-calls that were not inlined (a device function nothing calls shows nothing). The kernels looked at are the ones a variant
-launched on its cases (the recording names them), found among the CudaKernels that
-loaded modules define at their top level; with no launches to go by (no GPU), every
-kernel of its module.
+calls that were not inlined (a device function nothing calls shows nothing). The
+kernels looked at are the ones a variant launched on its cases (the recording names
+them), found among the CudaKernels that loaded modules define at their top level
+(where two share a name, both must show it); with no launches to go by (no GPU),
+every kernel of its module.
 
     cublas         a cuBLAS call (through cupy.cublas) in every case's recording
 
@@ -63,17 +64,24 @@ TECHNIQUES = {t.name: t for t in (
 )}
 
 
-def kernel_instructions(kernels: list[CudaKernel]) -> dict[str, str]:
-    """Each of `kernels` by name -> its PTX instructions (one compilation per distinct source and options)."""
-    wanted = {k.name for k in kernels}
-    found = {}
-    for kernel in {(k.source, k.options): k for k in kernels}.values():
-        ptx = compile_ptx(kernel, ARCH)
+def kernel_instructions(kernels: list[CudaKernel]) -> list[tuple[str, str]]:
+    """(name, PTX instructions) of each of `kernels` (one compilation per distinct source and options)."""
+    found = []
+    for (source, options), named in _by_compilation(kernels).items():
+        ptx = compile_ptx(named[0], ARCH)
         functions = dict(re.findall(r"\.func\s+(?:\([^)]*\)\s*)?(\w+)\s*\((.*?\n}\n)", ptx, flags=re.S))
+        wanted = {k.name for k in named}
         for name, body in re.findall(r"\.entry\s+(\w+)\s*\((.*?\n}\n)", ptx, flags=re.S):
             if name in wanted:
-                found[name] = body + "".join(functions[f] for f in _called(body, functions))
+                found.append((name, body + "".join(functions[f] for f in _called(body, functions))))
     return found
+
+
+def _by_compilation(kernels: list[CudaKernel]) -> dict[tuple, list[CudaKernel]]:
+    grouped = {}
+    for kernel in kernels:
+        grouped.setdefault((kernel.source, kernel.options), []).append(kernel)
+    return grouped
 
 
 _CALL = re.compile(r"\bcall(?:\.uni)?\s+(?:\([^)]*\)\s*,\s*)?(\w+)")
@@ -91,9 +99,13 @@ def _called(body: str, functions: dict[str, str]) -> list[str]:
 
 
 def evidence(kernels: list[CudaKernel], technique: str) -> dict[str, bool]:
-    """Each of `kernels` by name -> whether its compiled code shows `technique` (a PTX one of TECHNIQUES)."""
-    shown_by = TECHNIQUES[technique].shown_by
-    return {name: shown_by(ptx) for name, ptx in kernel_instructions(kernels).items()}
+    """Each of `kernels` by name -> whether its compiled code shows `technique` (a PTX one of TECHNIQUES).
+    Where kernels of different sources share a name, the name shows it only if all of them do: a
+    launch names its kernel, not which of them it was."""
+    shown_by, shown = TECHNIQUES[technique].shown_by, {}
+    for name, ptx in kernel_instructions(kernels):
+        shown[name] = shown.get(name, True) and shown_by(ptx)
+    return shown
 
 
 def missing_evidence(kernels: list[CudaKernel], technique: str) -> str | None:
@@ -106,13 +118,15 @@ def missing_evidence(kernels: list[CudaKernel], technique: str) -> str | None:
 
 
 def launched_kernels(names) -> tuple[list[CudaKernel], list[str]]:
-    """The CudaKernels named `names` that loaded modules define at their top level, and the names not found."""
+    """Every CudaKernel named one of `names` that a loaded module defines at its top level (each distinct
+    compilation once), and the names not found."""
     found = {}
     for module in list(sys.modules.values()):
         for value in list(getattr(module, "__dict__", {}).values()):
             if isinstance(value, CudaKernel) and value.name in names:
-                found.setdefault(value.name, value)
-    return list(found.values()), [name for name in names if name not in found]
+                found.setdefault((value.name, value.source, value.options), value)
+    seen = {kernel.name for kernel in found.values()}
+    return list(found.values()), [name for name in names if name not in seen]
 
 
 def missing_technique(technique: str, executions) -> str | None:

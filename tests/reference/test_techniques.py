@@ -2,6 +2,7 @@
 uses it and not in one that only claims it. The samples are small kernels written for
 this test, all in one source, as a kernel module with several kernels has them."""
 
+import sys
 import types
 
 import pytest
@@ -136,3 +137,25 @@ extern "C" __global__ void calls_nothing(float* out, const float* in) { out[thre
 def test_a_device_function_counts_for_the_kernels_that_call_it_only():
     kernels = [CudaKernel(CALLS, "calls_a_reduction"), CudaKernel(CALLS, "calls_nothing")]
     assert evidence(kernels, "reduction") == {"calls_a_reduction": True, "calls_nothing": False}
+
+
+DECOY = r"""
+// named as the shuffled sample, written as the serial one
+extern "C" __global__ void shuffled_row_sum(float* out, const float* in, int C) {
+    if (threadIdx.x != 0) return;
+    float sum = 0.0f;
+    for (int c = 0; c < C; c++) sum += in[blockIdx.x * C + c];
+    out[blockIdx.x] = sum;
+}
+"""
+
+
+def test_a_launched_name_two_kernels_share_shows_a_technique_only_if_both_do(monkeypatch):
+    decoys = types.ModuleType("decoys")
+    decoys.shuffled_row_sum = CudaKernel(DECOY, "shuffled_row_sum")
+    monkeypatch.setitem(sys.modules, "decoys", decoys)
+    found, _ = launched_kernels(["shuffled_row_sum"])
+    assert len(found) == 2
+    assert missing_technique("reduction", [launched("shuffled_row_sum")]) is not None
+    monkeypatch.delitem(sys.modules, "decoys")
+    assert missing_technique("reduction", [launched("shuffled_row_sum")]) is None
