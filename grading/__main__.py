@@ -4,6 +4,7 @@
     python -m grading --class-list FILE [--out DIR]       # one submission directory per line
     python -m grading gather DIR [--milestone 1|2]        # gradebook.csv from DIR/*/results.json
     python -m grading handout OUT_DIR [--milestone 1|2]   # the starter kit, solutions stubbed
+    python -m grading leaderboard SUBMISSION [...] [--variant NAME] [--out DIR]   # tok/s behind a gate
 
 A submission is a directory holding a student's kernels/ (or a kernels/ directory
 itself). Each item of the milestone's weights file (grading/weights.toml, or
@@ -125,9 +126,49 @@ def handout_main(argv) -> int:
     return 0
 
 
+def leaderboard_main(argv) -> int:
+    from grading import leaderboard
+    from grading.ranking import make_gate, rank_submission
+    from reference.precision import FP32
+    from reference.variants import profile_of
+
+    parser = OneLineArgumentParser(prog="python -m grading leaderboard", description=leaderboard.__doc__,
+                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("submissions", nargs="+", type=Path, help="submission directories")
+    parser.add_argument("--variant", action="append", default=[], metavar="NAME",
+                        help="a milestone variant in its host function's place, e.g. matmul_tf32 (repeatable)")
+    parser.add_argument("--table", type=Path, default=leaderboard.TABLE_FILE,
+                        help="the workload (default: grading/leaderboard.toml)")
+    parser.add_argument("--out", type=Path, default=Path("leaderboard-results"),
+                        help="where reports go (default: leaderboard-results)")
+    args = parser.parse_args(argv)
+    problems = [problem for problem in map(submission_problem, args.submissions) if problem]
+    if problems:
+        print(f"grading: {'; '.join(problems)}", file=sys.stderr)
+        return 2
+    workload = leaderboard.load_workload(args.table)
+    profile = profile_of(args.variant) if args.variant else FP32
+    exit_without_gpu("grading leaderboard", "cannot time kernels without a GPU")
+    print(f"computing the gate's reference ({profile.name} profile) ...", file=sys.stderr, flush=True)
+    gate = make_gate(workload, profile)
+    standings = []
+    for number, submission in enumerate(args.submissions, start=1):
+        print(f"[{number}/{len(args.submissions)}] timing {submission} ...", file=sys.stderr, flush=True)
+        result = rank_submission(submission, workload, gate, args.table, tuple(args.variant),
+                                 progress=lambda m: print(m, file=sys.stderr, flush=True))
+        reports.write_results_json(leaderboard.gradescope_fields(result),
+                                   args.out / submission.resolve().name / "leaderboard.json")
+        print(leaderboard.console_table(result) + "\n", flush=True)
+        standings.append(result)
+    for place, result in enumerate(sorted(standings, key=lambda r: -(r.score or 0)), start=1):
+        score = f"{result.score:10.0f} tok/s" if result.score is not None else f"{'no score':>16s}"
+        print(f"{place:3d}. {score}  {result.submission}  ({result.reason})")
+    return 0
+
+
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    commands = {"handout": handout_main, "gather": gather_main}
+    commands = {"handout": handout_main, "gather": gather_main, "leaderboard": leaderboard_main}
     if argv and argv[0] in commands:
         return run_command("grading", lambda: commands[argv[0]](argv[1:]), error_status=2)
     return run_command("grading", lambda: grade_main(argv), error_status=2)

@@ -78,7 +78,7 @@ def grade_item(submission: Path, item: Item, scheme: Scheme, seed: int) -> ItemG
         except subprocess.TimeoutExpired:
             return ItemGrade(item, 0.0, f"timed out after {scheme.time_limit_seconds:g} s (a kernel that never "
                                         f"returns?)", 0, case_count(item, seed))
-        crash = _crash_reason(done.returncode, done.stderr)
+        crash = crash_reason(done.returncode, done.stderr)
         return score_item(item, scheme, seed, Path(out), crash)
 
 
@@ -150,7 +150,7 @@ def case_count(item: Item, seed: int) -> int:
     return sum(len(cases(v.function, seed)) for v in item.variants)
 
 
-def _crash_reason(returncode: int, stderr: str) -> str | None:
+def crash_reason(returncode: int, stderr: str) -> str | None:
     """Why the worker died, if it did (a lost CUDA context shows in the records instead)."""
     if returncode < 0:
         return f"the worker process was killed by {signal.Signals(-returncode).name} (a crash in the submission's code?)"

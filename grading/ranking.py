@@ -1,0 +1,68 @@
+"""Ranking submissions for the leaderboard (grading.leaderboard): each one's worker run under
+the table's time limit, its gate judged here against the float64 reference computed here."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+from pathlib import Path
+
+import numpy as np
+
+from gpt2.checkpoint import random_parameters
+from gpt2.config import preset
+from gpt2.logits_check import allowed_logit_error
+from gpt2.model import GPT2
+from gpt2.tokenizer import get_tokenizer
+from grading.grade import REPO_ROOT, crash_reason
+from grading.leaderboard import GateOutputs, Standing, Workload, gate_failure, load_rows, standing
+from reference.precision import Profile
+
+
+@dataclasses.dataclass(frozen=True)
+class Gate:
+    """What the gate compares against, computed here, never in a worker."""
+    reference_logits: np.ndarray  # (T, V): the float64 reference over the gate prompt
+    allowed: float                # gpt2.logits_check's allowance for the submissions' profile
+
+
+def make_gate(workload: Workload, profile: Profile) -> Gate:
+    config = preset("gpt2")
+    params = random_parameters(config, workload.weights_seed)
+    tokens = np.array([get_tokenizer().encode(workload.gate_prompt)], np.int32)
+    reference = GPT2(config, params, backend="reference")(tokens)
+    return Gate(reference[0], allowed_logit_error((config, params), tokens, reference, profile))
+
+
+def rank_submission(submission: Path, workload: Workload, gate: Gate, table: Path, variants: tuple[str, ...],
+                    progress=lambda message: None) -> Standing:
+    """Run the submission's worker under the time limit, then judge its gate and score its rows."""
+    with tempfile.TemporaryDirectory(prefix="leaderboard-") as out:
+        command = [sys.executable, "-m", "grading.leaderboard_worker", "--submission", str(Path(submission).resolve()),
+                   "--table", str(Path(table).resolve()), "--out", out, *(f"--variant={v}" for v in variants)]
+        env = os.environ | {"PYTHONPATH": str(REPO_ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+        process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=out,
+                                   env=env)
+        lines = []
+
+        def relay():  # the worker's progress, passed on as it comes
+            for line in process.stderr:
+                lines.append(line)
+                progress(line.rstrip())
+
+        reader = threading.Thread(target=relay, daemon=True)
+        reader.start()
+        try:
+            crash = crash_reason(process.wait(timeout=workload.time_limit_seconds), "".join(lines))
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+            crash = f"timed out after {workload.time_limit_seconds:g} s"
+        reader.join(timeout=10)
+        outputs, rows = GateOutputs.load(Path(out)), load_rows(Path(out), workload)
+    reason = gate_failure(outputs, gate.reference_logits, gate.allowed) if outputs is not None or crash is None else None
+    return standing(str(submission), workload, reason, rows, crash)
