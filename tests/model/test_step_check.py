@@ -71,3 +71,14 @@ def test_a_wrong_kernel_fails_under_tf32_too(model):
     candidate = float32_candidate(matmul_forward=tf32_matmul_forward(), gelu_forward=gelu_off_by_a_little)
     failure = step_check.run(model, TOKENS, candidate, TF32).first_failure()
     assert (failure.where, failure.function) == ("layer 0 gelu", "gelu_forward")
+
+
+def test_variants_in_a_model_are_named_and_one_per_host_function():
+    from gpt2.backends import BackendError, kernel_ops
+    from reference.variants import VariantError
+
+    with pytest.raises(VariantError, match="no variant 'matmul_fp16'; the variants are matmul_tiled, matmul_tf32"):
+        kernel_ops(variants=("matmul_fp16",))
+    with pytest.raises(BackendError, match="variants matmul_tf32, matmul_cublas: at most one per host function"):
+        kernel_ops(variants=("matmul_tf32", "matmul_cublas"))
+    assert kernel_ops(variants=("matmul_tf32",)).matmul_forward.__module__ == "kernels.matmul_tf32"
