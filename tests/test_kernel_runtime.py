@@ -140,6 +140,8 @@ def test_a_missing_kernels_directory_is_one_line(tmp_path):
     (lambda xp: xp.random.standard_normal(3), "computed with cupy.random.standard_normal"),
     (lambda xp: xp.linalg.norm(1), "computed with cupy.linalg.norm"),
     (lambda xp: xp.cuda.cublas.sgemm(0), "computed with cupy.cuda.cublas.sgemm"),
+    (lambda xp: xp.cublas.gemm("N", "T", 1, 2), "computed with cupy.cublas.gemm (cuBLAS is allowed in the cuBLAS "
+                                                "variant only)"),
     (lambda xp: xp.ElementwiseKernel("float32 x", "float32 y", "y = x", "k")(1), "computed with a cupy.ElementwiseKernel"),
     (lambda xp: xp.fuse(lambda x: x)(1), "computed with a cupy.fuse function"),
     (lambda xp: xp.ndarray.__matmul__(1, 2), "computed with cupy.ndarray.__matmul__"),
@@ -154,6 +156,22 @@ def test_the_watch_refuses_computing_by_name(operation, refusal):
         with pytest.raises(recording.RefusedOperation, match=f"^{re.escape(refusal)}"):
             operation(cupy)
     assert taped.refused.startswith(refusal) and taped.launches == 0
+
+
+@needs_cupy
+def test_a_recording_permits_only_the_libraries_it_knows():
+    if not cublas_loads():
+        pytest.skip("no cuBLAS in this install (an NVRTC-only one), so nothing of it to permit")
+    with pytest.raises(ValueError, match=r"record\(\) cannot permit \['mkl'\]; it can permit \['cublas'\]"):
+        with recording.record(permit=("mkl",)):
+            pass
+    with recording.record(permit=("cublas",)) as taped:  # permitted cuBLAS runs as CuPy's own (here: no GPU)
+        with pytest.raises(Exception) as raised:
+            cupy.cublas.gemm("N", "T", 1, 2)
+    assert not isinstance(raised.value, recording.RefusedOperation) and taped.refused is None
+    with recording.record(permit=("cublas",)) as taped:  # the pointer-level bindings stay refused
+        with pytest.raises(recording.RefusedOperation, match="^computed with cupy.cuda.cublas.sgemm"):
+            cupy.cuda.cublas.sgemm(0)
 
 
 @needs_cupy
