@@ -31,6 +31,8 @@ capture comes after it.
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 
 from gpt2.model import GPT2, KVCache
@@ -45,6 +47,8 @@ def prompt_rows(prompts, batch_size: int) -> list[np.ndarray]:
 
 class RecomputeDecoder:
     """No cache: every step runs the whole sequence so far (rows of different lengths one by one)."""
+
+    stream = contextlib.nullcontext()  # where its work runs, entered by callers: the current stream
 
     def __init__(self, model: GPT2, batch_size: int):
         self.model, self.batch_size = model, batch_size
@@ -70,6 +74,8 @@ class RecomputeDecoder:
 
 class LaunchedDecoder:
     """A KV cache and the step's own activations; each step launched from Python."""
+
+    stream = contextlib.nullcontext()  # the current stream; a GraphDecoder has a stream of its own
 
     def __init__(self, model: GPT2, batch_size: int):
         self.model, self.batch_size = model, batch_size

@@ -28,7 +28,6 @@ For the same inputs, greedy and beam tokens are the same on all three.
 
 from __future__ import annotations
 
-import contextlib
 import types
 
 import numpy as np
@@ -95,7 +94,7 @@ class HostExecutor:
 
     def beam_search(self, prompts, max_new_tokens: int, search: BeamSearch, clock=None) -> Hypotheses:
         decoder = self.decoder(len(prompts) * search.num_beams)
-        with getattr(decoder, "stream", contextlib.nullcontext()):  # the clock's events on the decoder's stream
+        with decoder.stream:  # the clock's events on the decoder's stream
             return beam_search(self.model, prompts, max_new_tokens, search, decoder=decoder, clock=clock)
 
 
