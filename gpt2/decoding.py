@@ -37,6 +37,17 @@ import numpy as np
 
 from gpt2.model import GPT2, KVCache
 
+def captured(stream, launch):
+    """launch()'s launches captured on `stream` as a CUDA graph, not run: (the graph, what launch returned).
+    The caller must be in `stream` (`with stream:`), so that the launches go to it."""
+    stream.begin_capture()
+    try:
+        result = launch()
+    finally:
+        graph = stream.end_capture()
+    return graph, result
+
+
 def prompt_rows(prompts, batch_size: int) -> list[np.ndarray]:
     """The prompts (a (B, T) array, or B lists of any lengths) as B int32 rows."""
     rows = [np.asarray(prompt, np.int32).reshape(-1) for prompt in prompts]
@@ -170,11 +181,8 @@ class GraphDecoder(LaunchedDecoder):
                 if key in self.graphs:
                     continue
                 activations = self.graph_activations()
-                self.stream.begin_capture()
-                try:
-                    logits = self.model.decode_launches(self.tokens, self.cache, activations)
-                finally:
-                    graph = self.stream.end_capture()
+                graph, logits = captured(self.stream, lambda: self.model.decode_launches(self.tokens, self.cache,
+                                                                                          activations))
                 self.graphs[key] = (graph, activations, logits)  # the graph's buffers live as long as it
 
 

@@ -34,7 +34,7 @@ import numpy as np
 
 from gpt2 import selection_kernels as selection
 from gpt2.beam_search import NEGATIVE, BeamSearch, Hypotheses, beam_search, equal_length_prompts, hypotheses
-from gpt2.decoding import make_decoder
+from gpt2.decoding import captured, make_decoder
 from gpt2.generate import GREEDY, Sampling, fit_prompt, generate_batch, warn_on_stderr
 from gpt2.model import GPT2
 from gpt2.tokenizer import END_OF_TEXT
@@ -107,11 +107,7 @@ class Stage:
 
     def __call__(self, stream) -> None:
         if self.graph is None and self.ran:
-            stream.begin_capture()
-            try:
-                self.launch()
-            finally:
-                self.graph = stream.end_capture()
+            self.graph, _ = captured(stream, self.launch)
         if self.graph is not None:
             self.graph.launch(stream)
         else:
