@@ -72,6 +72,17 @@ __device__ void block_best(float& score, int& index, float* scores, int* indices
     __syncthreads();
 }
 
+// The largest x[j] / divisor of a row of V and its index (the lowest on ties), in every thread.
+__device__ void row_best(const float* x, int V, float divisor, float& score, int& index, float* scores,
+                         int* indices) {
+    score = MINUS_INFINITY; index = NO_INDEX;
+    for (int j = threadIdx.x; j < V; j += blockDim.x) {
+        float z = x[j] / divisor;  // / 1.0f is exact: the plain row
+        if (before(z, j, score, index)) { score = z; index = j; }
+    }
+    block_best(score, index, scores, indices);
+}
+
 // The block's sum, the same in every thread (warps added in a fixed order: deterministic).
 template <typename T> __device__ T block_sum(T value, T* partial) {
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
@@ -143,18 +154,16 @@ extern "C" __global__ void sample_kernel(int* tokens, int* sequences, const floa
     int position = lengths[row];
     int token;
     if (temperature == 0.0f) {
-        float best = MINUS_INFINITY; token = NO_INDEX;
-        for (int j = threadIdx.x; j < V; j += blockDim.x) if (before(x[j], j, best, token)) { best = x[j]; token = j; }
-        block_best(best, token, best_scores, best_indices);
+        float best;
+        row_best(x, V, 1.0f, best, token, best_scores, best_indices);
     } else {
         unsigned least_logit = 0;  // the top-k cut, as an order key (0: keep all)
         if (top_k < V) {
             least_logit = select_key(V, [&](int j, unsigned& key) { key = order_key(x[j] / temperature); return 1u; },
                                      (unsigned)top_k, count_histogram, &chosen_digit, &count_rest);
         }
-        float largest = MINUS_INFINITY; int unused = NO_INDEX;
-        for (int j = threadIdx.x; j < V; j += blockDim.x) if (before(x[j] / temperature, j, largest, unused)) { largest = x[j] / temperature; unused = j; }
-        block_best(largest, unused, best_scores, best_indices);
+        float largest; int unused;
+        row_best(x, V, temperature, largest, unused, best_scores, best_indices);
         auto kept_probability = [&](int j) {
             float z = x[j] / temperature;
             return order_key(z) >= least_logit ? expf(z - largest) : 0.0f;
@@ -223,9 +232,8 @@ extern "C" __global__ void beam_candidates_kernel(float* candidate_scores, int* 
     if (*done) return;
     int row = blockIdx.x, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const float* x = logits + (long long)row * stride;
-    float largest = MINUS_INFINITY; int unused = NO_INDEX;
-    for (int j = threadIdx.x; j < V; j += blockDim.x) if (before(x[j], j, largest, unused)) { largest = x[j]; unused = j; }
-    block_best(largest, unused, best_scores, best_indices);
+    float largest; int unused;
+    row_best(x, V, 1.0f, largest, unused, best_scores, best_indices);
     double local = 0.0;
     for (int j = threadIdx.x; j < V; j += blockDim.x) local += expf(x[j] - largest);
     float log_sum = logf((float)block_sum(local, partial));
