@@ -32,6 +32,7 @@ from gpt2.ops import parameters
 from kernel_runtime.commands import OneLineArgumentParser, run_command
 from kernel_runtime.device import exit_without_gpu
 from reference.judging import rounding_bounds
+from reference.numerics import element_errors, rms, worst_fraction
 from reference.precision import COURSE, COURSE_ELEMENT, COURSE_RMSE, Profile, course_errors, profile_named
 from reference.registry import spec
 from reference.variants import profile_of
@@ -66,35 +67,13 @@ def compare(candidate: np.ndarray, gold: np.ndarray) -> tuple[float, float]:
     return float(scaled.max(initial=0.0)), rmse
 
 
-def worst_fraction_of_bound(candidate: np.ndarray, gold: np.ndarray, bound: np.ndarray) -> float:
-    """The largest |candidate - gold| / bound; NaN or inf anywhere is infinite, an exact element 0."""
-    error = np.abs(candidate.astype(np.float64) - gold)
-    error[~np.isfinite(error)] = np.inf
-    with np.errstate(divide="ignore", invalid="ignore"):
-        ratio = np.where(error == 0, 0.0, error / np.broadcast_to(bound, error.shape))
-    return float(np.nan_to_num(ratio, nan=np.inf).max(initial=0.0))
-
-
-def _host(array) -> np.ndarray:
-    return array.get() if hasattr(array, "get") else np.asarray(array)
-
-
-def _nan_like(array):
-    """A NaN-filled array like `array`, on its device (NumPy on the CPU: the checks of this check)."""
-    if isinstance(array, np.ndarray):
-        return np.full_like(array, np.nan)
-    import cupy
-
-    return cupy.full_like(array, np.nan)
-
-
 class StepChecker:
     """The model's observer (model.observer = checker): each call runs on gold, then on the candidate,
-    judged under `profile` (the course's criterion, or fp32's or tf32's rounding bounds)."""
+    judged under `profile` (the course's criterion, or fp32's or tf32's rounding bounds). `backend`
+    is the model's: the candidate's outputs are made on its device, and read back through it."""
 
-    def __init__(self, candidate, profile: Profile = COURSE):
-        self.candidate = candidate
-        self.profile = profile
+    def __init__(self, candidate, backend, profile: Profile = COURSE):
+        self.candidate, self.backend, self.profile = candidate, backend, profile
         self.steps: list[Step] = []
 
     def first_failure(self) -> Step | None:
@@ -106,12 +85,12 @@ class StepChecker:
         where = step if layer is None else f"layer {layer} {step}"
         mine = list(args)
         for i in outputs + scratch:
-            mine[i] = _nan_like(args[i])
+            mine[i] = self.backend.xp.full_like(args[i], np.nan)
         inputs = self._inputs(name, args) if self.profile.rounding_bounds else None
         kernel(*args)
         getattr(self.candidate, name)(*mine)
-        got = {i: _host(mine[i]) for i in outputs}
-        gold = {i: _host(args[i]) for i in outputs}
+        got = {i: self.backend.to_host(mine[i]) for i in outputs}
+        gold = {i: self.backend.to_host(args[i]) for i in outputs}
         if not self.profile.rounding_bounds:
             self.steps += [Step(where, name, i, *compare(got[i], gold[i])) for i in outputs]
             return
@@ -119,23 +98,21 @@ class StepChecker:
         expected = {names[i]: gold[i].astype(np.float64) for i in outputs}
         bounds = rounding_bounds(spec(name), inputs, expected, self.profile)
         for i in outputs:
-            rmse = float(np.sqrt(np.mean(np.square(got[i].astype(np.float64) - gold[i])))) if gold[i].size else 0.0
-            self.steps.append(Step(where, name, i, worst_fraction_of_bound(got[i], expected[names[i]],
-                                                                           2 * bounds[names[i]]),
-                                   rmse, self.profile.name))
+            error = element_errors(got[i], expected[names[i]])
+            self.steps.append(Step(where, name, i, worst_fraction(error, 2 * bounds[names[i]]), rms(error),
+                                   self.profile.name))
 
-    @staticmethod
-    def _inputs(function: str, args: tuple) -> dict:
+    def _inputs(self, function: str, args: tuple) -> dict:
         """The call's array inputs on the host, by name, before it runs (an output is not an input)."""
         names, written = parameters(function), spec(function).written
-        return {n: _host(a) for n, a in zip(names, args)
+        return {n: self.backend.to_host(a) for n, a in zip(names, args)
                 if n not in written and a is not None and hasattr(a, "shape") and a.dtype.kind == "f"}
 
 
 def run(model, tokens: np.ndarray, candidate, profile: Profile = COURSE) -> StepChecker:
     """One forward pass of `model` (on the gold backend) with every call checked against `candidate`
     under `profile`."""
-    checker = StepChecker(candidate, profile)
+    checker = StepChecker(candidate, model.backend, profile)
     model.observer = checker
     try:
         model.forward(tokens)

@@ -21,7 +21,7 @@ import numpy as np
 
 from reference import cpu
 from reference.execution import Execution, call_arguments, execute, starting_output
-from reference.numerics import TINY
+from reference.numerics import TINY, element_errors, worst_fraction
 from reference.precision import FP32, Profile, course_failures
 from reference.registry import build
 from reference.spec import Case, Problem, Spec
@@ -146,15 +146,12 @@ def compare(case: Case, actual: dict, expected: dict, bounds: dict) -> Result:
             continue
         got = actual[name].astype(np.float64)
         want, allowed = expected[name], np.broadcast_to(bounds[name], expected[name].shape)
-        error = np.abs(got - want)
-        error[np.isnan(got) | np.isinf(got)] = np.inf
+        error = element_errors(got, want)
         bad = ~(error <= allowed)
         max_abs = max(max_abs, float(error.max()))
         significant = np.abs(want) >= 1e-3 * max(float(np.abs(want).max()), TINY)
         max_rel = max(max_rel, float((error[significant] / np.abs(want[significant])).max(initial=0.0)))
-        with np.errstate(divide="ignore", invalid="ignore"):
-            ratio = np.where(error == 0, 0.0, error / allowed)  # exact answers under a zero bound: 0
-        worst_ratio = max(worst_ratio, float(np.nan_to_num(ratio, nan=np.inf).max()))
+        worst_ratio = max(worst_ratio, worst_fraction(error, allowed))
         if bad.any():
             where = np.unravel_index(int(np.argmax(np.where(bad, error / np.maximum(allowed, TINY), -1))), want.shape)
             unwritten = int(np.isnan(got).sum())

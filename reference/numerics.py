@@ -1,4 +1,5 @@
-"""Float64 helpers shared by the oracle (cpu.py) and the error bounds (specs/, bounds.py).
+"""Float64 helpers shared by the oracle (cpu.py), the error bounds (specs/, bounds.py) and the
+comparisons that judge against them (judging.py, precision.py, gpt2.step_check).
 
 U and TINY measure float32: the error of a correct float32 kernel is stated in them.
 """
@@ -18,3 +19,22 @@ def softmax_rows(scores: np.ndarray) -> np.ndarray:
     """Softmax over the last axis, in float64; -inf scores get probability 0."""
     weights = np.exp(scores - scores.max(axis=-1, keepdims=True))
     return weights / weights.sum(axis=-1, keepdims=True)
+
+
+def element_errors(got: np.ndarray, want: np.ndarray) -> np.ndarray:
+    """|got - want| per element in float64; a NaN or infinite difference (NaN or inf in got) is infinite."""
+    error = np.abs(got.astype(np.float64) - want.astype(np.float64))
+    error[~np.isfinite(error)] = np.inf
+    return error
+
+
+def worst_fraction(error: np.ndarray, allowed) -> float:
+    """The largest error / allowed; an exact element is 0 even under a zero bound."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = np.where(error == 0, 0.0, error / allowed)
+    return float(np.nan_to_num(ratio, nan=np.inf).max(initial=0.0))
+
+
+def rms(error: np.ndarray) -> float:
+    """The root mean square of `error` (0 for none)."""
+    return float(np.sqrt(np.mean(np.square(error)))) if error.size else 0.0

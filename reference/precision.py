@@ -22,6 +22,7 @@ import dataclasses
 import numpy as np
 
 from kernel_runtime import KitError
+from reference.numerics import element_errors, rms
 
 TF32_INPUT_ROUNDING = 2.0**-10  # a product's input cut to 10 bits of mantissa (rounding to nearest: half)
 COURSE_ELEMENT, COURSE_RMSE = 0.05, 1e-3
@@ -65,10 +66,8 @@ def profile_named(name: str) -> Profile:
 
 def course_errors(got: np.ndarray, want: np.ndarray) -> tuple[np.ndarray, float]:
     """Per element min(|d|, |d| / max(1e-3, |want|)), and the RMSE of d; NaN or inf in `got` is infinitely wrong."""
-    error = np.abs(got.astype(np.float64) - want.astype(np.float64))
-    error[~np.isfinite(error)] = np.inf
-    scaled = np.minimum(error, error / np.maximum(1e-3, np.abs(want)))
-    return scaled, float(np.sqrt(np.mean(np.square(error)))) if error.size else 0.0
+    error = element_errors(got, want)
+    return np.minimum(error, error / np.maximum(1e-3, np.abs(want))), rms(error)
 
 
 def course_failures(name: str, got: np.ndarray, want: np.ndarray) -> list[str]:
