@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 from pathlib import Path
 from typing import Callable
 
@@ -68,18 +69,43 @@ def grade_submission(submission: Path, scheme: Scheme, seed: int,
 def grade_item(submission: Path, item: Item, scheme: Scheme, seed: int) -> ItemGrade:
     """Run the item's worker process on the submission, then score what it left behind."""
     with tempfile.TemporaryDirectory(prefix=f"grade-{item.name}-") as out:
-        command = [sys.executable, "-m", "grading.worker", "--submission", str(Path(submission).resolve()),
-                   "--weights", str(Path(scheme.path).resolve()), "--item", item.name, "--seed", str(seed),
-                   "--out", out]
-        env = os.environ | {"PYTHONPATH": str(REPO_ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
         try:
-            done = subprocess.run(command, capture_output=True, text=True, timeout=scheme.time_limit_seconds,
-                                  cwd=out, env=env)
+            crash = run_worker("grading.worker", ["--submission", str(Path(submission).resolve()),
+                                                  "--weights", str(Path(scheme.path).resolve()), "--item", item.name,
+                                                  "--seed", str(seed)], Path(out), scheme.time_limit_seconds)
         except subprocess.TimeoutExpired:
             return ItemGrade(item, 0.0, f"timed out after {scheme.time_limit_seconds:g} s (a kernel that never "
                                         f"returns?)", 0, case_count(item, seed))
-        crash = crash_reason(done.returncode, done.stderr)
         return score_item(item, scheme, seed, Path(out), crash)
+
+
+def run_worker(module: str, arguments: list[str], out: Path, time_limit: float,
+               progress: Callable[[str], None] = lambda line: None) -> str | None:
+    """Run `python -m module arguments --out out` in `out`, with this kit on its path, passing each line it
+    writes to stderr to `progress` as it comes; why it died (crash_reason), or None. Past `time_limit`
+    seconds it is killed and subprocess.TimeoutExpired raised."""
+    command = [sys.executable, "-m", module, *arguments, "--out", str(out)]
+    env = os.environ | {"PYTHONPATH": str(REPO_ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=out,
+                               env=env)
+    lines = []
+
+    def relay():
+        for line in process.stderr:
+            lines.append(line)
+            progress(line.rstrip())
+
+    reader = threading.Thread(target=relay, daemon=True)
+    reader.start()
+    try:
+        returncode = process.wait(timeout=time_limit)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+        raise
+    finally:
+        reader.join(timeout=10)
+    return crash_reason(returncode, "".join(lines))
 
 
 def score_item(item: Item, scheme: Scheme, seed: int, out: Path, crash: str | None = None) -> ItemGrade:

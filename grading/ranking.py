@@ -4,11 +4,8 @@ the table's time limit, its gate judged here against the float64 reference compu
 from __future__ import annotations
 
 import dataclasses
-import os
 import subprocess
-import sys
 import tempfile
-import threading
 from pathlib import Path
 
 import numpy as np
@@ -18,7 +15,7 @@ from gpt2.config import preset
 from gpt2.logits_check import allowed_logit_error
 from gpt2.model import GPT2
 from gpt2.tokenizer import get_tokenizer
-from grading.grade import REPO_ROOT, crash_reason
+from grading.grade import run_worker
 from grading.leaderboard import GateOutputs, Standing, Workload, gate_failure, load_rows, standing
 from reference.precision import Profile
 
@@ -42,27 +39,13 @@ def rank_submission(submission: Path, workload: Workload, gate: Gate, table: Pat
                     progress=lambda message: None) -> Standing:
     """Run the submission's worker under the time limit, then judge its gate and score its rows."""
     with tempfile.TemporaryDirectory(prefix="leaderboard-") as out:
-        command = [sys.executable, "-m", "grading.leaderboard_worker", "--submission", str(Path(submission).resolve()),
-                   "--table", str(Path(table).resolve()), "--out", out, *(f"--variant={v}" for v in variants)]
-        env = os.environ | {"PYTHONPATH": str(REPO_ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-        process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=out,
-                                   env=env)
-        lines = []
-
-        def relay():  # the worker's progress, passed on as it comes
-            for line in process.stderr:
-                lines.append(line)
-                progress(line.rstrip())
-
-        reader = threading.Thread(target=relay, daemon=True)
-        reader.start()
         try:
-            crash = crash_reason(process.wait(timeout=workload.time_limit_seconds), "".join(lines))
+            crash = run_worker("grading.leaderboard_worker",
+                               ["--submission", str(Path(submission).resolve()), "--table", str(Path(table).resolve()),
+                                *(f"--variant={v}" for v in variants)], Path(out), workload.time_limit_seconds,
+                               progress)
         except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
             crash = f"timed out after {workload.time_limit_seconds:g} s"
-        reader.join(timeout=10)
         outputs, rows = GateOutputs.load(Path(out)), load_rows(Path(out), workload)
     reason = gate_failure(outputs, gate.reference_logits, gate.allowed) if outputs is not None or crash is None else None
     return standing(str(submission), workload, reason, rows, crash)
