@@ -47,10 +47,7 @@ def grade_main(argv) -> int:
         submissions += read_class_list(args.class_list)
     if not submissions:
         parser.error("name at least one submission directory (or --class-list)")
-    problems = [problem for problem in map(submission_problem, submissions) if problem]
-    if problems:
-        print(f"grading: {'; '.join(problems)}", file=sys.stderr)
-        return 2
+    check_submissions(submissions)
     scheme = scheme_for(args.milestone)
     exit_without_gpu("grading", "cannot grade without a GPU")
     seed = args.seed if args.seed is not None else secrets.randbelow(2**31)
@@ -91,6 +88,13 @@ def read_class_list(path: Path) -> list[Path]:
     except (IsADirectoryError, PermissionError, UnicodeDecodeError) as err:
         raise GradingInputError(f"--class-list {path}: cannot read it ({err.strerror or err.reason})") from None
     return [Path(line.strip()) for line in lines if line.strip()]
+
+
+def check_submissions(submissions: list[Path]) -> None:
+    """Raise one GradingInputError naming every submission that cannot be graded."""
+    problems = [problem for problem in map(submission_problem, submissions) if problem]
+    if problems:
+        raise GradingInputError("; ".join(problems))
 
 
 def submission_problem(submission: Path) -> str | None:
@@ -142,10 +146,7 @@ def leaderboard_main(argv) -> int:
     parser.add_argument("--out", type=Path, default=Path("leaderboard-results"),
                         help="where reports go (default: leaderboard-results)")
     args = parser.parse_args(argv)
-    problems = [problem for problem in map(submission_problem, args.submissions) if problem]
-    if problems:
-        print(f"grading: {'; '.join(problems)}", file=sys.stderr)
-        return 2
+    check_submissions(args.submissions)
     workload = leaderboard.load_workload(args.table)
     profile = profile_of(args.variant) if args.variant else FP32
     exit_without_gpu("grading leaderboard", "cannot time kernels without a GPU")
