@@ -120,13 +120,22 @@ def _compiled_module(source: str, options: tuple[str, ...], origin: SourceOrigin
 
 
 def kernels_in(module: types.ModuleType) -> list[CudaKernel]:
-    """The CudaKernel objects a kernel module defines at its top level."""
-    return [value for value in vars(module).values() if isinstance(value, CudaKernel)]
+    """The CudaKernel objects a module (or any object with a __dict__) defines at its top level.
+    Values are asked their type, never their __class__: a deprecated proxy would warn."""
+    return [value for value in list(getattr(module, "__dict__", {}).values()) if issubclass(type(value), CudaKernel)]
+
+
+def by_compilation(kernels: list[CudaKernel]) -> dict[tuple, list[CudaKernel]]:
+    """`kernels` grouped by compilation: (source, options) -> the kernels of that compilation."""
+    grouped = {}
+    for kernel in kernels:
+        grouped.setdefault((kernel.source, kernel.options), []).append(kernel)
+    return grouped
 
 
 def distinct_compilations(module: types.ModuleType) -> list[CudaKernel]:
     """One CudaKernel per distinct compilation (source and options) of a kernel module."""
-    return list({(k.source, k.options): k for k in kernels_in(module)}.values())
+    return [kernels[0] for kernels in by_compilation(kernels_in(module)).values()]
 
 
 # --------------------------------------------------------------------------- offline report

@@ -29,7 +29,7 @@ import dataclasses
 import re
 import sys
 
-from kernel_runtime.compiler import CudaKernel, compile_ptx
+from kernel_runtime.compiler import CudaKernel, by_compilation, compile_ptx, kernels_in
 
 ARCH = "sm_86"  # the course's GPU (A40); every technique here exists there
 
@@ -67,7 +67,7 @@ TECHNIQUES = {t.name: t for t in (
 def kernel_instructions(kernels: list[CudaKernel]) -> list[tuple[str, str]]:
     """(name, PTX instructions) of each of `kernels` (one compilation per distinct source and options)."""
     found = []
-    for (source, options), named in _by_compilation(kernels).items():
+    for named in by_compilation(kernels).values():
         ptx = compile_ptx(named[0], ARCH)
         functions = dict(re.findall(r"\.func\s+(?:\([^)]*\)\s*)?(\w+)\s*\((.*?\n}\n)", ptx, flags=re.S))
         wanted = {k.name for k in named}
@@ -75,13 +75,6 @@ def kernel_instructions(kernels: list[CudaKernel]) -> list[tuple[str, str]]:
             if name in wanted:
                 found.append((name, body + "".join(functions[f] for f in _called(body, functions))))
     return found
-
-
-def _by_compilation(kernels: list[CudaKernel]) -> dict[tuple, list[CudaKernel]]:
-    grouped = {}
-    for kernel in kernels:
-        grouped.setdefault((kernel.source, kernel.options), []).append(kernel)
-    return grouped
 
 
 _CALL = re.compile(r"\bcall(?:\.uni)?\s+(?:\([^)]*\)\s*,\s*)?(\w+)")
@@ -122,9 +115,9 @@ def launched_kernels(names) -> tuple[list[CudaKernel], list[str]]:
     compilation once), and the names not found."""
     found = {}
     for module in list(sys.modules.values()):
-        for value in list(getattr(module, "__dict__", {}).values()):
-            if issubclass(type(value), CudaKernel) and value.name in names:  # type(): no proxy's __class__
-                found.setdefault((value.name, value.source, value.options), value)
+        for kernel in kernels_in(module):
+            if kernel.name in names:
+                found.setdefault((kernel.name, kernel.source, kernel.options), kernel)
     seen = {kernel.name for kernel in found.values()}
     return list(found.values()), [name for name in names if name not in seen]
 
