@@ -456,19 +456,20 @@ def install() -> None:
     cupyx = importlib.import_module("cupyx")
     for submodule in ("cuda.runtime", "fft", "linalg", "random"):
         importlib.import_module(f"cupy.{submodule}")
-    namespaces = [(cupy, "cupy", None), (cupy.linalg, "cupy.linalg", None), (cupy.fft, "cupy.fft", None),
-                  (cupy.random, "cupy.random", None), (cupyx, "cupyx", None)]
+    namespaces = [(cupy, "cupy"), (cupy.linalg, "cupy.linalg"), (cupy.fft, "cupy.fft"), (cupy.random, "cupy.random"),
+                  (cupyx, "cupyx")]
     try:  # without the cuBLAS library (an NVRTC-only install) nothing can call it, so nothing to watch
         importlib.import_module("cupy.cublas")
-        namespaces += [(cupy.cublas, "cupy.cublas", "cublas"), (cupy.cuda.cublas, "cupy.cuda.cublas", None)]
+        namespaces += [(cupy.cublas, "cupy.cublas"), (cupy.cuda.cublas, "cupy.cuda.cublas")]
     except ImportError:
         pass
+    library_of = {namespace: library for library, namespace in LIBRARIES.items()}
 
     cupy.RawKernel, cupy.RawModule = _taping_raw_classes()
     for name in ("ElementwiseKernel", "ReductionKernel", "vectorize"):
         setattr(cupy, name, _refusing_class(f"a cupy.{name}", getattr(cupy, name)))
-    for module, prefix, library in namespaces:
-        _watch_namespace(module, prefix, library)
+    for module, prefix in namespaces:
+        _watch_namespace(module, prefix, library_of.get(prefix))
     _watch_arrays()
     runtime = cupy.cuda.runtime
     for name in dir(runtime):
