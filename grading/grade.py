@@ -165,8 +165,8 @@ def technique_missing(variant: Variant, out: Path) -> str | None:
     try:
         evidence = json.loads((out / variant.name / TECHNIQUE_FILE).read_text())
     except (OSError, ValueError):
-        return f"no evidence of {variant.technique} was recorded"
-    if evidence.get("technique") != variant.technique:
+        evidence = {}
+    if not isinstance(evidence, dict) or evidence.get("technique") != variant.technique:
         return f"no evidence of {variant.technique} was recorded"
     return evidence.get("missing")
 
