@@ -30,6 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from kernel_runtime import KitError
+from reference.numerics import element_errors
 
 TABLE_FILE = Path(__file__).with_name("leaderboard.toml")
 GATE_FILE, ROWS_FILE = "gate.npz", "rows.json"
@@ -156,10 +157,7 @@ def gate_failure(outputs: GateOutputs | None, reference_logits: np.ndarray, allo
 
 
 def _max_error(got: np.ndarray, want: np.ndarray) -> float:
-    if got.shape != want.shape:
-        return math.inf
-    error = np.abs(got.astype(np.float64) - want)
-    return float(np.where(np.isfinite(error), error, np.inf).max(initial=0.0))
+    return float(element_errors(got, want).max(initial=0.0)) if got.shape == want.shape else math.inf
 
 
 @dataclasses.dataclass(frozen=True)
