@@ -35,7 +35,6 @@ from grading.leaderboard import (GateOutputs, LeaderboardError, Row, Workload, c
                                  save_rows)
 from grading.worker import fence_references
 from kernel_runtime import recording
-from kernel_runtime.loader import use_kernels
 
 WARM_UP_TOKENS = 2
 
@@ -95,11 +94,10 @@ def main(argv=None) -> int:
     workload = load_workload(args.table)
     fence_references()
     recording.install()
-    use_kernels(args.submission)
     tokenizer = get_tokenizer()
     config = preset("gpt2")
     model = GPT2(config, random_parameters(config, workload.weights_seed),
-                 backend=make_backend("kernels", variants=tuple(args.variant)))
+                 backend=make_backend("kernels", kernels=args.submission, variants=tuple(args.variant)))
     gate_outputs(model, tokenizer.encode(workload.gate_prompt), workload.gate_steps).save(args.out)
     print("gate's outputs saved; timing the configurations", file=sys.stderr, flush=True)
     time_configurations(make_executor(model, "grape"), [tokenizer.encode(p) for p in workload.prompts], workload,
