@@ -70,6 +70,16 @@ def random_parameters(config: GPT2Config, seed: int = 0) -> Parameters:
     return params
 
 
+def perturbed_parameters(config: GPT2Config, seed: int) -> Parameters:
+    """GPT-2's init, plus noise on the biases and layernorm weights, which the init
+    leaves at 0 and 1: a model (or kernel) that swapped or dropped them shows."""
+    params = random_parameters(config, seed)
+    rng = np.random.default_rng(seed + 1)
+    for name in ("ln1w", "ln1b", "qkvb", "attprojb", "ln2w", "ln2b", "fcb", "fcprojb", "lnfw", "lnfb"):
+        params[name] = params[name] + rng.normal(0, 0.1, params[name].shape).astype(np.float32)
+    return params
+
+
 # --------------------------------------------------------------------------- llm.c
 
 

@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from gpt2.backends import make_backend
-from gpt2.checkpoint import random_parameters
+from gpt2.checkpoint import perturbed_parameters
 from gpt2.config import preset
 from gpt2.decoding import make_decoder
 from gpt2.executors import make_executor
@@ -96,7 +96,7 @@ def main(argv=None) -> int:
     recording.install()
     tokenizer = get_tokenizer()
     config = preset("gpt2")
-    model = GPT2(config, random_parameters(config, workload.weights_seed),
+    model = GPT2(config, perturbed_parameters(config, workload.weights_seed),
                  backend=make_backend("kernels", kernels=args.submission, variants=tuple(args.variant)))
     gate_outputs(model, tokenizer.encode(workload.gate_prompt), workload.gate_steps).save(args.out)
     print("gate's outputs saved; timing the configurations", file=sys.stderr, flush=True)

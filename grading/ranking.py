@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from gpt2.checkpoint import random_parameters
+from gpt2.checkpoint import perturbed_parameters
 from gpt2.config import preset
 from gpt2.logits_check import allowed_logit_error
 from gpt2.model import GPT2
@@ -29,7 +29,7 @@ class Gate:
 
 def make_gate(workload: Workload, profile: Profile) -> Gate:
     config = preset("gpt2")
-    params = random_parameters(config, workload.weights_seed)
+    params = perturbed_parameters(config, workload.weights_seed)
     tokens = np.array([get_tokenizer().encode(workload.gate_prompt)], np.int32)
     reference = GPT2(config, params, backend="reference")(tokens)
     return Gate(reference[0], allowed_logit_error((config, params), tokens, reference, profile))
