@@ -13,7 +13,9 @@ queued behind a short spin kernel so that Python's launch overhead never leaves 
 GPU idle between the events: the numbers are GPU time.
 
 Ceilings measured here, not taken from a datasheet: the copy bandwidth of a 1 GiB
-device-to-device copy (bytes read + written), gold's matmul rate (cuBLAS in float32),
+device-to-device copy (bytes read + written; "%copy"), and of a copy that moves the
+row's own bytes ("%same": a small copy does not reach the 1 GiB rate, since the
+card's ramp-up and tail weigh more), gold's matmul rate (cuBLAS in float32),
 and for a variant under the tf32 profile, cuBLAS in TF32 mode (the same call with the
 cuBLAS handle's math mode set to CUBLAS_TF32_TENSOR_OP_MATH): "vs ceiling" compares
 each matmul with the cuBLAS of its own precision. GB/s counts the fewest bytes the
@@ -65,10 +67,11 @@ def gpu_times_ms(call, *, batches=4, per_batch=16, warmup=3):
     return statistics.median(samples)
 
 
-def copy_bandwidth_gbs():
+def copy_bandwidth_gbs(nbytes: int = 2**31) -> float:
+    """GB/s of a device-to-device copy that moves `nbytes` (half read, half written; default 1 GiB each way)."""
     import cupy
 
-    n = 2**28  # 1 GiB of float32
+    n = max(nbytes // 8, 1)  # float32s each way
     src, dst = cupy.ones(n, np.float32), cupy.empty(n, np.float32)
     ms = gpu_times_ms(lambda: cupy.copyto(dst, src), batches=2, per_batch=10)
     return 2 * n * 4 / ms / 1e6
@@ -126,9 +129,9 @@ def benchmark(args) -> int:
     print(f"copy bandwidth (1 GiB device-to-device, read + write): {copy_gbs:.0f} GB/s\n")
 
     header = (f"{'host function':18s} {'size':32s} {'ms':>8s} {'gold ms':>8s} {'vs gold':>8s} "
-              f"{'GB/s':>7s} {'%copy':>6s} {'TFLOP/s':>8s} {'gold TF/s':>9s} {'TF32 TF/s':>9s} {'vs ceiling':>10s}")
+              f"{'GB/s':>7s} {'%copy':>6s} {'%same':>6s} {'TFLOP/s':>8s} {'gold TF/s':>9s} {'TF32 TF/s':>9s} {'vs ceiling':>10s}")
     print(header)
-    table, ceilings = [], {}  # case id -> (gold ms, cuBLAS TF32 ms): timed once, shared by the variants
+    table, ceilings = [], {}  # case id -> (gold ms, cuBLAS TF32 ms, same-size copy GB/s): timed once per size
     for name, spec, case, function, profile in rows:
         call_args = tuple(call_arguments(build(case), cupy).values())
         ms = gpu_times_ms(lambda: function(*call_args))
@@ -138,20 +141,21 @@ def benchmark(args) -> int:
             if spec.products is not None:  # a matmul: cuBLAS in TF32 mode too, the ceiling of the tf32 profile
                 with cublas_tf32():
                     tf32_ms = gpu_times_ms(lambda: getattr(gold, spec.function)(*call_args))
-            ceilings[case.id] = gold_ms, tf32_ms
-        gold_ms, tf32_ms = ceilings[case.id]
+            ceilings[case.id] = gold_ms, tf32_ms, copy_bandwidth_gbs(spec.traffic(case.size))
+        gold_ms, tf32_ms, same_size_copy_gbs = ceilings[case.id]
         nbytes, flops = spec.traffic(case.size), spec.flops(case.size) if spec.flops else 0
         ceiling_ms = tf32_ms if profile == "tf32" else gold_ms
         size = case.id.rsplit("-seed", 1)[0]
         row = dict(function=name, size=size, ms=ms, gold_ms=gold_ms, speedup_vs_gold=gold_ms / ms,
                    gbs=nbytes / ms / 1e6, pct_copy=100 * nbytes / ms / 1e6 / copy_gbs,
+                   pct_same_size_copy=100 * nbytes / ms / 1e6 / same_size_copy_gbs,
                    tflops=flops / ms / 1e9, gold_tflops=flops / gold_ms / 1e9, tf32_tflops=flops / tf32_ms / 1e9,
                    vs_ceiling=ceiling_ms / ms if flops else float("nan"))
         table.append(row)
         tf = (f"{row['tflops']:8.1f} {row['gold_tflops']:9.1f} {row['tf32_tflops']:9.1f} {row['vs_ceiling']:9.2f}x"
               if flops else "")
         print(f"{name:18s} {size:32s} {ms:8.3f} {gold_ms:8.3f} {row['speedup_vs_gold']:7.2f}x "
-              f"{row['gbs']:7.0f} {row['pct_copy']:5.0f}% {tf}", flush=True)
+              f"{row['gbs']:7.0f} {row['pct_copy']:5.0f}% {row['pct_same_size_copy']:5.0f}% {tf}", flush=True)
         del call_args
         cupy.get_default_memory_pool().free_all_blocks()
     if args.csv:
