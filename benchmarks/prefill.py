@@ -1,5 +1,5 @@
 """Whole-model prefill: one forward pass of GPT-2 124M over B x T tokens, the kit's kernels
-(with each milestone-2 matmul) beside gold and transformers in the same process.
+(with each milestone-2 matmul, and flash attention) beside gold and transformers in the same process.
 
     python -m benchmarks.prefill [--batch 8] [--tokens 1024] [--no-hf]
 
@@ -10,6 +10,8 @@ and transformers' work share CUDA's default stream). The rows:
     kernels                 the kit's kernels (tiled matmul, reduction layernorm and softmax)
     kernels + matmul_tf32   the same with the TF32 tensor-core matmul (the tf32 profile)
     kernels + matmul_cublas the same with the cuBLAS matmul (float32)
+    kernels + flash         the kit's kernels with flash attention (milestone 3; float32)
+    kernels + flash + tf32  flash attention and the TF32 matmul
     gold                    reference.gold: CuPy library operations, cuBLAS float32
     transformers fp32       GPT2LMHeadModel, eager (no torch.compile), its default attention, float32
     transformers tf32       the same with torch.backends.cuda.matmul.allow_tf32
@@ -31,7 +33,9 @@ from kernel_runtime.commands import POSITIVE_INT, OneLineArgumentParser, run_com
 from kernel_runtime.device import exit_without_gpu
 
 KIT_ROWS = (("kernels", "kernels", ()), ("kernels + matmul_tf32", "kernels", ("matmul_tf32",)),
-            ("kernels + matmul_cublas", "kernels", ("matmul_cublas",)), ("gold", "gold", ()))
+            ("kernels + matmul_cublas", "kernels", ("matmul_cublas",)),
+            ("kernels + flash", "kernels", ("attention_flash",)),
+            ("kernels + flash + tf32", "kernels", ("attention_flash", "matmul_tf32")), ("gold", "gold", ()))
 TIMING = dict(batches=2, per_batch=6, warmup=2)  # a call is tens of milliseconds
 
 

@@ -5,6 +5,8 @@ functions of gpt2.ops.ForwardOps.
              one: `kernels=` binds it, see kernel_runtime.loader), on the GPU; with
              `variants=("matmul_tf32",)` a milestone variant's module stands in for
              its host function (reference.variants), e.g. the TF32 tensor-core matmul.
+             With the attention_flash variant the backend's flash_attention is set,
+             and the model runs flash attention in attention_forward's place.
 * gold:      reference/gold.py, CuPy library operations, on the GPU.
 * reference: reference/cpu.py, NumPy in float64 on the CPU; works without a GPU.
 
@@ -19,7 +21,7 @@ import types
 
 import numpy as np
 
-from gpt2.ops import MODEL_FUNCTIONS, ForwardOps
+from gpt2.ops import MODEL_FUNCTIONS, OPTIONAL_FUNCTIONS, ForwardOps
 from kernel_runtime import KitError, require_gpu
 from kernel_runtime.loader import use_kernels
 from reference.registry import host_function, host_functions
@@ -38,6 +40,7 @@ class Backend:
     xp: types.ModuleType          # numpy or cupy
     activation_dtype: type
     ops: ForwardOps
+    flash_attention: bool = False  # the model calls ops.flash_attention_forward, not ops.attention_forward
 
     def upload(self, host_array: np.ndarray):
         return self.xp.asarray(host_array)
@@ -65,7 +68,12 @@ def make_backend(name: str, kernels: str | None = None, variants: tuple[str, ...
     if name == "gold":
         from reference import gold
         return Backend(name, cupy, np.float32, _namespace(gold))
-    return Backend(name, cupy, np.float32, kernel_ops(kernels, variants))
+    return Backend(name, cupy, np.float32, kernel_ops(kernels, variants), flash_attention=uses_flash(variants))
+
+
+def uses_flash(variants: tuple[str, ...]) -> bool:
+    """Whether one of `variants` is a flash attention: the model then calls flash_attention_forward."""
+    return any(variant_named(name).function == "flash_attention_forward" for name in variants)
 
 
 def kernel_ops(kernels: str | None = None, variants: tuple[str, ...] = ()) -> ForwardOps:
@@ -83,4 +91,4 @@ def kernel_ops(kernels: str | None = None, variants: tuple[str, ...] = ()) -> Fo
 
 
 def _namespace(module) -> ForwardOps:
-    return types.SimpleNamespace(**{name: getattr(module, name) for name in MODEL_FUNCTIONS})
+    return types.SimpleNamespace(**{name: getattr(module, name) for name in MODEL_FUNCTIONS + OPTIONAL_FUNCTIONS})

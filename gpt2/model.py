@@ -23,6 +23,10 @@ every layer's keys and values; `decode_step(token, cache)` then runs one new tok
 per row against them, with positions read from the cache's device-side lengths
 (which is what lets a decoder capture a step once as a CUDA graph and replay it).
 
+With flash attention (the attention_flash variant, milestone 3) the attention step
+calls flash_attention_forward, which keeps each softmax's log-sum-exp (a.lse) instead
+of the T x T probabilities (a.att, not allocated then).
+
 Every host-function call names its step (ln1, qkv, attention, ...). `observer`, when
 set, runs each call instead of the model, with its step and layer: the NVTX ranges of
 the profiler and the step-by-step check (gpt2.step_check) are both observers.
@@ -48,7 +52,7 @@ if TYPE_CHECKING:
 ACTIVATION_SHAPES = {
     "encoded": "B T C",
     "ln1": "L B T C", "ln1_mean": "L B T", "ln1_rstd": "L B T",
-    "qkv": "L B T 3C", "atty": "L B T C", "att": "L B NH T T",
+    "qkv": "L B T 3C", "atty": "L B T C", "att": "L B NH T T", "lse": "L B NH T",
     "attproj": "L B T C", "residual2": "L B T C",
     "ln2": "L B T C", "ln2_mean": "L B T", "ln2_rstd": "L B T",
     "fch": "L B T 4C", "fch_gelu": "L B T 4C", "fcproj": "L B T C", "residual3": "L B T C",
@@ -57,6 +61,8 @@ ACTIVATION_SHAPES = {
     "qkvr": "3BTC",  # attention's scratch, shared by the layers
 }
 
+
+UNUSED_BY_FLASH = ("att", "qkvr")
 
 GLOBAL_WEIGHTS = ("wte", "wpe", "lnfw", "lnfb")  # the others are stacked over layers
 
@@ -129,9 +135,11 @@ class GPT2:
         uploaded = {name: self.backend.upload(array) for name, array in params.items()}
         self.weights = types.SimpleNamespace(**{name: array if name in GLOBAL_WEIGHTS else list(array)
                                                 for name, array in uploaded.items()})
+        # flash attention (milestone 3) keeps no T x T probabilities: a.att is then not allocated
+        self.flash_attention = self.backend.flash_attention
         self.observer: Observer | None = None  # runs every host-function call when set
         self.nvtx = False  # True: NVTX ranges around the pass and each layer (nvtx_observer: each call)
-        self._activations_for = None  # ((B, T), activations) of plain calls
+        self._activations_for = None  # ((B, T, flash_attention), activations) of plain calls
 
     @classmethod
     def from_pretrained(cls, source, backend: str = "kernels", kernels: str | None = None) -> "GPT2":
@@ -204,6 +212,8 @@ class GPT2:
                 if decoding:
                     run("attention", ops.decode_attention_forward, a.atty[l], a.qkv[l], cache.k[l], cache.v[l],
                         cache.lengths, B, C, NH, max_T)
+                elif self.flash_attention:
+                    run("attention", ops.flash_attention_forward, a.atty[l], a.lse[l], a.qkv[l], B, T, C, NH)
                 else:
                     run("attention", ops.attention_forward, a.atty[l], a.qkvr, a.att[l], a.qkv[l], B, T, C, NH)
                 run("attproj", ops.matmul_forward, a.attproj[l], a.atty[l], w.attprojw[l], w.attprojb[l], B, T, C, C)
@@ -236,13 +246,15 @@ class GPT2:
         """A fresh set of activations for B rows of T tokens, owned by the caller."""
         c = self.config
         sizes = dict(L=c.num_layers, B=B, T=T, C=c.channels, NH=c.num_heads, Vp=c.padded_vocab_size)
-        arrays = {name: self.backend.empty(*_shape(spec, sizes)) for name, spec in ACTIVATION_SHAPES.items()}
+        arrays = {name: self.backend.empty(*_shape(spec, sizes)) for name, spec in ACTIVATION_SHAPES.items()
+                  if not (name in UNUSED_BY_FLASH and self.flash_attention)}
         return types.SimpleNamespace(**{name: list(array) if ACTIVATION_SHAPES[name].startswith("L ") else array
                                         for name, array in arrays.items()})
 
     def _activations(self, B: int, T: int):
-        if self._activations_for is None or self._activations_for[0] != (B, T):
-            self._activations_for = ((B, T), self.new_activations(B, T))
+        key = (B, T, self.flash_attention)
+        if self._activations_for is None or self._activations_for[0] != key:
+            self._activations_for = (key, self.new_activations(B, T))
         return self._activations_for[1]
 
     def _runner(self, layer: int | None) -> Callable:

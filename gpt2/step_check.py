@@ -138,12 +138,13 @@ def main(argv=None) -> int:
 
 
 def check(args) -> int:
-    from gpt2.backends import kernel_ops
+    from gpt2.backends import kernel_ops, uses_flash
     from gpt2.model import GPT2
 
     candidate = kernel_ops(args.kernels, tuple(args.variant))
     profile = profile_named(args.profile) if args.profile else profile_of(args.variant) if args.variant else COURSE
     model = GPT2.from_pretrained(args.model, backend="gold")
+    model.flash_attention = uses_flash(tuple(args.variant))  # gold's attention step as the candidate's
     rng = np.random.default_rng(args.seed)
     tokens = rng.integers(0, model.config.vocab_size, (args.batch, args.tokens), dtype=np.int32)
     print(f"judged under the {profile.name} profile", flush=True)

@@ -6,7 +6,8 @@ a TODO stub: it compiles, writes nothing, and so fails its tests cleanly (the ou
 stay NaN). Everything else is kept, except what only the staff use: the grader and
 its tests, the known-wrong implementations and the tests that run them, the Slurm
 job tests and the CI setup; and what belongs to later milestones (milestone 2's
-variant modules and their test, in milestone 1's kit).
+variant modules and their test, in milestone 1's kit; a later milestone's host
+functions, their spec and kernel module, in earlier kits).
 
 Milestone 2's kit stubs milestone 1's kernels too: the course's students carry their
 own milestone-1 kernels forward (copying their kernels/*.py over the stubs), and the
@@ -26,11 +27,25 @@ import subprocess
 from pathlib import Path
 
 from kernel_runtime import KitError
+from reference.registry import SPECS
 from reference.variants import new_modules
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 MILESTONES = (1, 2)
-MILESTONE_FILES = {2: ("tests/kernels/test_variants.py", *(f"kernels/{m}.py" for m in new_modules(2)))}
+
+
+def _milestone_files() -> dict[int, tuple[str, ...]]:
+    """milestone -> the files only its kit (and later ones) has: milestone 2's variant modules and their
+    test; a later milestone's host functions (their spec and kernel module)."""
+    files = {2: ["tests/kernels/test_variants.py", *(f"kernels/{m}.py" for m in new_modules(2))]}
+    for spec in SPECS.values():
+        if spec.milestone > 1:
+            spec_file = spec.build.__module__.replace(".", "/") + ".py"
+            files.setdefault(spec.milestone, []).extend((f"kernels/{spec.module}.py", spec_file))
+    return {milestone: tuple(paths) for milestone, paths in files.items()}
+
+
+MILESTONE_FILES = _milestone_files()
 STAFF_FILES = ("grading/", "tests/grading/", "tests/kernels/wrong/", "tests/kernels/wrong_technique/",
                "tests/kernels/test_known_wrong.py", "tests/kernels/test_wrong_techniques.py", "tests/slurm/",
                "slurm/grade_class.slurm", ".ci/")

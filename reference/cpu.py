@@ -60,6 +60,25 @@ def attention_forward(out, qkvr, att, inp, B, T, C, NH):
     out.reshape(B, T, C)[...] = (probabilities @ v).transpose(0, 2, 1, 3).reshape(B, T, C)
 
 
+def flash_attention_forward(out, lse, inp, B, T, C, NH):
+    """attention_forward's output without its probabilities; lse (B, NH, T) gets each row's log-sum-exp."""
+    windowed_attention(out, lse, inp, B, T, C, NH, window=T)
+
+
+def windowed_attention(out, lse, inp, B, T, C, NH, window):
+    """Each query attends to its `window` most recent keys, itself included."""
+    HS = C // NH
+    qkv = inp.reshape(B, T, 3, NH, HS).astype(np.float64)
+    q, k, v = (qkv[:, :, i].transpose(0, 2, 1, 3) for i in range(3))  # (B, NH, T, HS)
+    offset = np.arange(T).reshape(T, 1) - np.arange(T)  # query minus key
+    visible = (offset >= 0) & (offset < window)
+    scores = np.where(visible, q @ k.transpose(0, 1, 3, 2) / np.sqrt(HS), -np.inf)
+    top = scores.max(axis=-1, keepdims=True)
+    log_sum = top + np.log(np.exp(scores - top).sum(axis=-1, keepdims=True))
+    lse.reshape(B, NH, T)[...] = log_sum[..., 0]
+    out.reshape(B, T, C)[...] = (np.exp(scores - log_sum) @ v).transpose(0, 2, 1, 3).reshape(B, T, C)
+
+
 def residual_forward(out, inp1, inp2, N):
     out.reshape(N)[...] = inp1.reshape(N).astype(np.float64) + inp2.reshape(N).astype(np.float64)
 

@@ -70,6 +70,21 @@ def attention_forward(out, qkvr, att, inp, B, T, C, NH):
     out.reshape(B, T, C)[...] = xp.matmul(probabilities, v).transpose(0, 2, 1, 3).reshape(B, T, C)
 
 
+def flash_attention_forward(out, lse, inp, B, T, C, NH):
+    xp = array_module(inp)
+    HS = C // NH
+    qkv = inp.reshape(B, T, 3, NH, HS).transpose(2, 0, 3, 1, 4)  # (3, B, NH, T, HS)
+    q, k, v = (qkv[i] for i in range(3))
+    causal = xp.tril(xp.ones((T, T), dtype=bool))
+    scores = xp.where(causal, xp.matmul(q, k.transpose(0, 1, 3, 2)) * xp.float32(1 / math.sqrt(HS)),
+                      xp.float32(-xp.inf))
+    top = scores.max(axis=-1, keepdims=True)
+    weights = xp.exp(scores - top)
+    total = weights.sum(axis=-1, keepdims=True)
+    lse.reshape(B, NH, T)[...] = (top + xp.log(total))[..., 0]
+    out.reshape(B, T, C)[...] = xp.matmul(weights / total, v).transpose(0, 2, 1, 3).reshape(B, T, C)
+
+
 def residual_forward(out, inp1, inp2, N):
     array_module(inp1).add(inp1.reshape(N), inp2.reshape(N), out=out.reshape(N))
 

@@ -80,6 +80,8 @@ class Spec:
                                                   # once, each output written once), for GB/s
     flops: Callable[[dict], int] | None = None    # useful floating-point operations, for TFLOP/s
     graded: bool = True                 # students write it, and grading/weights.toml must score it
+    milestone: int = 1                  # the course milestone that asks for it: earlier milestones' kits leave
+                                        # out its spec and kernel module (grading.handout)
     products: Callable[[dict], dict] | None = None  # (float64 inputs) -> per output, the sum of |a * b| over
                                                      # the products behind each element (reference.precision)
 

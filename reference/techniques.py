@@ -60,6 +60,10 @@ TECHNIQUES = {t.name: t for t in (
               all_of=(r"\b(?:st\.shared|cp\.async[.\w]*\.shared)", r"\b(?:ld\.shared|ldmatrix)")),
     Technique("reduction", "warp shuffles (shfl.sync), or shared memory read back after a barrier, in its PTX",
               any_of=((r"\bshfl\.sync",), (r"\bst\.shared", r"\bbar\.sync", r"\bld\.shared"))),
+    Technique("flash", "exponentials in a kernel that writes and reads shared memory (ex2 with st.shared and "
+                       "ld.shared in one kernel's PTX): the softmax happens where the tiles are, so no "
+                       "probabilities leave the kernel",
+              all_of=(r"\bex2\.approx", r"\bst\.shared", r"\bld\.shared")),
     Technique("cublas", "cuBLAS call (through cupy.cublas)", library="cublas"),
 )}
 

@@ -15,13 +15,14 @@ import pytest
 
 from grading import reports
 from grading.grade import ItemGrade, SubmissionGrade, score_item
-from grading.handout import LEFTOVER_MARKER, make_handout, strip_solutions
+from grading.handout import LEFTOVER_MARKER, MILESTONE_FILES, make_handout, strip_solutions
 from grading.items import SchemeError, load_scheme, scheme_for
 from grading.worker import TECHNIQUE_FILE
 from kernel_runtime.device import gpu_unavailable_reason, nvrtc_unavailable_reason
 from reference import gold
 from reference.execution import Execution, execute
 from reference.registry import build, cases
+from reference.variants import DECLARED, VARIANTS
 from tests.readme import bash_blocks
 
 ROOT = Path(__file__).parents[2]
@@ -422,3 +423,16 @@ def test_handout_kernel_tests_fail_cleanly_on_a_gpu(kit, request):
                           capture_output=True, text=True, cwd=destination, timeout=600)
     summary = (done.stdout.strip().splitlines() or ["no output"])[-1]
     assert done.returncode == 1 and "failed" in summary and "error" not in summary, done.stdout[-3000:]
+
+
+@pytest.mark.parametrize("kit", ["handout", "handout_m2"])
+def test_earlier_kits_leave_out_later_milestones_host_functions(kit, request):
+    destination, _ = request.getfixturevalue(kit)
+    later = [path for milestone, paths in MILESTONE_FILES.items() if milestone > 2 for path in paths]
+    assert "kernels/flash_attention.py" in later
+    assert not [path for path in later if (destination / path).exists()]
+
+
+def test_every_declared_variant_has_its_host_function_here():
+    """A variant leaves VARIANTS only in a kit without its milestone's specs, never in this repository."""
+    assert list(VARIANTS) == [v.name for v in DECLARED]

@@ -24,6 +24,7 @@ CAUGHT_BY = {
                                 "only)",
     "cublas_that_never_calls_it": "no evidence of cublas",
     "layernorm_one_thread_per_row": "no evidence of reduction",
+    "flash_that_stores_probabilities": "no evidence of flash",
 }
 
 

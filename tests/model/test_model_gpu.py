@@ -8,7 +8,7 @@ import pytest
 
 from gpt2 import step_check
 from gpt2.config import preset
-from gpt2.backends import kernel_ops, make_backend
+from gpt2.backends import kernel_ops, make_backend, uses_flash
 from gpt2.generate import GREEDY, generate
 from gpt2.beam_search import BeamSearch, beam_search
 from gpt2.decoding import make_decoder
@@ -36,12 +36,18 @@ def reference_logits(weights, tokens):
     return GPT2(*weights, backend="reference")(tokens)
 
 
-@pytest.mark.parametrize("backend", ["kernels", "gold"])
+def backend_named(name: str):
+    """"kernels", "gold", or "kernels+flash": the kit's kernels with flash attention (the attention_flash variant)."""
+    return make_backend("kernels", variants=("attention_flash",)) if name == "kernels+flash" else make_backend(name)
+
+
+@pytest.mark.parametrize("backend", ["kernels", "gold", "kernels+flash"])
 def test_124M_logits_match_the_reference(weights, tokens, reference_logits, backend):
-    model = GPT2(*weights, backend=backend)
+    model = GPT2(*weights, backend=backend_named(backend))
     logits = model.backend.to_host(model(tokens))
     error, allowed = np.abs(logits - reference_logits).max(), allowed_logit_error(weights, tokens, reference_logits, FP32)
     assert error <= allowed, f"max logit error {error:.3g} (allowed {allowed:.3g})"
+    assert hasattr(model.activations(), "att") != model.flash_attention  # flash keeps no T x T probabilities
 
 
 def test_step_check_passes_with_the_kits_kernels(weights, tokens):
@@ -63,9 +69,11 @@ def test_124M_logits_with_the_tf32_matmul_match_the_reference_within_tf32_s_erro
     assert error <= allowed, f"max logit error {error:.3g}"
 
 
-@pytest.mark.parametrize("variants, profile", [((), FP32), (("matmul_tf32",), TF32)], ids=["fp32", "tf32"])
+@pytest.mark.parametrize("variants, profile", [((), FP32), (("matmul_tf32",), TF32), (("attention_flash",), FP32)],
+                         ids=["fp32", "tf32", "flash"])
 def test_step_check_passes_under_the_rounding_bounds_of_the_profile(weights, tokens, variants, profile):
     model = GPT2(*weights, backend="gold")
+    model.flash_attention = uses_flash(variants)  # gold then calls its flash_attention_forward for the check
     checker = step_check.run(model, tokens, kernel_ops(variants=variants), profile)
     assert checker.first_failure() is None, checker.first_failure()
 
@@ -92,9 +100,9 @@ def test_step_check_names_the_first_wrong_step(weights, tokens):
     assert following.where == "layer 0 attention" and following.passed
 
 
-@pytest.mark.parametrize("backend", ["kernels", "gold"])
+@pytest.mark.parametrize("backend", ["kernels", "gold", "kernels+flash"])
 def test_kv_cache_greedy_tokens_equal_full_recompute(weights, backend):
-    model = GPT2(*weights, backend=backend)
+    model = GPT2(*weights, backend=backend_named(backend))
     prompt = list(np.random.default_rng(3).integers(0, 50257, 8))
     recomputed = generate(model, prompt, 24, GREEDY, use_cache=False, stop_at_end_of_text=False)
     launched = generate(model, prompt, 24, GREEDY, use_graph=False, stop_at_end_of_text=False)

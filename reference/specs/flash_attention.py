@@ -1,0 +1,68 @@
+"""flash_attention_forward(out, lse, inp, B, T, C, NH): causal multi-head attention of packed
+q|k|v (B, T, 3C) without the T x T probabilities; lse (B, NH, T) gets each softmax's log-sum-exp.
+Milestone 3: kernels/flash_attention.py."""
+
+import math
+
+import numpy as np
+
+from reference.bounds import attention_bounds
+from reference.numerics import TINY, U
+from reference.spec import Arguments, Spec, normal
+from reference.specs.attention import flops
+from reference.specs.softmax import causal
+
+
+def build(case, rng):
+    B, T, C, NH = (case.size[k] for k in ("B", "T", "C", "NH"))
+    scale = 100.0 if case.values == "extreme" else 1.0  # extreme: scores of order 1e4
+    return Arguments(dict(out=(B, T, C), lse=(B, NH, T), inp=normal(rng, B, T, 3 * C, scale=scale),
+                          B=B, T=T, C=C, NH=NH))
+
+
+def error_bound(x, e):
+    """attention's bounds on out, plus the online softmax's rescales; lse errs like a probability's exponent.
+
+    An online softmax multiplies what it has summed by exp(m - m') each time the
+    running maximum grows: a rounding of ~U each time, counted as a sum's 4 sqrt(n)
+    more (on random scores the maximum grows about log(n) times). lse = max + log(sum):
+    the scores' error (as in the probabilities' bound) plus U |lse| for the addition."""
+    B, T, C3 = x["inp"].shape
+    NH = e["lse"].shape[1]
+    HS = C3 // 3 // NH
+    q, k, v = x["inp"].reshape(B, T, 3, NH, HS).transpose(2, 0, 3, 1, 4)
+    visible = causal(T)
+    scores = np.where(visible, q @ np.swapaxes(k, -1, -2) / math.sqrt(HS), -np.inf)
+    p = np.exp(scores - e["lse"][..., None])
+    q_abs, k_abs, v_abs = np.abs(q), np.abs(k), np.abs(v)
+    p_bound, out_bound = attention_bounds(q_abs, k_abs, v_abs, p, visible)
+    n = visible.sum(axis=-1, keepdims=True)
+    out_bound = out_bound + U * 4 * np.sqrt(n) * (p @ v_abs)
+    score_scale = (q_abs @ np.swapaxes(k_abs, -1, -2)) * (math.sqrt(HS) + 1) / math.sqrt(HS)
+    row_scale = np.where(visible, score_scale, 0).max(axis=-1)
+    lse_bound = U * (8 * row_scale + 4 * np.sqrt(n[..., 0]) + 8 + np.abs(e["lse"])) + TINY
+    return {"out": out_bound.transpose(0, 2, 1, 3).reshape(B, T, C3 // 3), "lse": lse_bound}
+
+
+def traffic(s):
+    N = s["B"] * s["T"] * s["C"]
+    return 4 * (3 * N + N + s["B"] * s["NH"] * s["T"])
+
+
+SPEC = Spec(
+    function="flash_attention_forward", module="flash_attention", outputs=("out", "lse"), build=build,
+    error_bound=error_bound, graded=False, milestone=3,
+    cases=(
+        dict(B=1, T=1, C=64, NH=1),
+        dict(B=2, T=7, C=96, NH=2),          # head size 48
+        dict(B=1, T=33, C=16, NH=2),         # head size 8
+        dict(B=1, T=130, C=20, NH=4),        # head size 5: no float4 rows; T past two tiles
+        dict(B=2, T=64, C=768, NH=12),
+        dict(B=1, T=1024, C=768, NH=12),
+        dict(B=1, T=100, C=128, NH=2, values="extreme"),
+    ),
+    quick=dict(B=2, T=128, C=768, NH=12),
+    benchmark=(dict(B=8, T=1024, C=768, NH=12),),
+    traffic=traffic,
+    flops=flops,
+)
