@@ -73,9 +73,9 @@ def strip_solutions(text: str) -> tuple[str, int]:
 
 def students_readme(text: str, milestone: int = 1) -> str:
     """The README without its staff-only sections and lines, and without the sections of later milestones."""
-    for later in (m for m in MILESTONES if m > milestone):
-        text = re.sub(rf"^<!-- milestone {later} -->.*?^<!-- end milestone {later} -->\n\n?", "", text,
-                      flags=re.MULTILINE | re.DOTALL)
+    text = re.sub(r"^<!-- milestone (\d+) -->.*?^<!-- end milestone \1 -->\n\n?",
+                  lambda section: "" if int(section.group(1)) > milestone else section.group(0), text,
+                  flags=re.MULTILINE | re.DOTALL)
     return re.sub(r"^<!-- (end )?milestone \d+ -->\n", "", STAFF_LINE.sub("", STAFF_SECTION.sub("", text)),
                   flags=re.MULTILINE)
 

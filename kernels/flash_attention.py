@@ -17,19 +17,24 @@ o by exp(m - m') (an "online" softmax). After the last key, out = o / l and
 lse = m + log(l). Each score lives in a register for a moment and is gone.
 
 This kernel (FlashAttention-2's loop order, on CUDA cores, in float32):
-* A block takes QUERY_ROWS consecutive queries of one (b, h), a thread per query.
-  The block stages its queries through shared memory (coalesced loads), and each
-  thread keeps its query row, scaled, in registers.
-* Then, tile by tile, the block copies KEY_TILE keys and their values into shared
-  memory with cp.async, two tiles in flight: the next tile's copy runs while this
-  one is used. Every thread reads the same key at the same moment: one broadcast
-  per float4, and 4 multiply-adds per float4 loaded.
-* Each thread goes through the tile in chunks of CHUNK keys: CHUNK dot products
-  (independent, so they overlap in the pipeline), one rescale of l and o when the
-  maximum grows, then CHUNK multiply-adds of v into o.
-* Causality: tiles past the block's last query are never loaded, and a thread skips
-  the chunks past its own query. `window` limits each query to its `window` most
-  recent keys (its own included); causal attention is window = T.
+* A block takes QUERY_ROWS = 32 consecutive queries of one (b, h); its 128 threads
+  form 8 x 16. The queries, scaled, wait in shared memory for the whole block.
+* Tile by tile, the block computes the tile's scores S = Q K^T for KEY_TILE = 64
+  keys as a small matmul: each thread a 4 x 4 part of S (its 4 queries, keys
+  tx + 16 j), from float4 loads, 16 multiply-adds per two loads.
+* The online softmax of each query's row: the 16 threads holding the row find the
+  tile's maximum with shuffles, rescale their part of l and o if it grew, and turn
+  their scores into p = exp2(s - m). Each thread keeps its own part of l; the parts
+  are added once, at the end.
+* P goes to shared memory, over the keys (done with by then), and O += P V is the
+  second small matmul: each thread a 4 x 4 part of O (its 4 queries, 4 consecutive
+  head dims).
+* Keys and values arrive by cp.async; other blocks on the multiprocessor compute
+  while one waits for its tile. (Copying the next tile while this one is used needs
+  more than the 48 KB of shared memory a block may have without asking.)
+* Causality: tiles past the block's last query are never loaded, and a score past
+  its query is -inf. `window` limits each query to its `window` most recent keys
+  (its own included); causal attention is window = T.
 * Scores are kept in base 2: q is scaled by log2(e) / sqrt(HS) once, so each
   probability is one exp2f.
 * Blocks start in reverse order: the last queries see the most keys, so they go first
@@ -42,151 +47,179 @@ import numpy as np
 
 from kernel_runtime import CudaKernel, KernelArgumentError, ceil_div, check_array, check_dims
 
-# Chosen by timing B8 T1024 C768 NH12 on an H200 (ms): these 0.82; 32 queries per block 0.93;
-# CHUNK 16 0.96 (more registers, fewer blocks per SM), CHUNK 4 1.03; KEY_TILE 16 with 32 queries 1.20.
-QUERY_ROWS = 64   # queries per block, a thread each
-KEY_TILE = 32     # keys (and values) per shared-memory tile; two tiles in flight
-CHUNK = 8         # keys scored together between rescales
-MAX_HEAD = 64     # the largest head size: a thread keeps q and o, 2 * MAX_HEAD floats, in registers
+QUERY_ROWS = 32   # queries per block
+KEY_TILE = 64     # keys (and values) per shared-memory tile
+MAX_HEAD = 64     # the largest head size (queries, keys and values are padded to it with zeros)
+THREADS = 128     # 8 x 16: each thread 4 queries x (4 keys, then 4 head dims)
 
 FLASH_ATTENTION_SOURCE = r"""
 #define NEG_INFINITY __int_as_float(0xff800000)
 #define LN2 0.6931471805599453f
-#define STAGE_STRIDE (MAX_HEAD + 1)  // a staged query row: one float more, so rows start in different banks
-#define TILE_FLOATS (KEY_TILE * MAX_HEAD)
-static_assert(QUERY_ROWS * STAGE_STRIDE <= 4 * TILE_FLOATS, "the staged queries must fit in the key tiles' memory");
-static_assert(TILE_FLOATS % QUERY_ROWS == 0, "every thread copies the same number of a tile's floats");
+#define ROW (MAX_HEAD + 4)  // a shared row of q or k: 4 floats more, so the rows a warp reads start in different banks
+static_assert(THREADS == 128 && QUERY_ROWS == 8 * 4 && KEY_TILE == 16 * 4 && MAX_HEAD == 16 * 4,
+              "each of the 8 x 16 threads owns 4 x 4 of S and of O");
 
-// Start copying 4 bytes from global src to the shared address dst; with valid false nothing is read
-// and dst gets 0. The copy runs while the thread goes on (cp.async, sm_80 and later).
-__device__ __forceinline__ void copy_async(float* dst, const float* src, bool valid) {
+// Start copying 16 (or 4) bytes from global src to the shared address dst; with valid false nothing is
+// read and dst gets zeros. The copy runs while the thread goes on (cp.async, sm_80 and later).
+__device__ __forceinline__ void copy_async16(float* dst, const float* src, bool valid) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
+                 :: "r"((unsigned)__cvta_generic_to_shared(dst)), "l"(src), "r"(valid ? 16 : 0) : "memory");
+}
+__device__ __forceinline__ void copy_async4(float* dst, const float* src, bool valid) {
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;"
                  :: "r"((unsigned)__cvta_generic_to_shared(dst)), "l"(src), "r"(valid ? 4 : 0) : "memory");
 }
-__device__ __forceinline__ void copy_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-// Wait until at most `pending` of this thread's committed groups are still in flight.
-template <int pending> __device__ __forceinline__ void copy_async_wait() {
-    asm volatile("cp.async.wait_group %0;" :: "n"(pending) : "memory");
+__device__ __forceinline__ void copy_async_wait_all() {
+    asm volatile("cp.async.commit_group;\n\tcp.async.wait_group 0;" ::: "memory");
 }
 
-// Start copying keys k0 .. k0 + KEY_TILE - 1 of one head (their k and v) into k_tile and v_tile,
-// zeros past T and past HS. Consecutive threads copy consecutive d of a row: coalesced.
-__device__ void copy_key_tile(float* k_tile, float* v_tile, const float* head, int k0, int T, int C, int HS) {
-    #pragma unroll 8
-    for (int i = 0; i < TILE_FLOATS / QUERY_ROWS; i++) {
-        int e = threadIdx.x + QUERY_ROWS * i, r = e / MAX_HEAD, d = e % MAX_HEAD;
+// Copy keys k0 .. k0 + KEY_TILE - 1 of one head and their values into shared memory, zeros past T and HS.
+// Consecutive threads copy consecutive columns of a row: coalesced. With `vectors` (HS a multiple of 4,
+// qkv 16-byte aligned) each copy moves a float4: a quarter of the instructions.
+__device__ void copy_key_tile(float (*k_tile)[ROW], float (*v_tile)[MAX_HEAD], const float* head, int k0,
+                              int T, int C, int HS, bool vectors) {
+    const int width = vectors ? 4 : 1;
+    for (int e = threadIdx.x; e < KEY_TILE * MAX_HEAD / width; e += THREADS) {
+        int r = e / (MAX_HEAD / width), d = e % (MAX_HEAD / width) * width;
         bool valid = k0 + r < T && d < HS;
         const float* k = valid ? head + (long long)(k0 + r) * 3 * C + C + d : head;  // a readable address
-        copy_async(k_tile + e, k, valid);
-        copy_async(v_tile + e, valid ? k + C : head, valid);
+        const float* v = valid ? k + C : head;
+        if (vectors) {
+            copy_async16(&k_tile[r][d], k, valid);
+            copy_async16(&v_tile[r][d], v, valid);
+        } else {
+            copy_async4(&k_tile[r][d], k, valid);
+            copy_async4(&v_tile[r][d], v, valid);
+        }
     }
-    copy_async_commit();
+    copy_async_wait_all();
 }
 
-// grid (query tiles, B * NH), QUERY_ROWS threads
-extern "C" __global__ void __launch_bounds__(QUERY_ROWS)
+// The largest of `value`, and the sum, over the 16 threads of a half-warp (those holding one row of S).
+__device__ __forceinline__ float row_max(float value) {
+    for (int offset = 8; offset > 0; offset /= 2) value = fmaxf(value, __shfl_xor_sync(0xffffffff, value, offset));
+    return value;
+}
+__device__ __forceinline__ float row_sum(float value) {
+    for (int offset = 8; offset > 0; offset /= 2) value += __shfl_xor_sync(0xffffffff, value, offset);
+    return value;
+}
+
+// grid (query tiles, B * NH), THREADS threads
+extern "C" __global__ void __launch_bounds__(THREADS)
 flash_attention_kernel(float* out, float* lse, const float* qkv, int T, int C, int NH, int window,
-                       float score_scale) {
+                       float score_scale, int vectors) {
     // BEGIN SOLUTION
-    __shared__ __align__(16) float tiles[2][2][TILE_FLOATS];  // [buffer][k or v]: two key tiles in flight
-    float* stage = &tiles[0][0][0];  // queries on the way in, outputs on the way out (QUERY_ROWS * STAGE_STRIDE fit)
+    __shared__ __align__(16) float q_tile[QUERY_ROWS][ROW];
+    __shared__ __align__(16) float k_or_p[KEY_TILE][ROW];  // the keys, then (QUERY_ROWS x KEY_TILE) the tile's P
+    __shared__ __align__(16) float v_tile[KEY_TILE][MAX_HEAD];
 
     const int row0 = (gridDim.x - 1 - blockIdx.x) * QUERY_ROWS;  // the longest rows first
     const int bh = blockIdx.y, b = bh / NH, h = bh % NH, HS = C / NH;
-    const int t = row0 + threadIdx.x;
-    const bool active = t < T;
+    const int ty = threadIdx.x / 16, tx = threadIdx.x % 16;
     const float* head = qkv + (long long)b * T * 3 * C + h * HS;  // q at column 0, k at C, v at 2C
 
-    #pragma unroll 8
-    for (int i = 0; i < MAX_HEAD; i++) {  // the block's queries, staged: coalesced, and all loads in flight
-        int e = threadIdx.x + QUERY_ROWS * i, r = e / MAX_HEAD, d = e % MAX_HEAD;
-        stage[r * STAGE_STRIDE + d] = (row0 + r < T && d < HS) ? head[(long long)(row0 + r) * 3 * C + d] : 0.0f;
+    for (int e = threadIdx.x; e < QUERY_ROWS * MAX_HEAD; e += THREADS) {
+        int r = e / MAX_HEAD, d = e % MAX_HEAD;  // consecutive threads, consecutive d: coalesced
+        q_tile[r][d] = (row0 + r < T && d < HS) ? head[(long long)(row0 + r) * 3 * C + d] * score_scale : 0.0f;
     }
-    __syncthreads();
-    float q[MAX_HEAD];  // this query, times score_scale = log2(e) / sqrt(HS): scores come out in base 2
-    #pragma unroll
-    for (int d = 0; d < MAX_HEAD; d++) q[d] = stage[threadIdx.x * STAGE_STRIDE + d] * score_scale;
-    __syncthreads();  // before the first key tile overwrites the stage
 
-    float o[MAX_HEAD];
+    float o[4][4] = {}, m[4], l[4] = {};  // this thread's queries ty*4 + i: o over dims tx*4 + j; l its keys' part
     #pragma unroll
-    for (int d = 0; d < MAX_HEAD; d++) o[d] = 0.0f;
-    float m = NEG_INFINITY, l = 0.0f;
+    for (int i = 0; i < 4; i++) m[i] = NEG_INFINITY;
 
-    const int last_key = min(T - 1, row0 + QUERY_ROWS - 1);  // the block's last query sees no further
-    const int first_tile = max(0, row0 - window + 1) / KEY_TILE;  // nor its first query any earlier
-    const int tiles_seen = last_key / KEY_TILE + 1 - first_tile;
-    copy_key_tile(tiles[0][0], tiles[0][1], head, first_tile * KEY_TILE, T, C, HS);
-    for (int n = 0; n < tiles_seen; n++) {
-        const int k0 = (first_tile + n) * KEY_TILE;
-        if (n + 1 < tiles_seen) {  // the next tile's copy runs while this one is used
-            copy_key_tile(tiles[(n + 1) % 2][0], tiles[(n + 1) % 2][1], head, k0 + KEY_TILE, T, C, HS);
-            copy_async_wait<1>();
-        } else {
-            copy_async_wait<0>();
-        }
-        __syncthreads();  // every thread's part of this tile has landed
-        const float* k_tile = tiles[n % 2][0];
-        const float* v_tile = tiles[n % 2][1];
-        for (int c = 0; active && c < KEY_TILE; c += CHUNK) {
-            int key0 = k0 + c;
-            if (key0 > t || key0 + CHUNK - 1 <= t - window) continue;  // no key of this chunk in the window
-            float s[CHUNK], chunk_max = NEG_INFINITY;
+    const int last_key = min(T - 1, row0 + QUERY_ROWS - 1);       // the block's last query sees no further
+    const int first_key = max(0, row0 - window + 1);              // its first query sees no earlier
+    for (int k0 = first_key / KEY_TILE * KEY_TILE; k0 <= last_key; k0 += KEY_TILE) {
+        copy_key_tile(k_or_p, v_tile, head, k0, T, C, HS, vectors);
+        __syncthreads();  // the tile (and, the first time, the queries) is in shared memory
+
+        float s[4][4] = {};  // s[i][j]: query ty*4 + i, key k0 + tx + 16 j
+        #pragma unroll 2
+        for (int d = 0; d < MAX_HEAD; d += 4) {
+            float4 q4[4], k4[4];
             #pragma unroll
-            for (int j = 0; j < CHUNK; j++) {
-                const float4* key = (const float4*)(k_tile + (c + j) * MAX_HEAD);
-                float dot = 0.0f;
-                #pragma unroll
-                for (int d = 0; d < MAX_HEAD / 4; d++) {
-                    float4 kv = key[d];  // the same address in every thread: a broadcast
-                    dot += q[4 * d] * kv.x + q[4 * d + 1] * kv.y + q[4 * d + 2] * kv.z + q[4 * d + 3] * kv.w;
-                }
-                int key_index = key0 + j;
-                s[j] = (key_index <= t && key_index > t - window) ? dot : NEG_INFINITY;
-                chunk_max = fmaxf(chunk_max, s[j]);
-            }
-            if (chunk_max > m) {  // the maximum grew: rescale what was summed against the old one
-                float correction = exp2f(m - chunk_max);  // exp2(-inf) = 0 on the first chunk
-                l *= correction;
-                #pragma unroll
-                for (int d = 0; d < MAX_HEAD; d++) o[d] *= correction;
-                m = chunk_max;
-            }
+            for (int i = 0; i < 4; i++) q4[i] = *(const float4*)&q_tile[ty * 4 + i][d];
             #pragma unroll
-            for (int j = 0; j < CHUNK; j++) {
-                float p = exp2f(s[j] - m);  // 0 for keys outside the window
-                l += p;
-                const float4* value = (const float4*)(v_tile + (c + j) * MAX_HEAD);
+            for (int j = 0; j < 4; j++) k4[j] = *(const float4*)&k_or_p[tx + 16 * j][d];
+            #pragma unroll
+            for (int i = 0; i < 4; i++) {
                 #pragma unroll
-                for (int d = 0; d < MAX_HEAD / 4; d++) {
-                    float4 vv = value[d];
-                    o[4 * d] += p * vv.x;
-                    o[4 * d + 1] += p * vv.y;
-                    o[4 * d + 2] += p * vv.z;
-                    o[4 * d + 3] += p * vv.w;
+                for (int j = 0; j < 4; j++) {
+                    s[i][j] += q4[i].x * k4[j].x + q4[i].y * k4[j].y + q4[i].z * k4[j].z + q4[i].w * k4[j].w;
                 }
             }
         }
-        __syncthreads();  // before the copy after next overwrites this buffer
+
+        float p[4][4];
+        #pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const int t = row0 + ty * 4 + i;
+            float tile_max = NEG_INFINITY;
+            #pragma unroll
+            for (int j = 0; j < 4; j++) {
+                int key = k0 + tx + 16 * j;
+                if (key > t || key <= t - window || key >= T) s[i][j] = NEG_INFINITY;  // not seen by this query
+                tile_max = fmaxf(tile_max, s[i][j]);
+            }
+            float new_max = fmaxf(m[i], row_max(tile_max));
+            // a row that has seen no key yet keeps everything at 0 (and no -inf - -inf = NaN)
+            float base = new_max == NEG_INFINITY ? 0.0f : new_max;
+            float correction = exp2f(m[i] - base);  // the old terms' rescale: 0 the first time
+            m[i] = new_max;
+            l[i] *= correction;
+            #pragma unroll
+            for (int j = 0; j < 4; j++) {
+                o[i][j] *= correction;
+                p[i][j] = exp2f(s[i][j] - base);
+                l[i] += p[i][j];
+            }
+        }
+        __syncthreads();  // every thread is done with the keys: P takes their place
+        #pragma unroll
+        for (int i = 0; i < 4; i++) {
+            #pragma unroll
+            for (int j = 0; j < 4; j++) k_or_p[ty * 4 + i][tx + 16 * j] = p[i][j];
+        }
+        __syncthreads();
+
+        #pragma unroll 2
+        for (int c = 0; c < KEY_TILE; c += 4) {  // o[i][j] += P[ty*4 + i][c..c+3] . V[c..c+3][tx*4 + j]
+            float4 p4[4], v4[4];
+            #pragma unroll
+            for (int i = 0; i < 4; i++) p4[i] = *(const float4*)&k_or_p[ty * 4 + i][c];
+            #pragma unroll
+            for (int cc = 0; cc < 4; cc++) v4[cc] = *(const float4*)&v_tile[c + cc][tx * 4];
+            #pragma unroll
+            for (int i = 0; i < 4; i++) {
+                o[i][0] += p4[i].x * v4[0].x + p4[i].y * v4[1].x + p4[i].z * v4[2].x + p4[i].w * v4[3].x;
+                o[i][1] += p4[i].x * v4[0].y + p4[i].y * v4[1].y + p4[i].z * v4[2].y + p4[i].w * v4[3].y;
+                o[i][2] += p4[i].x * v4[0].z + p4[i].y * v4[1].z + p4[i].z * v4[2].z + p4[i].w * v4[3].z;
+                o[i][3] += p4[i].x * v4[0].w + p4[i].y * v4[1].w + p4[i].z * v4[2].w + p4[i].w * v4[3].w;
+            }
+        }
+        __syncthreads();  // before the next tile overwrites P and the values
     }
 
-    // out through the stage, so that the stores are coalesced like the loads
-    float inverse_l = 1.0f / l;
     #pragma unroll
-    for (int d = 0; d < MAX_HEAD; d++) stage[threadIdx.x * STAGE_STRIDE + d] = o[d] * inverse_l;
-    if (active) lse[(long long)bh * T + t] = (m + log2f(l)) * LN2;
-    __syncthreads();
-    for (int e = threadIdx.x; e < QUERY_ROWS * MAX_HEAD; e += QUERY_ROWS) {
-        int r = e / MAX_HEAD, d = e % MAX_HEAD;
-        if (row0 + r < T && d < HS) out[((long long)b * T + row0 + r) * C + h * HS + d] = stage[r * STAGE_STRIDE + d];
+    for (int i = 0; i < 4; i++) {
+        const int t = row0 + ty * 4 + i;
+        float total = row_sum(l[i]);
+        if (t >= T) continue;
+        #pragma unroll
+        for (int j = 0; j < 4; j++) {
+            int d = tx * 4 + j;
+            if (d < HS) out[((long long)b * T + t) * C + h * HS + d] = o[i][j] / total;
+        }
+        if (tx == 0) lse[(long long)bh * T + t] = (m[i] + log2f(total)) * LN2;
     }
     // END SOLUTION
 }
 """
 
 flash_attention_kernel = CudaKernel(FLASH_ATTENTION_SOURCE, "flash_attention_kernel",
-                                    defines=dict(QUERY_ROWS=QUERY_ROWS, KEY_TILE=KEY_TILE, CHUNK=CHUNK,
-                                                 MAX_HEAD=MAX_HEAD))
+                                    defines=dict(QUERY_ROWS=QUERY_ROWS, KEY_TILE=KEY_TILE, MAX_HEAD=MAX_HEAD,
+                                                 THREADS=THREADS))
 
 
 def flash_attention_forward(out, lse, inp, B, T, C, NH):
@@ -205,6 +238,7 @@ def windowed_attention(function, out, lse, inp, B, T, C, NH, window):
     check_array(function, "lse", lse, B * NH * T)
     check_array(function, "inp", inp, B * T * 3 * C)
     score_scale = math.log2(math.e) / math.sqrt(C // NH)
-    flash_attention_kernel((ceil_div(T, QUERY_ROWS), B * NH), (QUERY_ROWS,),
+    vectors = (C // NH) % 4 == 0 and inp.data.ptr % 16 == 0  # keys and values copied as float4s
+    flash_attention_kernel((ceil_div(T, QUERY_ROWS), B * NH), (THREADS,),
                            (out, lse, inp, np.int32(T), np.int32(C), np.int32(NH), np.int32(window),
-                            np.float32(score_scale)))
+                            np.float32(score_scale), np.int32(vectors)))

@@ -33,19 +33,18 @@ def flops(s):  # q k^T and p v, the causal half only
     return 2 * 2 * s["B"] * s["NH"] * causal_pairs(s["T"]) * (s["C"] // s["NH"])
 
 
+CASES = (  # flash attention's too (reference/specs/flash_attention.py)
+    dict(B=1, T=1, C=64, NH=1),
+    dict(B=2, T=7, C=96, NH=2),          # head size 48
+    dict(B=1, T=33, C=16, NH=2),         # head size 8
+    dict(B=2, T=64, C=768, NH=12),
+    dict(B=1, T=1024, C=768, NH=12),
+    dict(B=1, T=100, C=128, NH=2, values="extreme"),
+)
+QUICK = dict(B=2, T=128, C=768, NH=12)
+BENCHMARK = (dict(B=8, T=1024, C=768, NH=12),)
+
 SPEC = Spec(
     function="attention_forward", module="attention", outputs=("out", "att"), scratch=("qkvr",), build=build,
-    error_bound=error_bound,
-    cases=(
-        dict(B=1, T=1, C=64, NH=1),
-        dict(B=2, T=7, C=96, NH=2),
-        dict(B=1, T=33, C=16, NH=2),
-        dict(B=2, T=64, C=768, NH=12),
-        dict(B=1, T=1024, C=768, NH=12),
-        dict(B=1, T=100, C=128, NH=2, values="extreme"),
-    ),
-    quick=dict(B=2, T=128, C=768, NH=12),
-    benchmark=(dict(B=8, T=1024, C=768, NH=12),),
-    traffic=traffic,
-    flops=flops,
+    error_bound=error_bound, cases=CASES, quick=QUICK, benchmark=BENCHMARK, traffic=traffic, flops=flops,
 )
