@@ -103,10 +103,12 @@ class StepChecker:
                                    self.profile.name))
 
     def _inputs(self, function: str, args: tuple) -> dict:
-        """The call's array inputs on the host, by name, before it runs (an output is not an input)."""
+        """The call's array inputs on the host, and its integer sizes, by name, before it runs (an output
+        is not an input)."""
         names, written = parameters(function), spec(function).written
-        return {n: self.backend.to_host(a) for n, a in zip(names, args)
-                if n not in written and a is not None and hasattr(a, "shape") and a.dtype.kind == "f"}
+        arrays = {n: self.backend.to_host(a) for n, a in zip(names, args)
+                  if n not in written and a is not None and hasattr(a, "shape") and a.dtype.kind == "f"}
+        return arrays | {n: a for n, a in zip(names, args) if isinstance(a, (int, np.integer))}
 
 
 def run(model, tokens: np.ndarray, candidate, profile: Profile = COURSE) -> StepChecker:

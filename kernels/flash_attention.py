@@ -1,4 +1,4 @@
-"""Flash attention: causal self-attention without the T x T matrix.
+"""Flash attention: causal (and local) self-attention without the T x T matrix.
 
     q, k, v = inp[b, t, 0:C], inp[b, t, C:2C], inp[b, t, 2C:3C], each split into NH heads of HS = C/NH
     s[t, t2] = q[b,t,h] . k[b,t2,h] / sqrt(HS) for the keys t2 a query sees (t2 <= t)
@@ -6,6 +6,8 @@
     lse[b, h, t] = log(sum over t2 of exp(s[t, t2]))   (the softmax's log-sum-exp)
 
 inp (B, T, 3C); out (B, T, C) and lse (B, NH, T) are written. HS at most 64.
+local_attention_forward(out, lse, inp, B, T, C, NH, W) is the same with a window:
+query t sees only keys t - W + 1 .. t (W >= T: causal attention).
 
 kernels/attention.py writes every probability to memory and reads it back: at T =
 1024 that is 4 MB per head, more traffic than q, k and v together. Flash attention
@@ -227,9 +229,14 @@ def flash_attention_forward(out, lse, inp, B, T, C, NH):
     windowed_attention("flash_attention_forward", out, lse, inp, B, T, C, NH, window=T)
 
 
+def local_attention_forward(out, lse, inp, B, T, C, NH, W):
+    """Each query attends to its W most recent keys, itself included (W >= T: causal attention)."""
+    windowed_attention("local_attention_forward", out, lse, inp, B, T, C, NH, window=W)
+
+
 def windowed_attention(function, out, lse, inp, B, T, C, NH, window):
     """Attention of each query to its `window` most recent keys, itself included."""
-    check_dims(function, B=B, T=T, C=C, NH=NH)
+    check_dims(function, B=B, T=T, C=C, NH=NH, W=window)
     if C % NH:
         raise KernelArgumentError(f"{function}: C={C} is not a multiple of NH={NH}")
     if C // NH > MAX_HEAD:
@@ -240,5 +247,5 @@ def windowed_attention(function, out, lse, inp, B, T, C, NH, window):
     score_scale = math.log2(math.e) / math.sqrt(C // NH)
     vectors = (C // NH) % 4 == 0 and inp.data.ptr % 16 == 0  # keys and values copied as float4s
     flash_attention_kernel((ceil_div(T, QUERY_ROWS), B * NH), (THREADS,),
-                           (out, lse, inp, np.int32(T), np.int32(C), np.int32(NH), np.int32(window),
+                           (out, lse, inp, np.int32(T), np.int32(C), np.int32(NH), np.int32(min(window, T)),
                             np.float32(score_scale), np.int32(vectors)))

@@ -8,7 +8,7 @@ float32 kernel should produce.
 
 import numpy as np
 
-from reference.numerics import softmax_rows
+from reference.numerics import softmax_rows, window_mask
 
 LAYERNORM_EPS = 1e-5
 
@@ -65,13 +65,17 @@ def flash_attention_forward(out, lse, inp, B, T, C, NH):
     windowed_attention(out, lse, inp, B, T, C, NH, window=T)
 
 
+def local_attention_forward(out, lse, inp, B, T, C, NH, W):
+    """Each query attends to its W most recent keys, itself included (W >= T: causal attention)."""
+    windowed_attention(out, lse, inp, B, T, C, NH, window=W)
+
+
 def windowed_attention(out, lse, inp, B, T, C, NH, window):
     """Each query attends to its `window` most recent keys, itself included."""
     HS = C // NH
     qkv = inp.reshape(B, T, 3, NH, HS).astype(np.float64)
     q, k, v = (qkv[:, :, i].transpose(0, 2, 1, 3) for i in range(3))  # (B, NH, T, HS)
-    offset = np.arange(T).reshape(T, 1) - np.arange(T)  # query minus key
-    visible = (offset >= 0) & (offset < window)
+    visible = window_mask(T, window)
     scores = np.where(visible, q @ k.transpose(0, 1, 3, 2) / np.sqrt(HS), -np.inf)
     top = scores.max(axis=-1, keepdims=True)
     log_sum = top + np.log(np.exp(scores - top).sum(axis=-1, keepdims=True))

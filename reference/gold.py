@@ -71,12 +71,22 @@ def attention_forward(out, qkvr, att, inp, B, T, C, NH):
 
 
 def flash_attention_forward(out, lse, inp, B, T, C, NH):
+    windowed_attention(out, lse, inp, B, T, C, NH, window=T)
+
+
+def local_attention_forward(out, lse, inp, B, T, C, NH, W):
+    windowed_attention(out, lse, inp, B, T, C, NH, window=W)
+
+
+def windowed_attention(out, lse, inp, B, T, C, NH, window):
+    """Each query attends to its `window` most recent keys, itself included; lse gets the log-sum-exp."""
     xp = array_module(inp)
     HS = C // NH
     qkv = inp.reshape(B, T, 3, NH, HS).transpose(2, 0, 3, 1, 4)  # (3, B, NH, T, HS)
     q, k, v = (qkv[i] for i in range(3))
-    causal = xp.tril(xp.ones((T, T), dtype=bool))
-    scores = xp.where(causal, xp.matmul(q, k.transpose(0, 1, 3, 2)) * xp.float32(1 / math.sqrt(HS)),
+    offset = xp.arange(T).reshape(T, 1) - xp.arange(T)  # query minus key
+    visible = (offset >= 0) & (offset < window)
+    scores = xp.where(visible, xp.matmul(q, k.transpose(0, 1, 3, 2)) * xp.float32(1 / math.sqrt(HS)),
                       xp.float32(-xp.inf))
     top = scores.max(axis=-1, keepdims=True)
     weights = xp.exp(scores - top)

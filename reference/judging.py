@@ -56,13 +56,14 @@ def expected_outputs(problem: Problem, against: str = "numpy") -> dict:
 
 def allowed_errors(problem: Problem, expected: dict, profile: Profile = FP32) -> dict:
     """Each output element's allowed |error|: the rounding of a correct implementation under `profile`."""
-    return rounding_bounds(problem.spec, problem.inputs(), expected, profile)
+    sizes = {k: v for k, v in problem.args.items() if isinstance(v, (int, np.integer))}
+    return rounding_bounds(problem.spec, problem.inputs() | sizes, expected, profile)
 
 
 def rounding_bounds(spec: Spec, inputs: dict, expected: dict, profile: Profile = FP32) -> dict:
-    """The allowed |error| of each element of `spec`'s outputs, for these inputs (name -> host array) and
-    expected outputs (name -> float64 host array), under `profile`."""
-    inputs = {k: v.astype(np.float64) for k, v in inputs.items()}
+    """The allowed |error| of each element of `spec`'s outputs, for these inputs (name -> host array, or an
+    integer size such as a window) and expected outputs (name -> float64 host array), under `profile`."""
+    inputs = {k: v.astype(np.float64) if isinstance(v, np.ndarray) else v for k, v in inputs.items()}
     bounds = spec.error_bound(inputs, expected)
     if profile.product_input_rounding and spec.products is not None:
         for name, magnitude in spec.products(inputs).items():

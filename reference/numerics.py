@@ -21,6 +21,13 @@ def softmax_rows(scores: np.ndarray) -> np.ndarray:
     return weights / weights.sum(axis=-1, keepdims=True)
 
 
+def window_mask(T: int, window: int) -> np.ndarray:
+    """(T, T): whether query t sees key t2 in attention over a window, that is 0 <= t - t2 < window
+    (window >= T: causal attention)."""
+    offset = np.arange(T).reshape(T, 1) - np.arange(T)
+    return (offset >= 0) & (offset < window)
+
+
 def element_errors(got: np.ndarray, want: np.ndarray) -> np.ndarray:
     """|got - want| per element in float64; a NaN or infinite difference (NaN or inf in got) is infinite."""
     error = np.abs(got.astype(np.float64) - want.astype(np.float64))

@@ -71,7 +71,8 @@ class Spec:
     module: str                         # kernels/<module>.py defines it
     outputs: tuple[str, ...]            # the arguments it writes that the checks compare
     build: Callable[[Case, np.random.Generator], Arguments]  # fresh inputs for a case
-    error_bound: Callable[[dict, dict], dict]  # (float64 inputs, float64 expected outputs) -> allowed |error|
+    error_bound: Callable[[dict, dict], dict]  # (float64 inputs and integer sizes, float64 expected outputs)
+                                               # -> allowed |error|
     cases: tuple[dict, ...]             # sizes, and values= or variant= where they differ from the default
     quick: dict | None = None           # the quick check's case (python -m reference.verify)
     scratch: tuple[str, ...] = ()       # arguments it may write that nobody checks

@@ -8,6 +8,7 @@ named technique, each judged under its own precision profile.
     layernorm_reduction  layernorm_forward   layernorm         fp32     reduction
     softmax_reduction    softmax_forward     attention         fp32     reduction
     attention_flash      flash_attention_forward  flash_attention  fp32  flash  (milestone 3)
+    attention_local      local_attention_forward  flash_attention  fp32  flash  (milestone 3)
 
 A variant passes when every case of its host function's spec passes under its profile
 and its calls show its technique (reference.techniques): the kernels it launched, in
@@ -63,6 +64,7 @@ DECLARED = (
     Variant("layernorm_reduction", "layernorm_forward", "layernorm", "fp32", "reduction", milestone=2),
     Variant("softmax_reduction", "softmax_forward", "attention", "fp32", "reduction", milestone=2),
     Variant("attention_flash", "flash_attention_forward", "flash_attention", "fp32", "flash", milestone=3),
+    Variant("attention_local", "local_attention_forward", "flash_attention", "fp32", "flash", milestone=3),
 )
 VARIANTS = {v.name: v for v in DECLARED if v.function in SPECS}
 
