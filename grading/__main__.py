@@ -1,14 +1,14 @@
 """Grade kernel submissions, or write the students' handout.
 
-    python -m grading SUBMISSION [SUBMISSION ...] [--milestone 1|2] [--seed N] [--out DIR] [--results-json PATH]
+    python -m grading SUBMISSION [SUBMISSION ...] [--milestone 1|2|3] [--seed N] [--out DIR] [--results-json PATH]
     python -m grading --class-list FILE [--out DIR]       # one submission directory per line
-    python -m grading gather DIR [--milestone 1|2]        # gradebook.csv from DIR/*/results.json
-    python -m grading handout OUT_DIR [--milestone 1|2]   # the starter kit, solutions stubbed
+    python -m grading gather DIR [--milestone 1|2|3]        # gradebook.csv from DIR/*/results.json
+    python -m grading handout OUT_DIR [--milestone 1|2|3]   # the starter kit, solutions stubbed
     python -m grading leaderboard SUBMISSION [...] [--variant NAME] [--out DIR]   # tok/s behind a gate
 
 A submission is a directory holding a student's kernels/ (or a kernels/ directory
 itself). Each item of the milestone's weights file (grading/weights.toml, or
-grading/weights_m2.toml for milestone 2's variants) runs in its own process, under a
+grading/weights_m2.toml and weights_m3.toml for later milestones' variants) runs in its own process, under a
 time limit, on inputs from a secret seed (printed in the report so a regrade can
 repeat it). Per submission: a console table and OUT/<name>/results.json in
 Gradescope's format; for several, OUT/gradebook.csv too.

@@ -12,6 +12,9 @@ functions, their spec and kernel module, in earlier kits).
 Milestone 2's kit stubs milestone 1's kernels too: the course's students carry their
 own milestone-1 kernels forward (copying their kernels/*.py over the stubs), and the
 kit's would hand them the tiling and reduction items, which are those same kernels.
+Milestone 3's kit does the same and adds flash and local attention (stubbed). Every
+kit holds the KV cache's kernels (decode.py) whole: the model generates with them
+from milestone 1 on, so milestone 3's KV-cache item grades a student's own copy.
 
 The README loses what it says of what the kit leaves out: each section between
 `<!-- staff only -->` and `<!-- end staff only -->`, each line that ends with
@@ -31,7 +34,7 @@ from reference.registry import SPECS
 from reference.variants import new_modules
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-MILESTONES = (1, 2)
+MILESTONES = (1, 2, 3)
 
 
 def _milestone_files() -> dict[int, tuple[str, ...]]:

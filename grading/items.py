@@ -2,6 +2,7 @@
 
     milestone 1   grading/weights.toml      items of host functions (`functions = [...]`)
     milestone 2   grading/weights_m2.toml   items of variants (`variants = [...]`, reference.variants)
+    milestone 3   grading/weights_m3.toml   the same
 
 An item is made of variants either way: a milestone-1 host function is the variant
 `plain(function)` (its spec's module, fp32, no technique to show).
@@ -17,7 +18,8 @@ from kernel_runtime import KitError
 from reference.variants import VARIANTS, Variant, milestone_variants, plain
 
 WEIGHTS_FILE = Path(__file__).with_name("weights.toml")
-WEIGHTS_FILES = {1: WEIGHTS_FILE, 2: Path(__file__).with_name("weights_m2.toml")}
+WEIGHTS_FILES = {1: WEIGHTS_FILE, 2: Path(__file__).with_name("weights_m2.toml"),
+                 3: Path(__file__).with_name("weights_m3.toml")}
 POLICIES = ("none", "fraction")
 
 
@@ -54,7 +56,7 @@ class Scheme:
 
 
 def scheme_for(milestone: int) -> Scheme:
-    """The grading scheme of a milestone (1 or 2)."""
+    """The grading scheme of a milestone (1, 2 or 3)."""
     if milestone not in WEIGHTS_FILES:
         raise SchemeError(f"no milestone {milestone}; the grader knows milestones {', '.join(map(str, WEIGHTS_FILES))}")
     return load_scheme(WEIGHTS_FILES[milestone])

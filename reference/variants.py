@@ -9,6 +9,8 @@ named technique, each judged under its own precision profile.
     softmax_reduction    softmax_forward     attention         fp32     reduction
     attention_flash      flash_attention_forward  flash_attention  fp32  flash  (milestone 3)
     attention_local      local_attention_forward  flash_attention  fp32  flash  (milestone 3)
+    kv_cache_append, decode_attention, encoder_at_positions: the decoding host functions, in
+                         decode.py, fp32, no technique (milestone 3's KV cache)
 
 A variant passes when every case of its host function's spec passes under its profile
 and its calls show its technique (reference.techniques): the kernels it launched, in
@@ -65,6 +67,10 @@ DECLARED = (
     Variant("softmax_reduction", "softmax_forward", "attention", "fp32", "reduction", milestone=2),
     Variant("attention_flash", "flash_attention_forward", "flash_attention", "fp32", "flash", milestone=3),
     Variant("attention_local", "local_attention_forward", "flash_attention", "fp32", "flash", milestone=3),
+    # the KV cache: the decoding host functions, which the milestone-1 kit already holds and the model uses
+    Variant("kv_cache_append", "kv_cache_append_forward", "decode", "fp32", None, milestone=3),
+    Variant("decode_attention", "decode_attention_forward", "decode", "fp32", None, milestone=3),
+    Variant("encoder_at_positions", "encoder_at_positions_forward", "decode", "fp32", None, milestone=3),
 )
 VARIANTS = {v.name: v for v in DECLARED if v.function in SPECS}
 

@@ -34,22 +34,20 @@ def test_the_solution_scores_full_marks(tmp_path):
     assert grade.score == 10, "\n".join(f"{g.item.title}: {g.reason}" for g in grade.items)
 
 
-def test_the_solution_scores_full_marks_in_milestone_2(tmp_path):
-    grade = grade_submission(solution_copy(tmp_path), scheme_for(2), SEED)
-    assert grade.score == 18, "\n".join(f"{g.item.title}: {g.reason}" for g in grade.items)
+@pytest.mark.parametrize("milestone, points", [(2, 18), (3, 20)])
+def test_the_solution_scores_full_marks_in_later_milestones(tmp_path, milestone, points):
+    grade = grade_submission(solution_copy(tmp_path), scheme_for(milestone), SEED)
+    assert grade.score == points, "\n".join(f"{g.item.title}: {g.reason}" for g in grade.items)
 
 
-@pytest.mark.parametrize("name", [n for n in wrong_technique.names()
-                                  if VARIANTS[wrong_technique.load(n).VARIANT].milestone == 2])
+@pytest.mark.parametrize("name", wrong_technique.names())
 def test_a_known_wrong_variant_loses_its_item(tmp_path, name):
-    """Milestone 2's items (milestone 3's have no grading scheme yet: their known-wrong variants are
-    caught by tests/kernels/test_wrong_techniques.py)."""
     wrong = wrong_technique.load(name)
     variant = VARIANTS[wrong.VARIANT]
     submission = solution_copy(tmp_path)
     with open(submission / "kernels" / f"{variant.module}.py", "a") as f:
         f.write(f"\nfrom {wrong.__name__} import {variant.function}  # noqa: E402,F401\n")
-    scheme = scheme_for(2)
+    scheme = scheme_for(variant.milestone)
     item = next(i for i in scheme.items if variant in i.variants)
     grade = grade_item(submission, item, scheme, SEED)
     print(f"\n{name}: {grade.score:g}/{item.weight:g} ({grade.reason})")

@@ -48,6 +48,15 @@ def test_milestone_2_weights_are_the_course_s():
     assert all(permit == () for name, (_, _, permit) in profiles.items() if name != "matmul_cublas")
 
 
+def test_milestone_3_weights_are_the_course_s_required_items():
+    scheme = scheme_for(3)
+    assert {i.title: (i.weight, [v.name for v in i.variants]) for i in scheme.items} == {
+        "FlashAttention": (6, ["attention_flash"]), "Local attention (window 128)": (2, ["attention_local"]),
+        "KV cache": (12, ["kv_cache_append", "decode_attention", "encoder_at_positions"])}
+    assert scheme.total_points == 20 and scheme.milestone == 3
+    assert {v.technique for i in scheme.items for v in i.variants} == {"flash", None}
+
+
 @pytest.mark.parametrize("file, edit, message", [
     ("weights.toml", lambda t: t.replace("weight = 3", "weight = 4"), "add up to 11"),
     ("weights.toml", lambda t: t.replace('partial_credit = "none"', 'partial_credit = "some"'),
@@ -66,8 +75,8 @@ def test_bad_scheme_is_refused(tmp_path, file, edit, message):
 
 
 def test_a_milestone_without_a_scheme_is_one_line():
-    done = grading("--milestone", "3", str(ROOT))
-    assert done.returncode == 2 and done.stderr.count("\n") == 1 and "--milestone: invalid choice: 3" in done.stderr
+    done = grading("--milestone", "4", str(ROOT))
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and "--milestone: invalid choice: 4" in done.stderr
 
 
 def worker_records(out: Path, implementation, functions, launches=1, variant=None):
@@ -315,6 +324,26 @@ def handout_m2(tmp_path_factory):
     return destination, stubbed
 
 
+@pytest.fixture(scope="module")
+def handout_m3(tmp_path_factory):
+    destination = tmp_path_factory.mktemp("handout-m3") / "kit"
+    stubbed = make_handout(destination, milestone=3)
+    return destination, stubbed
+
+
+def test_milestone_3_handout_adds_flash_and_local_attention_stubbed(handout_m3, handout_m2):
+    destination, stubbed = handout_m3
+    assert sorted(set(stubbed) - set(handout_m2[1])) == ["kernels/flash_attention.py (1 block)"]
+    assert (destination / "reference/specs/flash_attention.py").exists()
+    assert (destination / "reference/specs/local_attention.py").exists()
+    assert "BEGIN SOLUTION" not in (destination / "kernels/flash_attention.py").read_text()
+    assert (destination / "kernels/decode.py").read_text() == (ROOT / "kernels/decode.py").read_text()
+    readme = (destination / "README.md").read_text()
+    assert "## Milestone 3" in readme and "## Milestone 2" in readme and "<!--" not in readme
+    assert "## Milestone 3" not in (handout_m2[0] / "README.md").read_text()
+    assert kit_paths_mentioned(readme, ROOT) == kit_paths_mentioned(readme, destination)
+
+
 def test_milestone_2_handout_adds_the_variants_stubbed(handout_m2, handout):
     destination, stubbed = handout_m2
     assert len(stubbed) == len(handout[1]) + 2, stubbed  # milestone 1's kernels stay stubbed too
@@ -416,7 +445,7 @@ def test_handout_readme_commands_pass_without_a_gpu(handout):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("kit", ["handout", "handout_m2"])
+@pytest.mark.parametrize("kit", ["handout", "handout_m2", "handout_m3"])
 def test_handout_kernel_tests_fail_cleanly_on_a_gpu(kit, request):
     destination, _ = request.getfixturevalue(kit)
     done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/kernels"],
