@@ -208,6 +208,7 @@ extern "C" __global__ void matmul_few_rows_kernel(float* out, const float* inp, 
     float acc[FEW_ROWS] = {};
     bool aligned = K % 4 == 0 && (((size_t)inp | (size_t)weight) % 16) == 0;
     int vector_end = aligned ? K : 0;
+    #pragma unroll 8  // eight loads of the weight row in flight per lane, not one: the time is memory latency
     for (int k = 4 * lane; k < vector_end; k += 128) {
         float4 wk = *(const float4*)(w + k);
         #pragma unroll
@@ -227,8 +228,10 @@ extern "C" __global__ void matmul_few_rows_kernel(float* out, const float* inp, 
     }
     #pragma unroll
     for (int m = 0; m < FEW_ROWS; m++) {
-        float total = warp_sum(acc[m]);
-        if (lane == 0 && m < M) out[(long long)m * N + n] = total + (bias != nullptr ? bias[n] : 0.0f);
+        if (m < M) {  // the same for the whole warp
+            float total = warp_sum(acc[m]);
+            if (lane == 0) out[(long long)m * N + n] = total + (bias != nullptr ? bias[n] : 0.0f);
+        }
     }
     // END SOLUTION
 }
