@@ -24,7 +24,7 @@ import numpy as np
 from gpt2.ops import MODEL_FUNCTIONS, OPTIONAL_FUNCTIONS, ForwardOps
 from kernel_runtime import KitError, require_gpu
 from kernel_runtime.loader import use_kernels
-from reference.registry import host_function, host_functions
+from reference.registry import SPECS, host_function, host_functions
 from reference.variants import variant_named
 
 BACKENDS = ("kernels", "gold", "reference")
@@ -79,8 +79,11 @@ def uses_flash(variants: tuple[str, ...]) -> bool:
 def kernel_ops(kernels: str | None = None, variants: tuple[str, ...] = ()) -> ForwardOps:
     """The model's host functions from a kernels directory (None: this kit's), bound for this process;
     each of `variants` (names in reference.variants) stands in for its host function."""
-    use_kernels(kernels)
+    directory = use_kernels(kernels)
     ops = host_functions(MODEL_FUNCTIONS)
+    for name in OPTIONAL_FUNCTIONS:  # a later milestone's host function, when this kernels directory has it
+        if name in SPECS and (directory / f"{SPECS[name].module}.py").exists():
+            setattr(ops, name, host_function(name))
     chosen = [variant_named(name) for name in variants]
     functions = [v.function for v in chosen]
     if len(set(functions)) < len(functions):

@@ -169,7 +169,7 @@ class GrapeRun:
                     ("improvable", rows, np.int32), ("parents", rows * c.max_T, np.int32),
                     ("chosen", rows * c.max_T, np.int32), ("rows", rows, np.int32), ("done", 1, np.int32))})
         self.beam.tokens = self.tokens  # the beams' tokens are the next step's input
-        self.reorder_scratch = None     # (2, rows, NH, max_T, HS), made for the first beam search
+        self.reorder_scratch = None     # (2, rows, NH, cache slots, HS), made for the first beam search
         self.model_stage = Stage(lambda: self.model.decode_launches(self.tokens, self.decoder.cache,
                                                                     self.decoder.activations))
         self.choose_stages: dict = {}   # selection parameters -> Stage (the parameters are baked in)
@@ -262,7 +262,7 @@ class GrapeRun:
                                                                      max_length, search))
         if self.reorder_scratch is None:
             with self.stream:
-                self.reorder_scratch = cupy.empty(2 * self.rows * c.max_T * c.channels, np.float32)
+                self.reorder_scratch = cupy.empty(2 * self.rows * self.decoder.cache.slots * c.channels, np.float32)
         mark = clock.mark if clock is not None else lambda stage: None
         with self.stream:
             self.start_beams(prompts, search, max_length, mark)
@@ -320,7 +320,7 @@ class GrapeRun:
         c, cache = self.model.config, self.decoder.cache
         for k_cache, v_cache in zip(cache.k, cache.v):
             selection.reorder_rows_forward(k_cache, v_cache, self.reorder_scratch, self.beam.rows, cache.lengths,
-                                           self.beam.done, self.rows, c.num_heads, c.max_T,
+                                           self.beam.done, self.rows, c.num_heads, cache.slots,
                                            c.channels // c.num_heads)
 
     def _choose_stage(self, key, launch) -> Stage:

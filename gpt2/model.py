@@ -25,7 +25,8 @@ per row against them, with positions read from the cache's device-side lengths
 
 With flash attention (the attention_flash variant, milestone 3) the attention step
 calls flash_attention_forward, which keeps each softmax's log-sum-exp (a.lse) instead
-of the T x T probabilities (a.att, not allocated then).
+of the T x T probabilities (a.att, not allocated then). A local model (`window=W`)
+calls local_attention_forward, and its KV cache is a ring of W slots per layer.
 
 Every host-function call names its step (ln1, qkv, attention, ...). `observer`, when
 set, runs each call instead of the model, with its step and layer: the NVTX ranges of
@@ -41,7 +42,7 @@ from typing import TYPE_CHECKING, Callable, Protocol
 
 import numpy as np
 
-from gpt2.backends import Backend, make_backend
+from gpt2.backends import Backend, BackendError, make_backend
 from gpt2.config import GPT2Config
 from kernel_runtime import KitError
 
@@ -97,25 +98,35 @@ class TokenError(KitError):
 
 @dataclasses.dataclass
 class KVCache:
-    """Keys and values of every token so far: k[l] and v[l] (B, NH, max_T, HS) for layer l.
+    """Keys and values of the tokens so far: k[l] and v[l] (B, NH, slots, HS) for layer l.
+
+    Token p of a row lives in slot p % slots. A model's cache has a slot per position
+    of its context; a local model's (attention over a window of W) has W slots, a
+    ring: the tokens that have left every window are overwritten.
 
     lengths (B,) int32 lives on the backend's device and is what the kernels read;
-    `length` is the host's count for checks: the longest row's length."""
+    `length` is the host's count for checks: the longest row's length. `context` is
+    how many tokens a row may hold in all (the model's positions)."""
 
     k: list
     v: list
     lengths: object
+    context: int
     length: int = 0
 
+    @property
+    def slots(self) -> int:
+        return self.k[0].shape[2]
+
     def check_room(self, count: int) -> None:
-        """TokenError unless `count` more tokens fit in the cache."""
-        max_T = self.k[0].shape[2]
-        if self.length + count > max_T:
-            raise TokenError(f"the KV cache is full: {self.length} tokens, the model's context is {max_T}")
+        """TokenError unless `count` more tokens fit in the context."""
+        if self.length + count > self.context:
+            raise TokenError(f"the KV cache is full: {self.length} tokens, the model's context is {self.context}")
 
     def rows(self, start: int, stop: int) -> "KVCache":
         """Rows start..stop of this cache as an empty cache of their own (views: what it stores lands here)."""
-        return KVCache([k[start:stop] for k in self.k], [v[start:stop] for v in self.v], self.lengths[start:stop])
+        return KVCache([k[start:stop] for k in self.k], [v[start:stop] for v in self.v], self.lengths[start:stop],
+                       self.context)
 
     def clear(self) -> None:
         """Empty every row (what the cache stored stays, unread, until overwritten)."""
@@ -129,9 +140,16 @@ class KVCache:
 
 class GPT2:
     def __init__(self, config: GPT2Config, params: Parameters, backend: str | Backend = "kernels",
-                 kernels: str | None = None):
+                 kernels: str | None = None, window: int | None = None):
         self.config = config
         self.backend = backend if isinstance(backend, Backend) else make_backend(backend, kernels)
+        # a local model: each token attends to its `window` most recent tokens (itself included)
+        self.window = window
+        if window is not None and (isinstance(window, bool) or not isinstance(window, int) or window < 1):
+            raise ValueError(f"window must be a positive number of tokens, got {window!r}")
+        if window is not None and getattr(self.backend.ops, "local_attention_forward", None) is None:
+            raise BackendError(f"a local model needs local_attention_forward (kernels/flash_attention.py, "
+                               f"milestone 3), which the {self.backend.name} backend does not have")
         uploaded = {name: self.backend.upload(array) for name, array in params.items()}
         self.weights = types.SimpleNamespace(**{name: array if name in GLOBAL_WEIGHTS else list(array)
                                                 for name, array in uploaded.items()})
@@ -139,7 +157,7 @@ class GPT2:
         self.flash_attention = self.backend.flash_attention
         self.observer: Observer | None = None  # runs every host-function call when set
         self.nvtx = False  # True: NVTX ranges around the pass and each layer (nvtx_observer: each call)
-        self._activations_for = None  # ((B, T, flash_attention), activations) of plain calls
+        self._activations_for = None  # ((B, T, flash_attention, window), activations) of plain calls
 
     @classmethod
     def from_pretrained(cls, source, backend: str = "kernels", kernels: str | None = None) -> "GPT2":
@@ -197,7 +215,7 @@ class GPT2:
     def _transformer(self, a, B: int, T: int, cache: KVCache | None, decoding: bool) -> None:
         """Every layer, the final layernorm and the LM head, from a.encoded to a.logits."""
         C, NH, L = self.config.channels, self.config.num_heads, self.config.num_layers
-        max_T, Vp, w = self.config.max_T, self.config.padded_vocab_size, self.weights
+        Vp, w = self.config.padded_vocab_size, self.weights
         ops = self.backend.ops
         residual = a.encoded
         for l in range(L):
@@ -208,10 +226,13 @@ class GPT2:
                 run("qkv", ops.matmul_forward, a.qkv[l], a.ln1[l], w.qkvw[l], w.qkvb[l], B, T, C, 3 * C)
                 if cache is not None:
                     run("kv_append", ops.kv_cache_append_forward, cache.k[l], cache.v[l], a.qkv[l], cache.lengths,
-                        B, T, C, NH, max_T)
+                        B, T, C, NH, cache.slots)
                 if decoding:
                     run("attention", ops.decode_attention_forward, a.atty[l], a.qkv[l], cache.k[l], cache.v[l],
-                        cache.lengths, B, C, NH, max_T)
+                        cache.lengths, B, C, NH, cache.slots)
+                elif self.window:
+                    run("attention", ops.local_attention_forward, a.atty[l], a.lse[l], a.qkv[l], B, T, C, NH,
+                        self.window)
                 elif self.flash_attention:
                     run("attention", ops.flash_attention_forward, a.atty[l], a.lse[l], a.qkv[l], B, T, C, NH)
                 else:
@@ -233,10 +254,13 @@ class GPT2:
     # ------------------------------------------------------------------ helpers
 
     def new_cache(self, batch_size: int) -> KVCache:
+        """An empty cache: a slot per position, or for a local model a ring of `window` slots."""
         c = self.config
-        shape = (c.num_layers, batch_size, c.num_heads, c.max_T, c.channels // c.num_heads)
+        slots = min(self.window, c.max_T) if self.window else c.max_T
+        shape = (c.num_layers, batch_size, c.num_heads, slots, c.channels // c.num_heads)
         xp, dtype = self.backend.xp, self.backend.activation_dtype
-        return KVCache(list(xp.zeros(shape, dtype)), list(xp.zeros(shape, dtype)), xp.zeros(batch_size, np.int32))
+        return KVCache(list(xp.zeros(shape, dtype)), list(xp.zeros(shape, dtype)), xp.zeros(batch_size, np.int32),
+                       context=c.max_T)
 
     def activations(self):
         """The activations of the last plain call (a namespace of arrays named as in ACTIVATION_SHAPES)."""
@@ -246,13 +270,14 @@ class GPT2:
         """A fresh set of activations for B rows of T tokens, owned by the caller."""
         c = self.config
         sizes = dict(L=c.num_layers, B=B, T=T, C=c.channels, NH=c.num_heads, Vp=c.padded_vocab_size)
+        flash = self.flash_attention or self.window  # local attention is flash attention too
         arrays = {name: self.backend.empty(*_shape(spec, sizes)) for name, spec in ACTIVATION_SHAPES.items()
-                  if not (name in UNUSED_BY_FLASH and self.flash_attention)}
+                  if not (name in UNUSED_BY_FLASH and flash)}
         return types.SimpleNamespace(**{name: list(array) if ACTIVATION_SHAPES[name].startswith("L ") else array
                                         for name, array in arrays.items()})
 
     def _activations(self, B: int, T: int):
-        key = (B, T, self.flash_attention)
+        key = (B, T, self.flash_attention, self.window)
         if self._activations_for is None or self._activations_for[0] != key:
             self._activations_for = (key, self.new_activations(B, T))
         return self._activations_for[1]

@@ -36,6 +36,11 @@ class ForwardOps(Protocol):
         lse (B, NH, T) gets each softmax's log-sum-exp. Optional (OPTIONAL_FUNCTIONS): the model calls it in
         attention_forward's place when its backend has it (gpt2.backends, the attention_flash variant)."""
 
+    def local_attention_forward(self, out: Array, lse: Array, inp: Array, B: int, T: int, C: int, NH: int,
+                                W: int) -> None:
+        """kernels/flash_attention.py (milestone 3): flash attention over each query's W most recent keys.
+        Optional: a local model (GPT2(..., window=W)) calls it in attention_forward's place."""
+
     def residual_forward(self, out: Array, inp1: Array, inp2: Array, N: int) -> None:
         """kernels/residual.py: out = inp1 + inp2."""
 
@@ -48,14 +53,15 @@ class ForwardOps(Protocol):
 
     def kv_cache_append_forward(self, k_cache: Array, v_cache: Array, qkv: Array, lengths: Array, B: int, T: int,
                                 C: int, NH: int, max_T: int) -> None:
-        """kernels/decode.py: cache rows lengths[b] + t get the keys and values of qkv."""
+        """kernels/decode.py: cache slots (lengths[b] + t) % max_T get the keys and values of qkv."""
 
     def decode_attention_forward(self, out: Array, qkv: Array, k_cache: Array, v_cache: Array, lengths: Array,
                                  B: int, C: int, NH: int, max_T: int) -> None:
-        """kernels/decode.py: one query per row attends to cache rows 0..lengths[b]."""
+        """kernels/decode.py: one query per row attends to cache slots 0..min(lengths[b], max_T - 1)."""
 
 
-OPTIONAL_FUNCTIONS: tuple[str, ...] = ("flash_attention_forward",)  # a later milestone's: not every kit has them
+OPTIONAL_FUNCTIONS: tuple[str, ...] = ("flash_attention_forward", "local_attention_forward")  # a later milestone's:
+                                                                                              # not every kit has them
 MODEL_FUNCTIONS: tuple[str, ...] = tuple(name for name in vars(ForwardOps)
                                          if name.endswith("_forward") and name not in OPTIONAL_FUNCTIONS)
 

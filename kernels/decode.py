@@ -12,10 +12,16 @@ for every length.
 * encoder_at_positions_forward(out, inp, positions, wte, wpe, B, T, C):
       out[b, t] = wte[inp[b, t]] + wpe[positions[b] + t]
 * kv_cache_append_forward(k_cache, v_cache, qkv, lengths, B, T, C, NH, max_T):
-      k_cache[b, h, lengths[b] + t] = k of qkv[b, t] for head h (v likewise)
+      k_cache[b, h, (lengths[b] + t) % max_T] = k of qkv[b, t] for head h (v likewise)
 * decode_attention_forward(out, qkv, k_cache, v_cache, lengths, B, C, NH, max_T):
-      one query per row (qkv is (B, 1, 3C)) attends to cache entries 0..lengths[b],
-      the last being its own key, just appended; out (B, 1, C).
+      one query per row (qkv is (B, 1, 3C)) attends to cache slots
+      0..min(lengths[b], max_T - 1), among them its own key, just appended; out (B, 1, C).
+
+A model's cache has a slot per position (max_T = its context), and lengths[b] + t
+never reaches max_T. A local model's cache (attention over a window of W) has W
+slots, used as a ring: token p lives in slot p % W, so the cache holds exactly the
+keys of the newest window; when more than W tokens arrive at once, only the last W
+are kept.
 
 decode_attention is one block per (b, h): each warp takes every 8th key, its lanes
 share the HS-long dot product (coalesced loads of the key row) and combine it with
@@ -50,8 +56,8 @@ extern "C" __global__ void encoder_at_positions_kernel(float* out, const int* in
 extern "C" __global__ void kv_cache_append_kernel(float* k_cache, float* v_cache, const float* qkv,
                                                   const int* lengths, int T, int C, int NH, int max_T) {
     int bt = blockIdx.x, b = bt / T, t = bt % T, h = blockIdx.y, HS = C / NH;
-    int slot = lengths[b] + t;
-    if (slot >= max_T) return;  // the host never lets the cache overflow; this guards memory anyway
+    if (t < T - max_T) return;  // a ring of max_T slots keeps only the last max_T new tokens
+    int slot = (lengths[b] + t) % max_T;
     const float* k = qkv + (long long)bt * 3 * C + C + h * HS;
     long long row = (((long long)b * NH + h) * max_T + slot) * HS;
     for (int d = threadIdx.x; d < HS; d += blockDim.x) {

@@ -103,16 +103,19 @@ def encoder_at_positions_forward(out, inp, positions, wte, wpe, B, T, C):
 
 
 def kv_cache_append_forward(k_cache, v_cache, qkv, lengths, B, T, C, NH, max_T):
-    """Cache (B, NH, max_T, HS) rows lengths[b] + t get the keys and values of qkv[b, t]."""
+    """Cache (B, NH, max_T, HS) slot (lengths[b] + t) % max_T gets the keys and values of qkv[b, t]; of
+    more than max_T new tokens only the last max_T are kept (the slots are a ring)."""
     HS = C // NH
     k_new, v_new = (qkv.reshape(B, T, 3, NH, HS)[:, :, i].transpose(0, 2, 1, 3) for i in (1, 2))
+    kept = np.arange(max(0, T - max_T), T)
     for b, start in enumerate(np.asarray(lengths).reshape(B)):
-        k_cache.reshape(B, NH, max_T, HS)[b, :, start:start + T] = k_new[b]
-        v_cache.reshape(B, NH, max_T, HS)[b, :, start:start + T] = v_new[b]
+        slots = (start + kept) % max_T
+        k_cache.reshape(B, NH, max_T, HS)[b][:, slots] = k_new[b][:, kept]
+        v_cache.reshape(B, NH, max_T, HS)[b][:, slots] = v_new[b][:, kept]
 
 
 def decode_attention_forward(out, qkv, k_cache, v_cache, lengths, B, C, NH, max_T):
-    """One query per row attends to cache entries 0..lengths[b] (its own key included)."""
+    """One query per row attends to cache slots 0..min(lengths[b], max_T - 1) (its own key included)."""
     HS = C // NH
     q = qkv.reshape(B, 3, NH, HS)[:, 0].astype(np.float64)
     keys, values = k_cache.reshape(B, NH, max_T, HS), v_cache.reshape(B, NH, max_T, HS)

@@ -118,9 +118,10 @@ def encoder_at_positions_forward(out, inp, positions, wte, wpe, B, T, C):
 def kv_cache_append_forward(k_cache, v_cache, qkv, lengths, B, T, C, NH, max_T):
     xp = array_module(qkv)
     HS = C // NH
-    slots = lengths.reshape(B, 1) + xp.arange(T, dtype=lengths.dtype)       # (B, T)
+    kept = min(T, max_T)  # a ring of max_T slots keeps the last max_T new tokens
+    slots = (lengths.reshape(B, 1) + xp.arange(T - kept, T, dtype=lengths.dtype)) % max_T   # (B, kept)
     rows = xp.arange(B).reshape(B, 1)
-    parts = qkv.reshape(B, T, 3, NH, HS)
+    parts = qkv.reshape(B, T, 3, NH, HS)[:, T - kept:]
     for cache, part in ((k_cache, 1), (v_cache, 2)):
         cache.reshape(B, NH, max_T, HS).transpose(0, 2, 1, 3)[rows, slots] = parts[:, :, part]
 

@@ -1,5 +1,6 @@
 """decode_attention_forward(out, qkv, k_cache, v_cache, lengths, B, C, NH, max_T): one query
-per row (qkv (B, 1, 3C)) attends to cache rows 0..lengths[b]; out (B, 1, C)."""
+per row (qkv (B, 1, 3C)) attends to cache slots 0..min(lengths[b], max_T - 1); out (B, 1, C).
+(A local model's cache is a ring of max_T = W slots: once full, every slot is a key.)"""
 
 import math
 
@@ -13,7 +14,8 @@ from reference.spec import Arguments, Spec, cache_lengths, normal
 def build(case, rng):
     B, C, NH, max_T = (case.size[k] for k in ("B", "C", "NH", "max_T"))
     scale = 100.0 if case.values == "extreme" else 1.0
-    lengths = cache_lengths(rng, B, max_T)
+    lengths = (rng.integers(max_T - 1, 3 * max_T, size=B).astype(np.int32) if case.variant == "ring"
+               else cache_lengths(rng, B, max_T))
     k_cache, v_cache = (normal(rng, B, NH, max_T, C // NH, scale=scale) for _ in range(2))
     for b, length in enumerate(lengths):
         k_cache[b, :, length + 1:] = v_cache[b, :, length + 1:] = np.nan  # beyond the cache: never read
@@ -41,5 +43,6 @@ SPEC = Spec(
         dict(B=3, C=96, NH=2, max_T=37),
         dict(B=2, C=16, NH=2, max_T=5),
         dict(B=3, C=128, NH=2, max_T=100, values="extreme"),
+        dict(B=3, C=96, NH=2, max_T=7, variant="ring"),   # lengths past the slots: all of them are keys
     ),
 )
