@@ -1,16 +1,16 @@
 """Milestone variants: implementations of a host function's contract that must use a
 named technique, each judged under its own precision profile.
 
-    variant              host function       module            profile  technique
-    matmul_tiled         matmul_forward      matmul            fp32     shared_memory
-    matmul_tf32          matmul_forward      matmul_tf32       tf32     tensor_cores
-    matmul_cublas        matmul_forward      matmul_cublas     fp32     cublas
-    layernorm_reduction  layernorm_forward   layernorm         fp32     reduction
-    softmax_reduction    softmax_forward     attention         fp32     reduction
-    attention_flash      flash_attention_forward  flash_attention  fp32  flash  (milestone 3)
-    attention_local      local_attention_forward  flash_attention  fp32  flash  (milestone 3)
-    kv_cache_append, decode_attention, encoder_at_positions: the decoding host functions, in
-                         decode.py, fp32, no technique (milestone 3's KV cache)
+    variant              host function            module           profile  technique      milestone
+    matmul_tiled         matmul_forward           matmul           fp32     shared_memory  2
+    matmul_tf32          matmul_forward           matmul_tf32      tf32     tensor_cores   2
+    matmul_cublas        matmul_forward           matmul_cublas    fp32     cublas         2
+    layernorm_reduction  layernorm_forward        layernorm        fp32     reduction      2
+    softmax_reduction    softmax_forward          attention        fp32     reduction      2
+    attention_flash      flash_attention_forward  flash_attention  fp32     flash          3
+    attention_local      local_attention_forward  flash_attention  fp32     flash          3
+    kv_cache_append, decode_attention, encoder_at_positions: the decoding host
+                         functions, in decode.py, fp32, no technique (milestone 3's KV cache)
 
 A variant passes when every case of its host function's spec passes under its profile
 and its calls show its technique (reference.techniques): the kernels it launched, in
