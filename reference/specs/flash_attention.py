@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 
-from reference.bounds import attention_bounds
+from reference.bounds import exponent_error, output_bound, probability_bound, score_error_scale
 from reference.numerics import TINY, U, window_mask
 from reference.spec import Arguments, Spec, normal
 from reference.specs.attention import BENCHMARK, CASES, QUICK, flops
@@ -37,13 +37,12 @@ def windowed_error_bound(x, e, window):
     visible = window_mask(T, window)
     scores = np.where(visible, q @ np.swapaxes(k, -1, -2) / math.sqrt(HS), -np.inf)
     p = np.exp(scores - e["lse"][..., None])
-    q_abs, k_abs, v_abs = np.abs(q), np.abs(k), np.abs(v)
-    p_bound, out_bound = attention_bounds(q_abs, k_abs, v_abs, p, visible)
+    v_abs = np.abs(v)
+    rounding_scale = score_error_scale(np.abs(q), np.abs(k))
     n = visible.sum(axis=-1, keepdims=True)
-    out_bound = out_bound + U * 4 * np.sqrt(n) * (p @ v_abs)
-    score_scale = (q_abs @ np.swapaxes(k_abs, -1, -2)) * (math.sqrt(HS) + 1) / math.sqrt(HS)
-    row_scale = np.where(visible, score_scale, 0).max(axis=-1)
-    lse_bound = U * (8 * row_scale + 4 * np.sqrt(n[..., 0]) + 8 + np.abs(e["lse"])) + TINY
+    out_bound = (output_bound(p, probability_bound(p, rounding_scale, visible), v_abs, visible)
+                 + U * 4 * np.sqrt(n) * (p @ v_abs))
+    lse_bound = exponent_error(rounding_scale, visible)[..., 0] + U * np.abs(e["lse"]) + TINY
     return {"out": out_bound.transpose(0, 2, 1, 3).reshape(B, T, C3 // 3), "lse": lse_bound}
 
 
