@@ -29,12 +29,13 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from grading.items import WEIGHTS_FILES
 from kernel_runtime import KitError
 from reference.registry import SPECS
 from reference.variants import new_modules
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-MILESTONES = (1, 2, 3)
+MILESTONES = tuple(sorted(WEIGHTS_FILES))  # a handout for each milestone the grader knows
 
 
 def _milestone_files() -> dict[int, tuple[str, ...]]:

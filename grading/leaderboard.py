@@ -29,6 +29,8 @@ from pathlib import Path
 
 import numpy as np
 
+from gpt2.checkpoint import Parameters, perturbed_parameters
+from gpt2.config import GPT2Config, preset
 from kernel_runtime import KitError
 from reference.numerics import element_errors
 
@@ -99,6 +101,13 @@ def load_workload(path: Path = TABLE_FILE) -> Workload:
     return Workload(raw["weights_seed"], float(raw["temperature"]), raw["top_k"], raw["sampling_seed"],
                     positive_ints("batches"), positive_ints("new_tokens"), tuple(prompts), raw["gate_prompt"],
                     raw["gate_steps"], float(raw["time_limit_seconds"]))
+
+
+def model_weights(workload: Workload) -> tuple[GPT2Config, Parameters]:
+    """The model every submission runs, and the gate's reference with it: GPT-2 124M, GPT-2's init with
+    noise on the biases and layernorm weights (so a kernel that drops a bias shows), from the table's seed."""
+    config = preset("gpt2")
+    return config, perturbed_parameters(config, workload.weights_seed)
 
 
 def configurations(workload: Workload) -> list[Configuration]:

@@ -24,15 +24,13 @@ from pathlib import Path
 import numpy as np
 
 from gpt2.backends import make_backend
-from gpt2.checkpoint import perturbed_parameters
-from gpt2.config import preset
 from gpt2.decoding import make_decoder
 from gpt2.executors import make_executor
 from gpt2.generate import Sampling
 from gpt2.model import GPT2
 from gpt2.tokenizer import get_tokenizer
 from grading.leaderboard import (GateOutputs, LeaderboardError, Row, Workload, configurations, load_workload,
-                                 save_rows)
+                                 model_weights, save_rows)
 from grading.worker import fence_references
 from kernel_runtime import recording
 
@@ -95,8 +93,7 @@ def main(argv=None) -> int:
     fence_references()
     recording.install()
     tokenizer = get_tokenizer()
-    config = preset("gpt2")
-    model = GPT2(config, perturbed_parameters(config, workload.weights_seed),
+    model = GPT2(*model_weights(workload),
                  backend=make_backend("kernels", kernels=args.submission, variants=tuple(args.variant)))
     gate_outputs(model, tokenizer.encode(workload.gate_prompt), workload.gate_steps).save(args.out)
     print("gate's outputs saved; timing the configurations", file=sys.stderr, flush=True)

@@ -10,13 +10,11 @@ from pathlib import Path
 
 import numpy as np
 
-from gpt2.checkpoint import perturbed_parameters
-from gpt2.config import preset
 from gpt2.logits_check import allowed_logit_error
 from gpt2.model import GPT2
 from gpt2.tokenizer import get_tokenizer
 from grading.grade import run_worker
-from grading.leaderboard import GateOutputs, Standing, Workload, gate_failure, load_rows, standing
+from grading.leaderboard import GateOutputs, Standing, Workload, gate_failure, load_rows, model_weights, standing
 from reference.precision import Profile
 
 
@@ -28,8 +26,7 @@ class Gate:
 
 
 def make_gate(workload: Workload, profile: Profile) -> Gate:
-    config = preset("gpt2")
-    params = perturbed_parameters(config, workload.weights_seed)
+    config, params = model_weights(workload)
     tokens = np.array([get_tokenizer().encode(workload.gate_prompt)], np.int32)
     reference = GPT2(config, params, backend="reference")(tokens)
     return Gate(reference[0], allowed_logit_error((config, params), tokens, reference, profile))
