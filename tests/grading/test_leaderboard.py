@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from gpt2.checkpoint import perturbed_parameters
 from gpt2.config import preset
 from gpt2.executors import make_executor
 from gpt2.model import GPT2
@@ -20,7 +21,7 @@ from grading import leaderboard
 from grading.leaderboard import (Configuration, GateOutputs, LeaderboardError, Row, configurations, gate_failure,
                                  geometric_mean, load_rows, load_workload, save_rows, standing)
 from grading.leaderboard_worker import WARM_UP_TOKENS, time_configurations
-from tests.model.helpers import TINY, perturbed_parameters
+from tests.model.helpers import TINY
 
 ROOT = Path(__file__).parents[2]
 WORKLOAD = load_workload()

@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 
 from gpt2 import checkpoint
-from gpt2.checkpoint import (LLMC_HEADER_INTS, CheckpointError, hub_repo_id, load, random_parameters, read_hf,
-                             read_llmc, write_hf, write_llmc)
+from gpt2.checkpoint import (LLMC_HEADER_INTS, CheckpointError, hub_repo_id, load, perturbed_parameters,
+                             random_parameters, read_hf, read_llmc, write_hf, write_llmc)
 from gpt2.config import GPT2Config, preset
 from gpt2.model import GPT2
-from tests.model.helpers import TINY, perturbed_parameters
+from tests.model.helpers import TINY
 
 ROOT = Path(__file__).parents[2]
 

@@ -10,8 +10,8 @@ import pytest
 
 import gpt2.__main__ as cli
 from gpt2 import profile
-from gpt2.checkpoint import write_hf, write_llmc
-from tests.model.helpers import TINY, perturbed_parameters
+from gpt2.checkpoint import perturbed_parameters, write_hf, write_llmc
+from tests.model.helpers import TINY
 
 ROOT = Path(__file__).parents[2]
 

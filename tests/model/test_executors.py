@@ -7,11 +7,12 @@ import pytest
 
 from gpt2 import selection_kernels
 from gpt2.beam_search import BeamSearch, beam_search
+from gpt2.checkpoint import perturbed_parameters
 from gpt2.executors import EXECUTORS, ExecutorError, make_executor, rebuild_finished
 from gpt2.generate import GREEDY, Sampling, generate_batch
 from gpt2.model import GPT2, TokenError
 from kernel_runtime.compiler import compile_report, kernels_in
-from tests.model.helpers import TINY, perturbed_parameters
+from tests.model.helpers import TINY
 
 
 @pytest.fixture(scope="module")

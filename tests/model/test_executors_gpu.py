@@ -13,12 +13,13 @@ import numpy as np
 import pytest
 
 from gpt2.beam_search import BeamSearch, beam_search
+from gpt2.checkpoint import perturbed_parameters
 from gpt2.config import preset
 from gpt2.executors import EXECUTORS, StageClock, make_executor
 from gpt2.generate import GREEDY, Sampling, generate, sampling_probabilities
 from gpt2.model import GPT2
 from gpt2.tokenizer import END_OF_TEXT
-from tests.model.helpers import TINY, eos_leaning_parameters, perturbed_parameters
+from tests.model.helpers import TINY, eos_leaning_parameters
 
 pytestmark = pytest.mark.gpu
 

@@ -4,11 +4,12 @@ import numpy as np
 import pytest
 
 from gpt2.beam_search import BeamSearch, beam_search
+from gpt2.checkpoint import perturbed_parameters
 from gpt2.decoding import make_decoder
 from gpt2.generate import GREEDY, Sampling, SamplingError, fit_prompt, generate, generate_batch, next_token
 from gpt2.model import GPT2, TokenError
 from gpt2.tokenizer import END_OF_TEXT
-from tests.model.helpers import TINY, perturbed_parameters
+from tests.model.helpers import TINY
 
 
 @pytest.fixture(scope="module")

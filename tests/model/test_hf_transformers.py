@@ -14,8 +14,9 @@ transformers = pytest.importorskip("transformers", reason="needs transformers: p
 
 from gpt2.beam_search import BeamSearch, beam_search  # noqa: E402
 from gpt2.checkpoint import read_hf, write_hf  # noqa: E402
+from gpt2.checkpoint import perturbed_parameters
 from gpt2.model import GPT2  # noqa: E402
-from tests.model.helpers import TINY, eos_leaning_parameters, perturbed_parameters  # noqa: E402
+from tests.model.helpers import TINY, eos_leaning_parameters  # noqa: E402
 
 SEEDS = [0, 1]
 

@@ -4,9 +4,10 @@ and its KV cache is a ring of W slots per layer that decodes exactly what a full
 import numpy as np
 import pytest
 
+from gpt2.checkpoint import perturbed_parameters
 from gpt2.generate import GREEDY, generate
 from gpt2.model import GPT2
-from tests.model.helpers import TINY, perturbed_parameters
+from tests.model.helpers import TINY
 
 WINDOW = 4
 
@@ -21,11 +22,11 @@ def local(params):
     return GPT2(TINY, params, backend="reference", window=WINDOW)
 
 
-def test_the_cache_holds_window_slots_not_the_context(local):
+def test_the_cache_holds_window_slots_not_the_context(local, params):
     cache = local.new_cache(2)
     assert cache.slots == WINDOW and cache.k[0].shape == (2, TINY.num_heads, WINDOW, TINY.channels // TINY.num_heads)
     assert cache.context == TINY.max_T
-    plain = GPT2(TINY, perturbed_parameters(TINY, seed=5), backend="reference").new_cache(2)
+    plain = GPT2(TINY, params, backend="reference").new_cache(2)
     assert plain.slots == TINY.max_T  # the ring is TINY.max_T / WINDOW = 16 times smaller
 
 

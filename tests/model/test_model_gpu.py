@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from gpt2 import step_check
+from gpt2.checkpoint import perturbed_parameters
 from gpt2.config import preset
 from gpt2.backends import kernel_ops, make_backend, uses_flash
 from gpt2.generate import GREEDY, generate
@@ -15,7 +16,6 @@ from gpt2.decoding import make_decoder
 from gpt2.model import GPT2
 from gpt2.logits_check import LOGITS_TOLERANCE, allowed_logit_error, tf32_reference_backend
 from reference.precision import FP32, TF32
-from tests.model.helpers import perturbed_parameters
 
 pytestmark = pytest.mark.gpu
 

@@ -10,11 +10,12 @@ import pytest
 
 from gpt2 import step_check
 from gpt2.backends import Backend
+from gpt2.checkpoint import perturbed_parameters
 from gpt2.model import GPT2
 from gpt2.ops import MODEL_FUNCTIONS
 from reference import cpu, gold
 from reference.precision import COURSE, FP32, TF32
-from tests.model.helpers import TINY, perturbed_parameters
+from tests.model.helpers import TINY
 from tests.reference.test_precision import tf32_matmul
 
 TOKENS = np.random.default_rng(3).integers(0, TINY.vocab_size, (2, 7)).astype(np.int32)
