@@ -31,7 +31,7 @@ from pathlib import Path
 
 from grading.items import WEIGHTS_FILES
 from kernel_runtime import KitError
-from reference.registry import SPECS
+from reference.registry import SPEC_FILES, SPECS
 from reference.variants import new_modules
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -44,9 +44,8 @@ def _milestone_files() -> dict[int, tuple[str, ...]]:
     files = {2: ["tests/kernels/test_variants.py", *(f"kernels/{m}.py" for m in new_modules(2))]}
     for spec in SPECS.values():
         if spec.milestone > 1:
-            spec_file = spec.build.__module__.replace(".", "/") + ".py"
-            files.setdefault(spec.milestone, []).extend((f"kernels/{spec.module}.py", spec_file))
-    return {milestone: tuple(paths) for milestone, paths in files.items()}
+            files.setdefault(spec.milestone, []).extend((f"kernels/{spec.module}.py", SPEC_FILES[spec.function]))
+    return {milestone: tuple(dict.fromkeys(paths)) for milestone, paths in files.items()}  # each path once
 
 
 MILESTONE_FILES = _milestone_files()

@@ -2,6 +2,7 @@
 
     SPECS                  host function name -> Spec, in name order
     spec("gelu_forward")   one spec
+    SPEC_FILES             host function name -> the path of its spec module
     cases(function, seed)  its test cases for a base seed
     build(case)            a Problem: the case's inputs, drawn from its seed
     host_function(name)    the function itself, from the kernels directory this process runs
@@ -37,9 +38,11 @@ def _discover() -> dict[str, Spec]:
         if spec.function in found:
             raise TypeError(f"{module.__file__}: a second spec of {spec.function}")
         found[spec.function] = spec
+        SPEC_FILES[spec.function] = f"reference/specs/{info.name}.py"
     return found
 
 
+SPEC_FILES: dict[str, str] = {}  # host function name -> its spec's file, relative to the repository
 SPECS: dict[str, Spec] = _discover()
 
 
