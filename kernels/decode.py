@@ -23,10 +23,13 @@ slots, used as a ring: token p lives in slot p % W, so the cache holds exactly t
 keys of the newest window; when more than W tokens arrive at once, only the last W
 are kept.
 
-decode_attention is one block per (b, h): each warp takes every 8th key, its lanes
-share the HS-long dot product (coalesced loads of the key row) and combine it with
-shuffles; the scores wait in shared memory for the block-wide max and sum; then the
-warps again split the keys to accumulate p * v, lanes over HS, and add their parts.
+decode_attention is one block per (b, h). Its time is memory latency: one token's
+scores and output are a few thousand flops, over keys and values spread through the
+cache. So every thread computes whole scores, one key each (a key row's float4s all
+in flight at once, rather than a warp per key whose shuffles serialise the keys); the
+scores wait in shared memory for the block's max and sum; then the threads split
+the value rows into groups of keys, each thread one float4 of the head, and the
+groups' partial sums meet in shared memory.
 """
 
 import math
@@ -35,7 +38,7 @@ import numpy as np
 
 from kernel_runtime import CudaKernel, KernelArgumentError, ceil_div, check_array, check_dims, check_rows
 
-WARPS = 32  # per decode_attention block: each takes every WARPS-th key (more warps: more loads in flight)
+THREADS = 256  # per decode_attention block
 
 DECODE_SOURCE = r"""
 #define NAN_FLOAT __int_as_float(0x7fffffff)
@@ -66,72 +69,93 @@ extern "C" __global__ void kv_cache_append_kernel(float* k_cache, float* v_cache
     }
 }
 
-__device__ float warp_sum(float value) {
-    for (int offset = 16; offset > 0; offset /= 2) value += __shfl_xor_sync(0xffffffff, value, offset);
+__device__ float block_reduce(float value, bool is_max, float* reduce) {  // every thread gets the block's
+    for (int offset = 16; offset > 0; offset /= 2) {
+        float other = __shfl_xor_sync(0xffffffff, value, offset);
+        value = is_max ? fmaxf(value, other) : value + other;
+    }
+    if (threadIdx.x % 32 == 0) reduce[threadIdx.x / 32] = value;
+    __syncthreads();
+    value = reduce[0];
+    for (int w = 1; w < blockDim.x / 32; w++) value = is_max ? fmaxf(value, reduce[w]) : value + reduce[w];
+    __syncthreads();  // reduce is reused by the next call
     return value;
 }
 
-__device__ float warp_max(float value) {
-    for (int offset = 16; offset > 0; offset /= 2) value = fmaxf(value, __shfl_xor_sync(0xffffffff, value, offset));
-    return value;
-}
-
-// grid (B, NH), WARPS * 32 threads; dynamic shared memory: max_T scores + WARPS * HS partial sums
-extern "C" __global__ void decode_attention_kernel(float* out, const float* qkv, const float* k_cache,
-                                                   const float* v_cache, const int* lengths,
-                                                   int C, int NH, int max_T, float scale) {
-    extern __shared__ float shared[];
-    float* scores = shared;               // [max_T]
-    float* partial = shared + max_T;      // [WARPS][HS]
-    __shared__ float reduce[WARPS];
+// grid (B, NH), THREADS threads; dynamic shared memory: groups * HS partial sums, then max_T scores
+extern "C" __global__ void __launch_bounds__(THREADS)
+decode_attention_kernel(float* out, const float* qkv, const float* k_cache, const float* v_cache, const int* lengths,
+                        int C, int NH, int max_T, float scale, int groups) {
     int b = blockIdx.x, h = blockIdx.y, HS = C / NH;
-    int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    extern __shared__ __align__(16) float shared[];
+    float* partial = shared;              // [groups][HS], float4-aligned rows when HS % 4 == 0
+    float* scores = shared + groups * HS; // [max_T]
+    __shared__ float reduce[THREADS / 32];
     int keys = min(lengths[b] + 1, max_T);
     const float* q = qkv + (long long)b * 3 * C + h * HS;
     const float* k_rows = k_cache + ((long long)b * NH + h) * max_T * HS;
     const float* v_rows = v_cache + ((long long)b * NH + h) * max_T * HS;
+    // float4s when every cache row starts 16-byte aligned; q is read by every thread, from L1
+    bool vector = HS % 4 == 0 && (((size_t)k_cache | (size_t)v_cache | (size_t)q) % 16) == 0;
 
+    // Scores: a thread per key, so that every key row's loads are in flight at once.
     float local_max = __int_as_float(0xff800000);  // -infinity
-    for (int j = warp; j < keys; j += WARPS) {
+    for (int j = threadIdx.x; j < keys; j += blockDim.x) {
+        const float* k = k_rows + (long long)j * HS;
         float dot = 0.0f;
-        for (int d = lane; d < HS; d += 32) dot += q[d] * k_rows[(long long)j * HS + d];
-        dot = warp_sum(dot) * scale;
-        if (lane == 0) scores[j] = dot;
+        if (vector) {
+            #pragma unroll 8
+            for (int d = 0; d < HS; d += 4) {
+                float4 kd = *(const float4*)(k + d), qd = *(const float4*)(q + d);
+                dot += qd.x * kd.x + qd.y * kd.y + qd.z * kd.z + qd.w * kd.w;
+            }
+        } else {
+            for (int d = 0; d < HS; d++) dot += q[d] * k[d];
+        }
+        dot *= scale;
+        scores[j] = dot;
         local_max = fmaxf(local_max, dot);
     }
-    if (lane == 0) reduce[warp] = local_max;
-    __syncthreads();
-    float row_max = reduce[0];
-    for (int w = 1; w < WARPS; w++) row_max = fmaxf(row_max, reduce[w]);
-    __syncthreads();
-
+    float row_max = block_reduce(local_max, true, reduce);
     float local_sum = 0.0f;
-    for (int j = threadIdx.x; j < keys; j += blockDim.x) {
+    for (int j = threadIdx.x; j < keys; j += blockDim.x) {  // the same thread's keys as above
         float e = expf(scores[j] - row_max);
         scores[j] = e;
         local_sum += e;
     }
-    local_sum = warp_sum(local_sum);
-    if (lane == 0) reduce[warp] = local_sum;
-    __syncthreads();
-    float row_sum = 0.0f;
-    for (int w = 0; w < WARPS; w++) row_sum += reduce[w];
+    float row_sum = block_reduce(local_sum, false, reduce);  // its barrier also publishes the scores
 
-    for (int d = lane; d < HS; d += 32) {
-        float acc = 0.0f;
-        for (int j = warp; j < keys; j += WARPS) acc += scores[j] * v_rows[(long long)j * HS + d];
-        partial[warp * HS + d] = acc;
+    // p @ V: a thread per (group of keys, float4 or float of the head), keys j = group, group + groups, ...
+    int units = vector ? HS / 4 : HS;  // per value row
+    int group = threadIdx.x / units;
+    if (group < groups) {
+        for (int u = threadIdx.x % units; u < units; u += blockDim.x) {
+            if (vector) {
+                float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                #pragma unroll 4
+                for (int j = group; j < keys; j += groups) {
+                    float p = scores[j];
+                    float4 v = *(const float4*)(v_rows + (long long)j * HS + 4 * u);
+                    acc.x += p * v.x; acc.y += p * v.y; acc.z += p * v.z; acc.w += p * v.w;
+                }
+                *(float4*)(partial + group * HS + 4 * u) = acc;
+            } else {
+                float acc = 0.0f;
+                for (int j = group; j < keys; j += groups) acc += scores[j] * v_rows[(long long)j * HS + u];
+                partial[group * HS + u] = acc;
+            }
+        }
     }
     __syncthreads();
     for (int d = threadIdx.x; d < HS; d += blockDim.x) {
         float acc = 0.0f;
-        for (int w = 0; w < WARPS; w++) acc += partial[w * HS + d];
+        for (int g = 0; g < groups; g++) acc += partial[g * HS + d];
         out[(long long)b * C + h * HS + d] = acc / row_sum;
     }
 }
 """
 
-DECODE_DEFINES = dict(WARPS=WARPS)
+DECODE_DEFINES = dict(THREADS=THREADS)
 encoder_at_positions_kernel = CudaKernel(DECODE_SOURCE, "encoder_at_positions_kernel", defines=DECODE_DEFINES)
 kv_cache_append_kernel = CudaKernel(DECODE_SOURCE, "kv_cache_append_kernel", defines=DECODE_DEFINES)
 decode_attention_kernel = CudaKernel(DECODE_SOURCE, "decode_attention_kernel", defines=DECODE_DEFINES)
@@ -172,7 +196,9 @@ def decode_attention_forward(out, qkv, k_cache, v_cache, lengths, B, C, NH, max_
     check_array("decode_attention_forward", "qkv", qkv, B * 3 * C)
     check_array("decode_attention_forward", "out", out, B * C)
     HS = C // NH
-    shared_bytes = 4 * (max_T + WARPS * HS)
-    decode_attention_kernel((B, NH), (32 * WARPS,),
+    units = HS // 4 if HS % 4 == 0 else HS  # per value row, as the kernel counts them (float4s or floats)
+    groups = max(1, THREADS // units)
+    decode_attention_kernel((B, NH), (THREADS,),
                             (out, qkv, k_cache, v_cache, lengths, np.int32(C), np.int32(NH), np.int32(max_T),
-                             np.float32(1.0 / math.sqrt(HS))), shared_mem=shared_bytes)
+                             np.float32(1.0 / math.sqrt(HS)), np.int32(groups)),
+                            shared_mem=4 * (max_T + groups * HS))
