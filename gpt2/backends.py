@@ -6,7 +6,9 @@ functions of gpt2.ops.ForwardOps.
              `variants=("matmul_tf32",)` a milestone variant's module stands in for
              its host function (reference.variants), e.g. the TF32 tensor-core matmul.
              With the attention_flash variant the backend's flash_attention is set,
-             and the model runs flash attention in attention_forward's place.
+             and the model runs flash attention in attention_forward's place. With
+             all three fused-matmul variants (reference.variants.FUSED_DECODE_VARIANTS)
+             fused_decode is set, and the model's decode step calls them.
 * gold:      reference/gold.py, CuPy library operations, on the GPU.
 * reference: reference/cpu.py, NumPy in float64 on the CPU; works without a GPU.
 
@@ -21,7 +23,7 @@ import types
 
 import numpy as np
 
-from gpt2.ops import MODEL_FUNCTIONS, OPTIONAL_FUNCTIONS, ForwardOps
+from gpt2.ops import FUSED_DECODE_FUNCTIONS, MODEL_FUNCTIONS, OPTIONAL_FUNCTIONS, ForwardOps
 from kernel_runtime import KitError, require_gpu
 from kernel_runtime.loader import use_kernels
 from reference.registry import SPECS, host_function, host_functions
@@ -41,6 +43,7 @@ class Backend:
     activation_dtype: type
     ops: ForwardOps
     flash_attention: bool = False  # the model calls ops.flash_attention_forward, not ops.attention_forward
+    fused_decode: bool = False     # a decode step calls the fused matmuls (gpt2.ops.FUSED_DECODE_FUNCTIONS)
 
     def upload(self, host_array: np.ndarray):
         return self.xp.asarray(host_array)
@@ -68,12 +71,18 @@ def make_backend(name: str, kernels: str | None = None, variants: tuple[str, ...
     if name == "gold":
         from reference import gold
         return Backend(name, cupy, np.float32, _namespace(gold))
-    return Backend(name, cupy, np.float32, kernel_ops(kernels, variants), flash_attention=uses_flash(variants))
+    return Backend(name, cupy, np.float32, kernel_ops(kernels, variants), flash_attention=uses_flash(variants),
+                   fused_decode=uses_fused_decode(variants))
 
 
 def uses_flash(variants: tuple[str, ...]) -> bool:
     """Whether one of `variants` is a flash attention: the model then calls flash_attention_forward."""
     return any(variant_named(name).function == "flash_attention_forward" for name in variants)
+
+
+def uses_fused_decode(variants: tuple[str, ...]) -> bool:
+    """Whether `variants` hold every fused matmul: the model's decode step then calls them."""
+    return set(FUSED_DECODE_FUNCTIONS) <= {variant_named(name).function for name in variants}
 
 
 def kernel_ops(kernels: str | None = None, variants: tuple[str, ...] = ()) -> ForwardOps:

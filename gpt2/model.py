@@ -27,6 +27,9 @@ With flash attention (the attention_flash variant, milestone 3) the attention st
 calls flash_attention_forward, which keeps each softmax's log-sum-exp (a.lse) instead
 of the T x T probabilities (a.att, not allocated then). A local model (`window=W`)
 calls local_attention_forward, and its KV cache is a ring of W slots per layer.
+With the fused matmuls (milestone 3's menu), a decode step runs five kernels a layer
+instead of eleven: ln1 inside the qkv matmul, ln2 and GELU inside the fc matmul, the
+residual adds inside the two projections (kernels/fused_gemv.py).
 
 Every host-function call names its step (ln1, qkv, attention, ...). `observer`, when
 set, runs each call instead of the model, with its step and layer: the NVTX ranges of
@@ -217,13 +220,18 @@ class GPT2:
         C, NH, L = self.config.channels, self.config.num_heads, self.config.num_layers
         Vp, w = self.config.padded_vocab_size, self.weights
         ops = self.backend.ops
+        fused = decoding and self.backend.fused_decode  # a few rows: the fused matrix-vector kernels (milestone 3)
         residual = a.encoded
         for l in range(L):
             with self.profile_range(f"layer {l}"):
                 run = self._runner(l)
-                run("ln1", ops.layernorm_forward, a.ln1[l], a.ln1_mean[l], a.ln1_rstd[l], residual, w.ln1w[l],
-                    w.ln1b[l], B, T, C)
-                run("qkv", ops.matmul_forward, a.qkv[l], a.ln1[l], w.qkvw[l], w.qkvb[l], B, T, C, 3 * C)
+                if fused:  # ln1 folded into the qkv matmul
+                    run("ln1+qkv", ops.layernorm_matmul_forward, a.qkv[l], residual, w.ln1w[l], w.ln1b[l], w.qkvw[l],
+                        w.qkvb[l], B, T, C, 3 * C)
+                else:
+                    run("ln1", ops.layernorm_forward, a.ln1[l], a.ln1_mean[l], a.ln1_rstd[l], residual, w.ln1w[l],
+                        w.ln1b[l], B, T, C)
+                    run("qkv", ops.matmul_forward, a.qkv[l], a.ln1[l], w.qkvw[l], w.qkvb[l], B, T, C, 3 * C)
                 if cache is not None:
                     run("kv_append", ops.kv_cache_append_forward, cache.k[l], cache.v[l], a.qkv[l], cache.lengths,
                         B, T, C, NH, cache.slots)
@@ -237,19 +245,32 @@ class GPT2:
                     run("attention", ops.flash_attention_forward, a.atty[l], a.lse[l], a.qkv[l], B, T, C, NH)
                 else:
                     run("attention", ops.attention_forward, a.atty[l], a.qkvr, a.att[l], a.qkv[l], B, T, C, NH)
-                run("attproj", ops.matmul_forward, a.attproj[l], a.atty[l], w.attprojw[l], w.attprojb[l], B, T, C, C)
-                run("residual2", ops.residual_forward, a.residual2[l], residual, a.attproj[l], B * T * C)
-                run("ln2", ops.layernorm_forward, a.ln2[l], a.ln2_mean[l], a.ln2_rstd[l], a.residual2[l], w.ln2w[l],
-                    w.ln2b[l], B, T, C)
-                run("fc", ops.matmul_forward, a.fch[l], a.ln2[l], w.fcw[l], w.fcb[l], B, T, C, 4 * C)
-                run("gelu", ops.gelu_forward, a.fch_gelu[l], a.fch[l], B * T * 4 * C)
-                run("fcproj", ops.matmul_forward, a.fcproj[l], a.fch_gelu[l], w.fcprojw[l], w.fcprojb[l], B, T,
-                    4 * C, C)
-                run("residual3", ops.residual_forward, a.residual3[l], a.residual2[l], a.fcproj[l], B * T * C)
+                if fused:  # the residual adds folded into the projections, ln2 and GELU into the fc matmul
+                    run("attproj+residual2", ops.matmul_residual_forward, a.residual2[l], a.atty[l], w.attprojw[l],
+                        w.attprojb[l], residual, B, T, C, C)
+                    run("ln2+fc+gelu", ops.layernorm_matmul_gelu_forward, a.fch_gelu[l], a.residual2[l], w.ln2w[l],
+                        w.ln2b[l], w.fcw[l], w.fcb[l], B, T, C, 4 * C)
+                    run("fcproj+residual3", ops.matmul_residual_forward, a.residual3[l], a.fch_gelu[l],
+                        w.fcprojw[l], w.fcprojb[l], a.residual2[l], B, T, 4 * C, C)
+                else:
+                    run("attproj", ops.matmul_forward, a.attproj[l], a.atty[l], w.attprojw[l], w.attprojb[l], B, T,
+                        C, C)
+                    run("residual2", ops.residual_forward, a.residual2[l], residual, a.attproj[l], B * T * C)
+                    run("ln2", ops.layernorm_forward, a.ln2[l], a.ln2_mean[l], a.ln2_rstd[l], a.residual2[l],
+                        w.ln2w[l], w.ln2b[l], B, T, C)
+                    run("fc", ops.matmul_forward, a.fch[l], a.ln2[l], w.fcw[l], w.fcb[l], B, T, C, 4 * C)
+                    run("gelu", ops.gelu_forward, a.fch_gelu[l], a.fch[l], B * T * 4 * C)
+                    run("fcproj", ops.matmul_forward, a.fcproj[l], a.fch_gelu[l], w.fcprojw[l], w.fcprojb[l], B, T,
+                        4 * C, C)
+                    run("residual3", ops.residual_forward, a.residual3[l], a.residual2[l], a.fcproj[l], B * T * C)
                 residual = a.residual3[l]
         run = self._runner(None)
-        run("lnf", ops.layernorm_forward, a.lnf, a.lnf_mean, a.lnf_rstd, residual, w.lnfw, w.lnfb, B, T, C)
-        run("lm_head", ops.matmul_forward, a.logits, a.lnf, w.wte, None, B, T, C, Vp)
+        if fused:
+            run("lnf+lm_head", ops.layernorm_matmul_forward, a.logits, residual, w.lnfw, w.lnfb, w.wte, None, B, T, C,
+                Vp)
+        else:
+            run("lnf", ops.layernorm_forward, a.lnf, a.lnf_mean, a.lnf_rstd, residual, w.lnfw, w.lnfb, B, T, C)
+            run("lm_head", ops.matmul_forward, a.logits, a.lnf, w.wte, None, B, T, C, Vp)
 
     # ------------------------------------------------------------------ helpers
 

@@ -59,9 +59,23 @@ class ForwardOps(Protocol):
                                  B: int, C: int, NH: int, max_T: int) -> None:
         """kernels/decode.py: one query per row attends to cache slots 0..min(lengths[b], max_T - 1)."""
 
+    def layernorm_matmul_forward(self, out: Array, inp: Array, ln_weight: Array, ln_bias: Array, weight: Array,
+                                 bias: Array, B: int, T: int, C: int, OC: int) -> None:
+        """kernels/fused_gemv.py (milestone 3): out = layernorm(inp) @ weight^T + bias, in one kernel.
+        Optional: the decode step calls the fused functions when its backend has them (gpt2.backends, FUSED_DECODE_VARIANTS)."""
 
-OPTIONAL_FUNCTIONS: tuple[str, ...] = ("flash_attention_forward", "local_attention_forward")  # a later milestone's:
-                                                                                              # not every kit has them
+    def layernorm_matmul_gelu_forward(self, out: Array, inp: Array, ln_weight: Array, ln_bias: Array,
+                                      weight: Array, bias: Array, B: int, T: int, C: int, OC: int) -> None:
+        """kernels/fused_gemv.py (milestone 3): out = gelu(layernorm(inp) @ weight^T + bias). Optional."""
+
+    def matmul_residual_forward(self, out: Array, inp: Array, weight: Array, bias: Array, residual: Array, B: int,
+                                T: int, C: int, OC: int) -> None:
+        """kernels/fused_gemv.py (milestone 3): out = residual + inp @ weight^T + bias. Optional."""
+
+
+FUSED_DECODE_FUNCTIONS = ("layernorm_matmul_forward", "layernorm_matmul_gelu_forward", "matmul_residual_forward")
+# a later milestone's: not every kit has them
+OPTIONAL_FUNCTIONS: tuple[str, ...] = ("flash_attention_forward", "local_attention_forward", *FUSED_DECODE_FUNCTIONS)
 MODEL_FUNCTIONS: tuple[str, ...] = tuple(name for name in vars(ForwardOps)
                                          if name.endswith("_forward") and name not in OPTIONAL_FUNCTIONS)
 

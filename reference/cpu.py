@@ -92,6 +92,27 @@ def gelu_forward(out, inp, N):
     out.reshape(N)[...] = 0.5 * x * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (x + 0.044715 * x**3)))
 
 
+# --------------------------------------------------------------------------- fused matmuls (milestone 3)
+
+
+def layernorm_matmul_forward(out, inp, ln_weight, ln_bias, weight, bias, B, T, C, OC):
+    normalised = np.empty((B, T, C))
+    layernorm_forward(normalised, np.empty((B, T)), np.empty((B, T)), inp, ln_weight, ln_bias, B, T, C)
+    matmul_forward(out, normalised, weight, bias, B, T, C, OC)
+
+
+def layernorm_matmul_gelu_forward(out, inp, ln_weight, ln_bias, weight, bias, B, T, C, OC):
+    before_gelu = np.empty((B, T, OC))
+    layernorm_matmul_forward(before_gelu, inp, ln_weight, ln_bias, weight, bias, B, T, C, OC)
+    gelu_forward(out, before_gelu, B * T * OC)
+
+
+def matmul_residual_forward(out, inp, weight, bias, residual, B, T, C, OC):
+    product = np.empty((B, T, OC))
+    matmul_forward(product, inp, weight, bias, B, T, C, OC)
+    residual_forward(out, residual, product, B * T * OC)
+
+
 # --------------------------------------------------------------------------- decoding with a KV cache
 
 

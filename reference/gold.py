@@ -106,6 +106,29 @@ def gelu_forward(out, inp, N):
     out.reshape(N)[...] = xp.float32(0.5) * x * (1 + xp.tanh(inner))
 
 
+# --------------------------------------------------------------------------- fused matmuls (milestone 3)
+
+
+def layernorm_matmul_forward(out, inp, ln_weight, ln_bias, weight, bias, B, T, C, OC):
+    xp = array_module(inp)
+    normalised = xp.empty((B, T, C), xp.float32)
+    layernorm_forward(normalised, xp.empty((B, T), xp.float32), xp.empty((B, T), xp.float32), inp, ln_weight,
+                      ln_bias, B, T, C)
+    matmul_forward(out, normalised, weight, bias, B, T, C, OC)
+
+
+def layernorm_matmul_gelu_forward(out, inp, ln_weight, ln_bias, weight, bias, B, T, C, OC):
+    before_gelu = array_module(inp).empty((B, T, OC), "float32")
+    layernorm_matmul_forward(before_gelu, inp, ln_weight, ln_bias, weight, bias, B, T, C, OC)
+    gelu_forward(out, before_gelu, B * T * OC)
+
+
+def matmul_residual_forward(out, inp, weight, bias, residual, B, T, C, OC):
+    product = array_module(inp).empty((B, T, OC), "float32")
+    matmul_forward(product, inp, weight, bias, B, T, C, OC)
+    residual_forward(out, residual, product, B * T * OC)
+
+
 # --------------------------------------------------------------------------- decoding with a KV cache
 
 

@@ -16,6 +16,7 @@ from gpt2.decoding import make_decoder
 from gpt2.model import GPT2
 from gpt2.logits_check import LOGITS_TOLERANCE, allowed_logit_error, tf32_reference_backend
 from reference.precision import FP32, TF32
+from reference.variants import FUSED_DECODE_VARIANTS
 
 pytestmark = pytest.mark.gpu
 
@@ -37,8 +38,10 @@ def reference_logits(weights, tokens):
 
 
 def backend_named(name: str):
-    """"kernels", "gold", or "kernels+flash": the kit's kernels with flash attention (the attention_flash variant)."""
-    return make_backend("kernels", variants=("attention_flash",)) if name == "kernels+flash" else make_backend(name)
+    """"kernels", "gold", "kernels+flash" (the kit's kernels with flash attention, the attention_flash variant)
+    or "kernels+fused" (decode steps on the fused matmuls of fused_gemv.py)."""
+    variants = {"kernels+flash": ("attention_flash",), "kernels+fused": FUSED_DECODE_VARIANTS}.get(name)
+    return make_backend("kernels", variants=variants) if variants else make_backend(name)
 
 
 @pytest.mark.parametrize("backend", ["kernels", "gold", "kernels+flash"])
@@ -100,7 +103,7 @@ def test_step_check_names_the_first_wrong_step(weights, tokens):
     assert following.where == "layer 0 attention" and following.passed
 
 
-@pytest.mark.parametrize("backend", ["kernels", "gold", "kernels+flash"])
+@pytest.mark.parametrize("backend", ["kernels", "gold", "kernels+flash", "kernels+fused"])
 def test_kv_cache_greedy_tokens_equal_full_recompute(weights, backend):
     model = GPT2(*weights, backend=backend_named(backend))
     prompt = list(np.random.default_rng(3).integers(0, 50257, 8))
@@ -153,11 +156,12 @@ def test_a_graph_owns_its_buffers_through_other_work(weights, seed, kind):
         assert all(bool((array == 7.0).all()) for array in arrays), "a replay wrote into another array"
 
 
-def test_decode_step_logits_match_the_reference(weights):
+@pytest.mark.parametrize("backend", ["kernels", "kernels+fused"])
+def test_decode_step_logits_match_the_reference(weights, backend):
     prompt = np.random.default_rng(5).integers(0, 50257, (2, 10)).astype(np.int32)
     results = []
-    for backend in ("kernels", "reference"):
-        model = GPT2(*weights, backend=backend)
+    for name in (backend, "reference"):
+        model = GPT2(*weights, backend=backend_named(name))
         cache = model.new_cache(2)
         model.forward(prompt, cache)
         step = model.decode_step(np.array([17, 4242], np.int32), cache)

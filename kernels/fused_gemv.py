@@ -1,0 +1,252 @@
+"""Fused matrix-vector kernels for decoding: a layer's neighbours folded into its matmul.
+
+    layernorm_matmul_forward(out, inp, ln_weight, ln_bias, weight, bias, B, T, C, OC)
+        out = layernorm(inp) @ weight^T + bias                      ln1 + qkv, lnf + LM head
+    layernorm_matmul_gelu_forward(out, inp, ln_weight, ln_bias, weight, bias, B, T, C, OC)
+        out = gelu(layernorm(inp) @ weight^T + bias)                ln2 + fc + GELU
+    matmul_residual_forward(out, inp, weight, bias, residual, B, T, C, OC)
+        out = residual + inp @ weight^T + bias                      attproj + residual, fcproj + residual
+
+inp (B, T, C) seen as M = B*T rows; weight (OC, C) as in matmul.py; bias (OC) or None;
+layernorm as in layernorm.py (biased variance, eps 1e-5), without its mean and rstd.
+
+Generating a token runs every matmul on a handful of rows (M = the batch), so each is
+a matrix-vector product: 2 flops per weight float read, and its time is the time to
+stream the weights. A decode step of GPT-2 124M reads 0.5 GB of weights, a few
+microseconds per layer at the card's bandwidth; but it also launches about 135
+kernels, and a small kernel costs a few microseconds however little it does (the
+launch, the ramp-up, the tail). Folding the layernorm that precedes a matmul, and the
+GELU or residual add that follows it, into the matmul removes five of the eleven
+kernels of a layer, and the trips their activations made through memory.
+
+The kernel, written once and compiled three ways (LAYERNORM, GELU and RESIDUAL are
+defines that the compiler folds away):
+
+* split-K by warps: a column's dot products are shared by `split` warps of a block,
+  each taking every split-th float4 of the weight row, so that a long row (fcproj's
+  K = 3072) still has at most a few loads per lane, all in flight at once, and a
+  short matrix (768 x 768) still spreads over more blocks than the card has SMs; the
+  warps' sums meet in shared memory;
+* rows in chunks of up to ROWS: each weight float4 is loaded once per chunk and used
+  for every row of it, accumulators in registers;
+* the layernorm prologue: a warp per row normalises the chunk's rows into shared
+  memory once per block (two passes over the row held there: mean, then variance),
+  and the dot products read them from there; blocks walk the columns with a grid
+  stride, so a block normalises its rows once for all the columns it takes;
+* the epilogue: one thread per (row, column) adds the warps' sums and the bias, then
+  applies GELU (the tanh form of gelu.py) or adds the residual, and stores.
+"""
+
+import functools
+
+import numpy as np
+
+from kernel_runtime import CudaKernel, KernelArgumentError, ceil_div, check_array, check_dims
+
+THREADS = 256              # 8 warps per block
+ROWS = 8                   # rows per chunk: each thread keeps ROWS accumulators
+PIECES = 4                 # float4s of a weight row each lane loads before using them
+LAYERNORM_SHARED = 48 * 1024  # bytes of shared memory for a chunk's normalised rows
+BLOCKS_PER_SM = 8          # the grid stride's cap: blocks resident at once, about
+
+FUSED_GEMV_SOURCE = r"""
+#define WARPS (THREADS / 32)
+
+__device__ __forceinline__ float warp_sum(float value) {
+    for (int offset = 16; offset > 0; offset /= 2) value += __shfl_xor_sync(0xffffffff, value, offset);
+    return value;
+}
+
+// row (K floats) -> normalised[k] = (row[k] - mean) * rstd * ln_weight[k] + ln_bias[k], by one warp
+__device__ __forceinline__ void layernorm_row(float* normalised, const float* row, const float* ln_weight, const float* ln_bias,
+                              int K, int lane) {
+    float sum = 0.0f;
+    for (int k = lane; k < K; k += 32) {
+        normalised[k] = row[k];
+        sum += row[k];
+    }
+    float mean = warp_sum(sum) / K;
+    float squares = 0.0f;
+    for (int k = lane; k < K; k += 32) {
+        float centred = normalised[k] - mean;
+        squares += centred * centred;
+    }
+    float rstd = rsqrtf(warp_sum(squares) / K + 1e-5f);
+    for (int k = lane; k < K; k += 32) normalised[k] = (normalised[k] - mean) * rstd * ln_weight[k] + ln_bias[k];
+}
+
+// wk[i] = w[k0 + i * stride ..] as float4s, zeros past K
+__device__ __forceinline__ void load_pieces(float4 (&wk)[PIECES], const float* w, int k0, int stride, int K) {
+    #pragma unroll
+    for (int i = 0; i < PIECES; i++) {
+        int k = k0 + i * stride;
+        wk[i] = k < K ? __ldg((const float4*)(w + k)) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+}
+
+__device__ __forceinline__ float gelu(float x) {
+    const float s = 0.7978845608028654f;  // sqrt(2 / pi)
+    return 0.5f * x * (1.0f + tanhf(s * (x + 0.044715f * x * x * x)));
+}
+
+// grid: blocks walking groups of WARPS / split columns; dynamic shared memory: rows_per_chunk * K floats
+// when LAYERNORM, else none
+// (THREADS, 1): without a minimum of blocks per SM, ptxas may cap the registers low and spill
+extern "C" __global__ void __launch_bounds__(THREADS, 1)
+fused_gemv_kernel(float* out, const float* inp, const float* ln_weight, const float* ln_bias,
+                  const float* weight, const float* bias, const float* residual,
+                  int M, int K, int N, int split, int rows_per_chunk) {
+    // BEGIN SOLUTION
+    extern __shared__ __align__(16) float normalised[];  // LAYERNORM: the chunk's rows, rows_per_chunk x K
+    __shared__ float partial[WARPS][ROWS];               // each warp's sum for each row of the chunk
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int columns = WARPS / split;                   // per group
+    const int column_in = warp / split, part = warp % split;
+    // float4 loads when every row starts 16-byte aligned (shared rows do when K % 4 == 0)
+    const bool vector = K % 4 == 0 && (size_t)weight % 16 == 0 && (LAYERNORM || (size_t)inp % 16 == 0);
+    const int stride = 128 * split;                      // floats between one lane's float4s of a row
+    const int first_k = 4 * (part * 32 + lane);
+
+    for (int m0 = 0; m0 < M; m0 += rows_per_chunk) {
+        const int rows = min(rows_per_chunk, M - m0);
+#if LAYERNORM
+        __syncthreads();  // the previous chunk's rows are read no more
+        for (int r = warp; r < rows; r += WARPS) {
+            layernorm_row(normalised + r * K, inp + (long long)(m0 + r) * K, ln_weight, ln_bias, K, lane);
+        }
+        __syncthreads();
+        const float* x = normalised;
+#else
+        const float* x = inp + (long long)m0 * K;
+#endif
+        for (int n0 = blockIdx.x * columns; n0 < N; n0 += gridDim.x * columns) {  // the same trips for all threads
+            // A column past N computes on the last row of weight and is not stored: no branch around the loads.
+            const float* w = weight + (long long)min(n0 + column_in, N - 1) * K;
+            float acc[ROWS] = {};
+            if (vector) {
+                for (int k0 = first_k; k0 < K; k0 += PIECES * stride) {
+                    float4 wk[PIECES];  // PIECES float4s of the weight row, loaded at once: all in flight together
+                    load_pieces(wk, w, k0, stride, K);
+                    #pragma unroll
+                    for (int i = 0; i < PIECES; i++) {
+                        const int k = k0 + i * stride;
+                        #pragma unroll
+                        for (int m = 0; m < ROWS; m++) {
+                            if (m < rows && k < K) {
+                                float4 xk = *(const float4*)(x + (long long)m * K + k);
+                                acc[m] += wk[i].x * xk.x + wk[i].y * xk.y + wk[i].z * xk.z + wk[i].w * xk.w;
+                            }
+                        }
+                    }
+                }
+            } else {
+                for (int k = part * 32 + lane; k < K; k += 32 * split) {
+                    float wk1 = __ldg(w + k);
+                    #pragma unroll
+                    for (int m = 0; m < ROWS; m++) {
+                        if (m < rows) acc[m] += wk1 * x[(long long)m * K + k];
+                    }
+                }
+            }
+            #pragma unroll
+            for (int m = 0; m < ROWS; m++) {
+                if (m < rows) {  // the same for the whole block
+                    float total = warp_sum(acc[m]);
+                    if (lane == 0) partial[warp][m] = total;
+                }
+            }
+            __syncthreads();
+            if (threadIdx.x < columns * ROWS) {  // the epilogue: a thread per (column, row)
+                const int c = threadIdx.x / ROWS, m = threadIdx.x % ROWS, column = n0 + c;
+                if (m < rows && column < N) {
+                    float value = bias != nullptr ? bias[column] : 0.0f;
+                    for (int p = 0; p < split; p++) value += partial[c * split + p][m];
+                    long long at = (long long)(m0 + m) * N + column;
+#if GELU
+                    value = gelu(value);
+#endif
+#if RESIDUAL
+                    value += residual[at];
+#endif
+                    out[at] = value;
+                }
+            }
+            __syncthreads();  // partial is rewritten by the next group
+        }
+    }
+    // END SOLUTION
+}
+"""
+
+
+def _kernel(layernorm: bool, gelu: bool, residual: bool) -> CudaKernel:
+    return CudaKernel(FUSED_GEMV_SOURCE, "fused_gemv_kernel",
+                      defines=dict(THREADS=THREADS, ROWS=ROWS, PIECES=PIECES, LAYERNORM=int(layernorm), GELU=int(gelu),
+                                   RESIDUAL=int(residual)))
+
+
+layernorm_matmul_kernel = _kernel(layernorm=True, gelu=False, residual=False)
+layernorm_matmul_gelu_kernel = _kernel(layernorm=True, gelu=True, residual=False)
+matmul_residual_kernel = _kernel(layernorm=False, gelu=False, residual=True)
+
+
+@functools.cache
+def _multiprocessors() -> int:
+    import cupy
+
+    return cupy.cuda.Device().attributes["MultiProcessorCount"]
+
+
+def split_for(K: int, OC: int) -> int:
+    """Warps per column: enough that a lane loads at most PIECES float4s of a weight row, and that the
+    column groups give every SM two blocks; at most the block's 8 warps."""
+    split = 1
+    while split < THREADS // 32 and (K > 4 * 32 * PIECES * split or ceil_div(OC, THREADS // 32 // split) < 2 * _multiprocessors()):
+        split *= 2
+    return split
+
+
+def _launch(kernel, function, out, inp, ln_weight, ln_bias, weight, bias, residual, B, T, C, OC):
+    """Check the arguments of `function` and launch `kernel`: its layernorm's weights are checked when the
+    kernel has a layernorm, the residual when it adds one."""
+    check_dims(function, B=B, T=T, C=C, OC=OC)
+    M = B * T
+    check_array(function, "out", out, M * OC)
+    check_array(function, "inp", inp, M * C)
+    check_array(function, "weight", weight, OC * C)
+    if bias is not None:
+        check_array(function, "bias", bias, OC)
+    shared_bytes, rows_per_chunk = 0, ROWS
+    if kernel.defines["LAYERNORM"]:
+        check_array(function, "ln_weight", ln_weight, C)
+        check_array(function, "ln_bias", ln_bias, C)
+        rows_per_chunk = min(ROWS, LAYERNORM_SHARED // (4 * C))
+        if rows_per_chunk == 0:
+            raise KernelArgumentError(f"{function}: C={C} is too wide: a normalised row must fit in "
+                                      f"{LAYERNORM_SHARED // 1024} KB of shared memory (C <= {LAYERNORM_SHARED // 4})")
+        shared_bytes = 4 * rows_per_chunk * C
+    if kernel.defines["RESIDUAL"]:
+        check_array(function, "residual", residual, M * OC)
+    split = split_for(C, OC)
+    groups = ceil_div(OC, THREADS // 32 // split)
+    null = np.uint64(0)
+    kernel((min(groups, BLOCKS_PER_SM * _multiprocessors()),), (THREADS,),
+           (out, inp, ln_weight if ln_weight is not None else null, ln_bias if ln_bias is not None else null,
+            weight, bias if bias is not None else null, residual if residual is not None else null,
+            np.int32(M), np.int32(C), np.int32(OC), np.int32(split), np.int32(rows_per_chunk)),
+           shared_mem=shared_bytes)
+
+
+def layernorm_matmul_forward(out, inp, ln_weight, ln_bias, weight, bias, B, T, C, OC):
+    _launch(layernorm_matmul_kernel, "layernorm_matmul_forward", out, inp, ln_weight, ln_bias, weight, bias, None,
+            B, T, C, OC)
+
+
+def layernorm_matmul_gelu_forward(out, inp, ln_weight, ln_bias, weight, bias, B, T, C, OC):
+    _launch(layernorm_matmul_gelu_kernel, "layernorm_matmul_gelu_forward", out, inp, ln_weight, ln_bias, weight,
+            bias, None, B, T, C, OC)
+
+
+def matmul_residual_forward(out, inp, weight, bias, residual, B, T, C, OC):
+    _launch(matmul_residual_kernel, "matmul_residual_forward", out, inp, None, None, weight, bias, residual,
+            B, T, C, OC)
