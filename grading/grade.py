@@ -20,7 +20,7 @@ import threading
 from pathlib import Path
 from typing import Callable
 
-from grading.items import Item, Scheme
+from grading.items import Item, Scheme, capped_total
 from grading.worker import TECHNIQUE_FILE
 from reference.execution import CUDA_CONTEXT_LOST, Execution
 from reference.judging import Result, judge
@@ -45,14 +45,15 @@ class SubmissionGrade:
     submission: str
     seed: int
     items: list[ItemGrade]
+    menu_cap_points: float = 0.0  # the scheme's: the menu items count together up to this
 
     @property
     def score(self) -> float:
-        return sum(g.score for g in self.items)
+        return capped_total([(g.item, g.score) for g in self.items], self.menu_cap_points)
 
     @property
     def max_score(self) -> float:
-        return sum(g.item.weight for g in self.items)
+        return capped_total([(g.item, g.item.weight) for g in self.items], self.menu_cap_points)
 
 
 def grade_submission(submission: Path, scheme: Scheme, seed: int,
@@ -63,7 +64,7 @@ def grade_submission(submission: Path, scheme: Scheme, seed: int,
         grade = grade_item(submission, item, scheme, seed)
         progress(f"  {item.title}: {grade.score:g}/{item.weight:g} ({grade.reason})")
         grades.append(grade)
-    return SubmissionGrade(str(submission), seed, grades)
+    return SubmissionGrade(str(submission), seed, grades, scheme.menu_cap_points)
 
 
 def grade_item(submission: Path, item: Item, scheme: Scheme, seed: int) -> ItemGrade:

@@ -6,6 +6,10 @@
 
 An item is made of variants either way: a milestone-1 host function is the variant
 `plain(function)` (its spec's module, fp32, no technique to show).
+
+Milestone 3 also has a menu: items marked `menu = true`, each worth its own weight, of
+which at most `menu_cap_points` count; total_points is the other items' weights plus
+that cap.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ class Item:
     title: str
     weight: float
     variants: tuple[Variant, ...]
+    menu: bool = False  # one of the menu's items: together they count up to the scheme's menu_cap_points
 
     @property
     def functions(self) -> tuple[str, ...]:
@@ -47,6 +52,7 @@ class Scheme:
     time_limit_seconds: float
     milestone: int = 1
     path: Path = WEIGHTS_FILE  # the file it was read from: the grader's workers read it again
+    menu_cap_points: float = 0.0  # the most the menu's items count together
 
     def item(self, name: str) -> Item:
         for item in self.items:
@@ -67,14 +73,21 @@ def load_scheme(path: Path = WEIGHTS_FILE) -> Scheme:
         raw = tomllib.loads(Path(path).read_text())
     except (OSError, tomllib.TOMLDecodeError) as err:
         raise SchemeError(f"{path}: cannot read the grading scheme ({err})") from None
-    items = tuple(Item(i["name"], i["title"], float(i["weight"]), _variants_of(path, i)) for i in raw["items"])
+    items = tuple(Item(i["name"], i["title"], float(i["weight"]), _variants_of(path, i), bool(i.get("menu", False)))
+                  for i in raw["items"])
     scheme = Scheme(items, float(raw["total_points"]), raw.get("partial_credit", "none"),
-                    float(raw.get("time_limit_seconds", 180)), int(raw.get("milestone", 1)), Path(path))
+                    float(raw.get("time_limit_seconds", 180)), int(raw.get("milestone", 1)), Path(path),
+                    float(raw.get("menu_cap_points", 0)))
     if scheme.partial_credit not in POLICIES:
         raise SchemeError(f"{path}: partial_credit must be one of {POLICIES}, got {scheme.partial_credit!r}")
-    if abs(sum(i.weight for i in items) - scheme.total_points) > 1e-9:
-        raise SchemeError(f"{path}: item weights add up to {sum(i.weight for i in items)}, "
-                         f"not total_points = {scheme.total_points}")
+    required = sum(i.weight for i in items if not i.menu)
+    menu = sum(i.weight for i in items if i.menu)
+    if menu and scheme.menu_cap_points <= 0:
+        raise SchemeError(f"{path}: menu items need menu_cap_points, the most they count together")
+    if abs(required + scheme.menu_cap_points - scheme.total_points) > 1e-9:
+        raise SchemeError(f"{path}: the items' weights ({required:g}) and menu_cap_points "
+                          f"({scheme.menu_cap_points:g}) add up to {required + scheme.menu_cap_points:g}, "
+                          f"not total_points = {scheme.total_points:g}")
     scored = sorted(v.name for i in items for v in i.variants)
     written = sorted(v.name for v in milestone_variants(scheme.milestone))
     if scored != written:
@@ -91,3 +104,9 @@ def _variants_of(path: Path, item: dict) -> tuple[Variant, ...]:
                           f"(variants: {', '.join(VARIANTS)})")
     return (tuple(VARIANTS[name] for name in item.get("variants", []))
             + tuple(plain(function) for function in item.get("functions", [])))
+
+
+def capped_total(scores: list[tuple[Item, float]], menu_cap_points: float) -> float:
+    """The points of (item, score) pairs: the required items' scores plus the menu's, up to its cap."""
+    required = sum(score for item, score in scores if not item.menu)
+    return required + min(menu_cap_points, sum(score for item, score in scores if item.menu))

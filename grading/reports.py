@@ -16,6 +16,8 @@ def console_table(grade: SubmissionGrade, width: int = 100) -> str:
     for g in grade.items:
         reason = g.reason if len(g.reason) <= width else g.reason[: width - 3] + "..."
         lines.append(f"{g.item.title:30s} {g.item.weight:6g} {g.score:6.2f}  {reason}")
+    if grade.menu_cap_points:
+        lines.append(f"{'(menu items count up to ' + format(grade.menu_cap_points, 'g') + ' points)':30s}")
     lines.append(f"{'total':30s} {grade.max_score:6g} {grade.score:6.2f}")
     return "\n".join(lines)
 

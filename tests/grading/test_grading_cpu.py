@@ -48,13 +48,33 @@ def test_milestone_2_weights_are_the_course_s():
     assert all(permit == () for name, (_, _, permit) in profiles.items() if name != "matmul_cublas")
 
 
-def test_milestone_3_weights_are_the_course_s_required_items():
+def test_milestone_3_weights_are_the_course_s_required_items_and_a_capped_menu():
     scheme = scheme_for(3)
-    assert {i.title: (i.weight, [v.name for v in i.variants]) for i in scheme.items} == {
+    required = {i.title: (i.weight, [v.name for v in i.variants]) for i in scheme.items if not i.menu}
+    assert required == {
         "FlashAttention": (6, ["attention_flash"]), "Local attention (window 128)": (2, ["attention_local"]),
         "KV cache": (12, ["kv_cache_append", "decode_attention", "encoder_at_positions"])}
-    assert scheme.total_points == 20 and scheme.milestone == 3
+    menu = {i.name: [v.name for v in i.variants] for i in scheme.items if i.menu}
+    assert menu == {"fused_layernorm_matmul": ["layernorm_matmul"], "fused_bias_gelu": ["layernorm_matmul_gelu"],
+                    "fused_residual": ["matmul_residual"]}
+    assert scheme.total_points == 30 and scheme.menu_cap_points == 10 and scheme.milestone == 3
     assert {v.technique for i in scheme.items for v in i.variants} == {"flash", None}
+
+
+def test_menu_items_count_up_to_their_cap():
+    scheme = scheme_for(3)
+    menu_weight = sum(i.weight for i in scheme.items if i.menu)
+    assert menu_weight > scheme.menu_cap_points  # else the cap would never bite
+    full = SubmissionGrade("s", SEED, [ItemGrade(i, i.weight, "") for i in scheme.items], scheme.menu_cap_points)
+    assert (full.score, full.max_score) == (30, 30)
+    only_menu = SubmissionGrade("s", SEED, [ItemGrade(i, i.weight if i.menu else 0.0, "") for i in scheme.items],
+                                scheme.menu_cap_points)
+    assert only_menu.score == 10
+    one_menu_item = [ItemGrade(i, i.weight if i.name == "fused_residual" or not i.menu else 0.0, "")
+                     for i in scheme.items]
+    assert SubmissionGrade("s", SEED, one_menu_item, scheme.menu_cap_points).score == 23
+    assert "menu items count up to 10 points" in reports.console_table(full)
+    assert reports.gradescope_results(full)["score"] == 30
 
 
 @pytest.mark.parametrize("file, edit, message", [
@@ -66,6 +86,10 @@ def test_milestone_3_weights_are_the_course_s_required_items():
     ("weights_m2.toml", lambda t: t.replace('variants = ["matmul_cublas"]', 'variants = []'),
      "must score each milestone-2 variant once"),
     ("weights_m2.toml", lambda t: t.replace('"matmul_cublas"', '"matmul_cuda"'), "no known variant 'matmul_cuda'"),
+    ("weights_m3.toml", lambda t: t.replace("menu_cap_points = 10", "menu_cap_points = 9"), "add up to 29"),
+    ("weights_m3.toml", lambda t: t.replace("menu_cap_points = 10\n", "").replace("total_points = 30",
+                                                                                  "total_points = 20"),
+     "menu items need menu_cap_points"),
 ])
 def test_bad_scheme_is_refused(tmp_path, file, edit, message):
     path = tmp_path / file
@@ -333,7 +357,8 @@ def handout_m3(tmp_path_factory):
 
 def test_milestone_3_handout_adds_flash_and_local_attention_stubbed(handout_m3, handout_m2):
     destination, stubbed = handout_m3
-    assert sorted(set(stubbed) - set(handout_m2[1])) == ["kernels/flash_attention.py (1 block)"]
+    assert sorted(set(stubbed) - set(handout_m2[1])) == ["kernels/flash_attention.py (1 block)",
+                                                          "kernels/fused_gemv.py (1 block)"]
     assert (destination / "reference/specs/flash_attention.py").exists()
     assert (destination / "reference/specs/local_attention.py").exists()
     assert "BEGIN SOLUTION" not in (destination / "kernels/flash_attention.py").read_text()
