@@ -18,6 +18,7 @@ import time
 import numpy as np
 
 from benchmarks.transformers_model import cuda_model
+from gpt2.backends import make_backend
 from gpt2.executors import make_executor
 from gpt2.generate import GREEDY, generate
 from gpt2.model import GPT2
@@ -62,6 +63,7 @@ def main(argv=None) -> int:
     parser = OneLineArgumentParser(prog="python -m benchmarks.generation", description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="random")
     parser.add_argument("--backend", default="kernels", choices=("kernels", "gold"))
+    parser.add_argument("--variant", nargs="*", default=[], help="solution variants to run the kernels on")
     parser.add_argument("--hf", action="store_true", help="also time transformers' eager generate")
     parser.add_argument("--profile", action="store_true", help="print where the host's time goes (cProfile)")
     args = parser.parse_args(argv)
@@ -69,7 +71,7 @@ def main(argv=None) -> int:
     from gpt2 import checkpoint
 
     config, params = checkpoint.load(args.model)
-    model = GPT2(config, params, backend=args.backend)
+    model = GPT2(config, params, backend=make_backend(args.backend, variants=tuple(args.variant)))
     prompt = list(np.random.default_rng(0).integers(0, config.vocab_size, PROMPT_TOKENS))
     generate(model, prompt, 8, GREEDY, stop_at_end_of_text=False)  # warm-up: compiles every kernel
     print(f"GPT-2 {config.num_parameters() / 1e6:.0f}M, {args.backend} backend, batch 1, prompt {PROMPT_TOKENS}, "

@@ -1,0 +1,108 @@
+"""Where one decode step's time goes: each call of the step timed alone, and the step as a graph.
+
+    python -m benchmarks.decode [--batch 1 8] [--length 256] [--variant NAME ...]
+
+GPT-2 124M (random weights), float32, a KV cache filled with `--length` tokens.
+Every call of one decode step (gpt2.model.decode_launches) is recorded, then each
+is timed on its own (CUDA events, after warm-up, median; queued behind a spin
+kernel, so the numbers are GPU time) and summed per step name over the layers.
+For the matmuls, which at a few rows are matrix-vector products that stream their
+weights, GB/s counts the weight, input, bias and output bytes once, against the
+copy bandwidth measured here (1 GiB, "%copy") and against a copy of the call's own
+bytes ("%same"). The last lines time the whole step replayed as one CUDA graph
+(gpt2.decoding), whose kernels follow each other without the host: its time per
+step sets the ceiling of decode tokens per second.
+"""
+
+import collections
+import sys
+
+import numpy as np
+
+from benchmarks.kernels import copy_bandwidth_gbs, gpu_times_ms
+from gpt2.backends import make_backend
+from gpt2.checkpoint import random_parameters
+from gpt2.config import preset
+from gpt2.decoding import make_decoder
+from gpt2.model import GPT2
+from kernel_runtime.commands import POSITIVE_INT, OneLineArgumentParser, run_command
+from kernel_runtime.device import exit_without_gpu
+
+TIMING = dict(batches=2, per_batch=12, warmup=3)  # a call is microseconds; ~150 calls per step
+
+
+def main(argv=None) -> int:
+    parser = OneLineArgumentParser(prog="python -m benchmarks.decode", description=__doc__.splitlines()[0])
+    parser.add_argument("--batch", type=POSITIVE_INT, nargs="+", default=[1, 8], help="rows (default: 1 8)")
+    parser.add_argument("--length", type=POSITIVE_INT, default=256, help="tokens in the cache (default %(default)s)")
+    parser.add_argument("--variant", nargs="*", default=[], help="solution variants to run the model on")
+    args = parser.parse_args(argv)
+    if args.length + 100 > preset("gpt2").max_T:
+        parser.error(f"--length {args.length}: the graph's replays need 100 more positions of GPT-2's "
+                     f"{preset('gpt2').max_T}")
+    exit_without_gpu("benchmarks.decode", "cannot run")
+    return run_command("benchmarks.decode", lambda: benchmark(args), error_status=2)
+
+
+def matmul_bytes(args: tuple) -> int:
+    """Bytes a matmul call must move: out, inp, weight, bias (matmul_forward's arguments)."""
+    out, inp, weight, bias = args[:4]
+    return sum(a.nbytes for a in (out, inp, weight) + ((bias,) if bias is not None else ()))
+
+
+def benchmark(args) -> int:
+    import cupy
+
+    config = preset("gpt2")
+    params = random_parameters(config, seed=0)
+    model = GPT2(config, params, backend=make_backend("kernels", variants=tuple(args.variant)))
+    device = cupy.cuda.runtime.getDeviceProperties(0)["name"].decode()
+    print(f"one decode step of GPT-2 124M, float32, {args.length} tokens in the cache, on {device}", flush=True)
+    copy_gbs = copy_bandwidth_gbs()
+    print(f"copy bandwidth (1 GiB device-to-device, read + write): {copy_gbs:.0f} GB/s")
+    rng = np.random.default_rng(0)
+    for batch in args.batch:
+        decoder = make_decoder(model, "graph", batch)
+        with decoder.stream:
+            decoder.prefill(rng.integers(0, config.vocab_size, (batch, args.length)))
+            decoder.step(rng.integers(0, config.vocab_size, batch))  # loads the kernels, captures the graph
+            calls = []
+            model.observer = lambda step, layer, kernel, call_args: calls.append((step, kernel, call_args))
+            model.decode_launches(decoder.tokens, decoder.cache, decoder.activations)
+            model.observer = None
+            print_step_table(batch, calls, copy_gbs)
+            graph = decoder.graphs[None][0]
+            step_ms = gpu_times_ms(graph.launch, **TIMING)
+        print(f"the step as one CUDA graph: {1e3 * step_ms:.1f} us on the GPU, at most "
+              f"{batch / step_ms * 1e3:,.0f} tok/s ({batch} rows)\n", flush=True)
+        del decoder
+        cupy.get_default_memory_pool().free_all_blocks()
+    return 0
+
+
+def print_step_table(batch: int, calls: list, copy_gbs: float) -> None:
+    us, nbytes, counts = collections.defaultdict(float), collections.defaultdict(int), collections.Counter()
+    same_size = {}  # bytes -> GB/s of a copy that moves them
+    for step, kernel, call_args in calls:
+        us[step] += 1e3 * gpu_times_ms(lambda: kernel(*call_args), **TIMING)
+        counts[step] += 1
+        if kernel.__name__ == "matmul_forward":
+            moved = matmul_bytes(call_args)
+            nbytes[step] += moved
+            if moved not in same_size:
+                same_size[moved] = copy_bandwidth_gbs(moved)
+            nbytes[step, "same"] += moved / same_size[moved]  # us a same-size copy would take, over 1e3
+    total = sum(us.values())
+    print(f"\nB={batch}: {len(calls)} calls")
+    print(f"{'step':10s} {'calls':>5s} {'us':>8s} {'share':>6s} {'GB/s':>7s} {'%copy':>6s} {'%same':>6s}")
+    for step in us:
+        line = f"{step:10s} {counts[step]:5d} {us[step]:8.1f} {100 * us[step] / total:5.1f}%"
+        if nbytes[step]:
+            gbs = nbytes[step] / us[step] / 1e3
+            line += f" {gbs:7.0f} {100 * gbs / copy_gbs:5.0f}% {100 * nbytes[step, 'same'] / us[step] / 1e3:5.0f}%"
+        print(line)
+    print(f"{'sum':10s} {len(calls):5d} {total:8.1f}  (each call alone)")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
