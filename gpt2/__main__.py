@@ -17,7 +17,8 @@ import os
 import sys
 from pathlib import Path
 
-from gpt2.backends import BACKENDS
+from gpt2 import checkpoint
+from gpt2.backends import BACKENDS, make_backend
 from gpt2.generate import Sampling, fit_prompt, generate
 from gpt2.model import GPT2
 from gpt2.tokenizer import get_tokenizer
@@ -83,6 +84,9 @@ def build_parser() -> OneLineArgumentParser:
                                                             "on the CPU (default: kernels with a GPU, else reference)")
     parser.add_argument("--kernels", metavar="DIR", help="a kernels/ directory to run on the kernels backend "
                                                          "(default: this kit's kernels/)")
+    parser.add_argument("--variant", action="append", default=[], metavar="NAME",
+                        help="a milestone variant to run on the kernels backend, e.g. attention_flash "
+                             "(reference/variants.py; repeat for several; default: none, the kit's kernels)")
     parser.add_argument("--max-new-tokens", type=NON_NEGATIVE_INT, default=64,
                         help="tokens to generate (default %(default)s)")
     parser.add_argument("--temperature", type=TEMPERATURE, default=1.0, help="0 means greedy (default %(default)s)")
@@ -101,8 +105,9 @@ def build_parser() -> OneLineArgumentParser:
 def parse_args(argv) -> argparse.Namespace:
     parser = build_parser()
     args = parser.parse_args(argv)
-    if args.kernels is not None and args.backend not in (None, "kernels"):
-        parser.error(f"argument --kernels: applies to --backend kernels, not {args.backend}")
+    for option, given in (("--kernels", args.kernels is not None), ("--variant", bool(args.variant))):
+        if given and args.backend not in (None, "kernels"):
+            parser.error(f"argument {option}: applies to --backend kernels, not {args.backend}")
     return args
 
 
@@ -113,8 +118,9 @@ def choose_backend(args, note) -> str:
     reason = gpu_unavailable_reason()
     if reason is None:
         return args.backend or "kernels"
-    if args.kernels is not None:
-        raise GPUUnavailableError(f"--kernels needs a GPU: {reason}")
+    for option, given in (("--kernels", args.kernels is not None), ("--variant", bool(args.variant))):
+        if given:
+            raise GPUUnavailableError(f"{option} needs a GPU: {reason}")
     if args.backend is not None:
         raise GPUUnavailableError(f"--backend {args.backend} needs a GPU: {reason}")
     note(f"{reason}: running the NumPy reference backend on the CPU (slow)")
@@ -138,7 +144,7 @@ def complete(args) -> None:
     tokenizer = get_tokenizer()
     source = args.model or default_model(note)
     note(f"loading {source} on the {backend} backend ...")
-    model = GPT2.from_pretrained(source, backend=backend, kernels=args.kernels)
+    model = GPT2(*checkpoint.load(source), backend=make_backend(backend, args.kernels, tuple(args.variant)))
     interactive = args.prompt is None
     for prompt in _interactive_prompts() if interactive else [args.prompt]:
         tokens = fit_prompt(tokenizer.encode(prompt), args.max_new_tokens, model.config.max_T, note)

@@ -93,6 +93,9 @@ def test_unknown_option_and_misplaced_kernels_are_one_line(capsys):
     status, line = one_line_exit(capsys, ["hi", "--backend", "reference", "--kernels", "kernels"])
     assert status == 2
     assert line == "python -m gpt2: argument --kernels: applies to --backend kernels, not reference (see --help)"
+    status, line = one_line_exit(capsys, ["hi", "--backend", "gold", "--variant", "attention_flash"])
+    assert (status, line) == (2, "python -m gpt2: argument --variant: applies to --backend kernels, not gold "
+                                 "(see --help)")
 
 
 def test_zero_new_tokens_prints_nothing_and_loads_no_model(capsys):
@@ -105,6 +108,7 @@ def test_zero_new_tokens_prints_nothing_and_loads_no_model(capsys):
     (["--backend", "kernels", "--kernels", "my_kernels"], "--kernels"),
     (["--backend", "kernels"], "--backend kernels"),
     (["--backend", "gold"], "--backend gold"),
+    (["--variant", "attention_flash"], "--variant"),
 ])
 def test_gpu_backends_without_a_gpu_say_so_in_one_line(capsys, monkeypatch, args, asked):
     monkeypatch.setattr(cli, "gpu_unavailable_reason", lambda: "no NVIDIA GPU or driver on this machine")
