@@ -45,9 +45,14 @@ from kernel_runtime import CudaKernel, KernelArgumentError, ceil_div, check_arra
 
 THREADS = 256              # 8 warps per block
 ROWS = 8                   # rows per chunk: each thread keeps ROWS accumulators
-PIECES = 4                 # float4s of a weight row each lane loads before using them
 LAYERNORM_SHARED = 48 * 1024  # bytes of shared memory for a chunk's normalised rows
-BLOCKS_PER_SM = 8          # the grid stride's cap: blocks resident at once, about
+# Per kernel: PIECES, the float4s of a weight row each lane loads before using them (all in
+# flight at once), and BLOCKS, the launch bounds' minimum of blocks an SM holds at once (with
+# the layernorm, also the grid stride's cap). The residual kernel reads its rows from global
+# memory, and its loads of them, hoisted for every piece and row, need the registers that
+# fewer pieces leave.
+LAYERNORM_TUNING = dict(PIECES=8, BLOCKS=2)
+RESIDUAL_TUNING = dict(PIECES=4, BLOCKS=1)
 
 FUSED_GEMV_SOURCE = r"""
 #define WARPS (THREADS / 32)
@@ -91,8 +96,8 @@ __device__ __forceinline__ float gelu(float x) {
 
 // grid: blocks walking groups of WARPS / split columns; dynamic shared memory: rows_per_chunk * K floats
 // when LAYERNORM, else none
-// (THREADS, 1): without a minimum of blocks per SM, ptxas may cap the registers low and spill
-extern "C" __global__ void __launch_bounds__(THREADS, 1)
+// without a minimum of blocks per SM, ptxas may cap the registers low and spill
+extern "C" __global__ void __launch_bounds__(THREADS, BLOCKS)
 fused_gemv_kernel(float* out, const float* inp, const float* ln_weight, const float* ln_bias,
                   const float* weight, const float* bias, const float* residual,
                   int M, int K, int N, int split, int rows_per_chunk) {
@@ -180,8 +185,9 @@ fused_gemv_kernel(float* out, const float* inp, const float* ln_weight, const fl
 
 
 def _kernel(layernorm: bool, gelu: bool, residual: bool) -> CudaKernel:
+    tuning = LAYERNORM_TUNING if layernorm else RESIDUAL_TUNING
     return CudaKernel(FUSED_GEMV_SOURCE, "fused_gemv_kernel",
-                      defines=dict(THREADS=THREADS, ROWS=ROWS, PIECES=PIECES, LAYERNORM=int(layernorm), GELU=int(gelu),
+                      defines=dict(THREADS=THREADS, ROWS=ROWS, **tuning, LAYERNORM=int(layernorm), GELU=int(gelu),
                                    RESIDUAL=int(residual)))
 
 
@@ -197,11 +203,12 @@ def _multiprocessors() -> int:
     return cupy.cuda.Device().attributes["MultiProcessorCount"]
 
 
-def split_for(K: int, OC: int) -> int:
-    """Warps per column: enough that a lane loads at most PIECES float4s of a weight row, and that the
-    column groups give every SM two blocks; at most the block's 8 warps."""
+def split_for(K: int, OC: int, pieces: int) -> int:
+    """Warps per column: enough that a lane loads at most `pieces` float4s of a weight row, and that
+    the column groups give every SM two blocks; at most the block's 8 warps."""
     split = 1
-    while split < THREADS // 32 and (K > 4 * 32 * PIECES * split or ceil_div(OC, THREADS // 32 // split) < 2 * _multiprocessors()):
+    while split < THREADS // 32 and (K > 4 * 32 * pieces * split
+                                     or ceil_div(OC, THREADS // 32 // split) < 2 * _multiprocessors()):
         split *= 2
     return split
 
@@ -227,10 +234,12 @@ def _launch(kernel, function, out, inp, ln_weight, ln_bias, weight, bias, residu
         shared_bytes = 4 * rows_per_chunk * C
     if kernel.defines["RESIDUAL"]:
         check_array(function, "residual", residual, M * OC)
-    split = split_for(C, OC)
+    split = split_for(C, OC, kernel.defines["PIECES"])
     groups = ceil_div(OC, THREADS // 32 // split)
     null = np.uint64(0)
-    kernel((min(groups, BLOCKS_PER_SM * _multiprocessors()),), (THREADS,),
+    # a layernorm kernel's blocks stay resident and stride over the groups (each normalises its rows once)
+    blocks = min(groups, kernel.defines["BLOCKS"] * _multiprocessors()) if kernel.defines["LAYERNORM"] else groups
+    kernel((blocks,), (THREADS,),
            (out, inp, ln_weight if ln_weight is not None else null, ln_bias if ln_bias is not None else null,
             weight, bias if bias is not None else null, residual if residual is not None else null,
             np.int32(M), np.int32(C), np.int32(OC), np.int32(split), np.int32(rows_per_chunk)),
