@@ -27,7 +27,7 @@ With flash attention (the attention_flash variant, milestone 3) the attention st
 calls flash_attention_forward, which keeps each softmax's log-sum-exp (a.lse) instead
 of the T x T probabilities (a.att, not allocated then). A local model (`window=W`)
 calls local_attention_forward, and its KV cache is a ring of W slots per layer.
-With the fused matmuls (milestone 3's menu), a decode step runs five kernels a layer
+With the fused matmuls (milestone 3's menu), a decode step runs six kernels a layer
 instead of eleven: ln1 inside the qkv matmul, ln2 and GELU inside the fc matmul, the
 residual adds inside the two projections (kernels/fused_gemv.py).
 

@@ -1,0 +1,54 @@
+"""The fused decode step on the CPU (reference backend with its fused functions): the model's
+wiring of layernorm_matmul, layernorm_matmul_gelu and matmul_residual computes the same step as
+the eleven calls a layer it replaces. The kernels themselves are judged by their specs."""
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from gpt2.backends import make_backend, uses_fused_decode
+from gpt2.checkpoint import perturbed_parameters
+from gpt2.model import GPT2
+from reference.variants import FUSED_DECODE_VARIANTS
+from tests.model.helpers import TINY
+
+
+@pytest.fixture(scope="module")
+def params():
+    return perturbed_parameters(TINY, seed=11)
+
+
+def decode_steps(model: GPT2, prompt: np.ndarray, tokens: np.ndarray) -> tuple[list, list]:
+    """Each step's logits, and the step names the model ran (one step's)."""
+    cache = model.new_cache(prompt.shape[0])
+    model.forward(prompt, cache)
+    steps = []
+    model.observer = lambda step, layer, kernel, args: (steps.append(step), kernel(*args))
+    logits = [model.decode_step(column, cache).copy() for column in tokens.T]
+    model.observer = None
+    return logits, steps[:len(steps) // tokens.shape[1]]
+
+
+@pytest.mark.parametrize("seed", [0, 1], ids=lambda s: f"seed{s}")
+def test_the_fused_step_computes_the_plain_step(params, seed):
+    rng = np.random.default_rng(seed)
+    prompt = rng.integers(0, TINY.vocab_size, (3, 5)).astype(np.int32)
+    tokens = rng.integers(0, TINY.vocab_size, (3, 4)).astype(np.int32)
+    plain = GPT2(TINY, params, backend="reference")
+    fused = GPT2(TINY, params, backend=dataclasses.replace(make_backend("reference"), fused_decode=True))
+    plain_logits, plain_steps = decode_steps(plain, prompt, tokens)
+    fused_logits, fused_steps = decode_steps(fused, prompt, tokens)
+    for a, b in zip(plain_logits, fused_logits):
+        np.testing.assert_allclose(b, a, rtol=0, atol=1e-12)  # float64 both ways: only the order of additions
+    # a layer: ln1+qkv, kv_append, attention, attproj+residual2, ln2+fc+gelu, fcproj+residual3 (plain: 11)
+    assert fused_steps[1:7] == ["ln1+qkv", "kv_append", "attention", "attproj+residual2", "ln2+fc+gelu",
+                                "fcproj+residual3"]
+    assert (len(plain_steps), len(fused_steps)) == (3 + 11 * TINY.num_layers, 2 + 6 * TINY.num_layers)
+    assert fused_steps[-1] == "lnf+lm_head" and plain_steps[-2:] == ["lnf", "lm_head"]
+
+
+def test_only_all_three_variants_make_the_step_fused():
+    assert uses_fused_decode(FUSED_DECODE_VARIANTS)
+    assert not uses_fused_decode(FUSED_DECODE_VARIANTS[:2])
+    assert not uses_fused_decode(("attention_flash",))
