@@ -29,6 +29,15 @@ BENCHMARK = (dict(B=1, T=1, C=768, OC=2304), dict(B=1, T=1, C=768, OC=3072), dic
              dict(B=8, T=1, C=768, OC=2304))
 
 
+def traffic(s: dict) -> int:
+    """inp and out once, the weight and bias, the layernorm's weight and bias."""
+    return 4 * (s["B"] * s["T"] * (s["C"] + s["OC"]) + s["OC"] * (s["C"] + 1) + 2 * s["C"])
+
+
+def flops(s: dict) -> int:
+    return 2 * s["B"] * s["T"] * s["C"] * s["OC"]
+
+
 def build(case, rng):
     B, T, C, OC = (case.size[k] for k in ("B", "T", "C", "OC"))
     ln = layernorm.build(case, rng).values  # inp with large means when extreme, and the layernorm's weights
@@ -66,7 +75,5 @@ def error_bound(x, e):
 SPEC = Spec(
     function="layernorm_matmul_forward", module="fused_gemv", outputs=("out",), build=build,
     error_bound=error_bound, graded=False, milestone=3, cases=CASES, quick=dict(B=8, T=1, C=768, OC=2304),
-    benchmark=BENCHMARK,
-    traffic=lambda s: 4 * (s["B"] * s["T"] * (s["C"] + s["OC"]) + s["OC"] * (s["C"] + 1) + 2 * s["C"]),
-    flops=lambda s: 2 * s["B"] * s["T"] * s["C"] * s["OC"],
+    benchmark=BENCHMARK, traffic=traffic, flops=flops,
 )

@@ -6,7 +6,8 @@ import numpy as np
 
 from reference.numerics import U
 from reference.spec import Spec
-from reference.specs.layernorm_matmul import BENCHMARK, CASES, build, matmul_error, normalised_with_bound
+from reference.specs.layernorm_matmul import (BENCHMARK, CASES, build, flops, matmul_error, normalised_with_bound,
+                                              traffic)
 
 GELU_SLOPE = 1.13  # the largest |gelu'(z)|, at z ~ 2.4: how much an error in z can grow
 
@@ -25,7 +26,5 @@ def error_bound(x, e):
 SPEC = Spec(
     function="layernorm_matmul_gelu_forward", module="fused_gemv", outputs=("out",), build=build,
     error_bound=error_bound, graded=False, milestone=3, cases=CASES, quick=dict(B=8, T=1, C=768, OC=3072),
-    benchmark=BENCHMARK,
-    traffic=lambda s: 4 * (s["B"] * s["T"] * (s["C"] + s["OC"]) + s["OC"] * (s["C"] + 1) + 2 * s["C"]),
-    flops=lambda s: 2 * s["B"] * s["T"] * s["C"] * s["OC"],
+    benchmark=BENCHMARK, traffic=traffic, flops=flops,
 )
