@@ -196,7 +196,9 @@ def decode_attention_forward(out, qkv, k_cache, v_cache, lengths, B, C, NH, max_
     check_array("decode_attention_forward", "qkv", qkv, B * 3 * C)
     check_array("decode_attention_forward", "out", out, B * C)
     HS = C // NH
-    units = HS // 4 if HS % 4 == 0 else HS  # per value row, as the kernel counts them (float4s or floats)
+    # per value row, float4s or floats: the kernel's own test, so that every group it forms is one it sums
+    vector = HS % 4 == 0 and all(array.data.ptr % 16 == 0 for array in (k_cache, v_cache, qkv))
+    units = HS // 4 if vector else HS
     groups = max(1, THREADS // units)
     decode_attention_kernel((B, NH), (THREADS,),
                             (out, qkv, k_cache, v_cache, lengths, np.int32(C), np.int32(NH), np.int32(max_T),

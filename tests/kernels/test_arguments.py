@@ -46,3 +46,26 @@ def test_attention_rejects_heads_that_do_not_divide_channels():
     att, inp = cupy.zeros(B * NH * T * T, np.float32), cupy.zeros(B * T * 3 * C, np.float32)
     with pytest.raises(KernelArgumentError, match="not a multiple of NH"):
         host_function("attention_forward")(out, qkvr, att, inp, B, T, C, NH)
+
+
+@pytest.mark.parametrize("case_index", [1, 4], ids=["HS48", "ring"])
+def test_decode_attention_reads_caches_that_are_not_16_byte_aligned(case_index):
+    """A contiguous view one float into its allocation is valid input; the kernel then reads float by
+    float, and the host must size its groups of keys for that path, or some would never be summed."""
+    import cupy
+
+    from reference.judging import allowed_errors, compare, expected_outputs
+
+    spec = SPECS["decode_attention_forward"]
+    problem = build(spec.test_cases()[case_index])
+    args = {k: cupy.asarray(v) if isinstance(v, np.ndarray) else v for k, v in problem.args.items()
+            if k not in spec.written}
+    for name in ("qkv", "k_cache", "v_cache"):
+        padded = cupy.concatenate([cupy.zeros(1, np.float32), args[name].ravel()])
+        args[name] = padded[1:]  # 4 bytes past a 16-byte boundary
+        assert args[name].data.ptr % 16 == 4
+    out = cupy.full(problem.args["out"], np.nan, np.float32)
+    host_function("decode_attention_forward")(out, *args.values())
+    expected = expected_outputs(problem)
+    result = compare(problem.case, {"out": cupy.asnumpy(out)}, expected, allowed_errors(problem, expected))
+    assert result.passed, result.message
