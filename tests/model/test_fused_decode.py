@@ -10,7 +10,7 @@ import pytest
 from gpt2.backends import make_backend, uses_fused_decode
 from gpt2.checkpoint import perturbed_parameters
 from gpt2.model import GPT2
-from reference.variants import FUSED_DECODE_VARIANTS
+from reference.variants import FUSED_DECODE_VARIANTS, VARIANTS
 from tests.model.helpers import TINY
 
 
@@ -48,6 +48,7 @@ def test_the_fused_step_computes_the_plain_step(params, seed):
     assert fused_steps[-1] == "lnf+lm_head" and plain_steps[-2:] == ["lnf", "lm_head"]
 
 
+@pytest.mark.skipif(not set(FUSED_DECODE_VARIANTS) <= set(VARIANTS), reason="this kit has no milestone-3 variants")
 def test_only_all_three_variants_make_the_step_fused():
     assert uses_fused_decode(FUSED_DECODE_VARIANTS)
     assert not uses_fused_decode(FUSED_DECODE_VARIANTS[:2])
