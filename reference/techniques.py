@@ -18,6 +18,8 @@ them), found among the CudaKernels that loaded modules define at their top level
 every kernel of its module.
 
     cublas         a cuBLAS call (through cupy.cublas) in every case's recording
+    fused          one kernel launched by every call (the recording counts them): the work of
+                   several kernels done in one
 
 A variant that passes its cases without its technique's evidence scores 0, with the
 reason (the course's milestone-2 items).
@@ -41,6 +43,12 @@ class Technique:
     all_of: tuple[str, ...] = ()   # PTX patterns that must all appear
     any_of: tuple[tuple[str, ...], ...] = ()  # or: one of these groups, each all present
     library: str | None = None     # shown by calls to this library instead (kernel_runtime.recording.LIBRARIES)
+    one_launch: bool = False       # shown by every call launching exactly one kernel instead
+
+    @property
+    def in_ptx(self) -> bool:
+        """Whether the evidence is in the compiled code (else in the calls the recording saw)."""
+        return not (self.library or self.one_launch)
 
     def shown_by(self, ptx: str) -> bool:
         groups = ((self.all_of,) if self.all_of else ()) + self.any_of
@@ -65,6 +73,8 @@ TECHNIQUES = {t.name: t for t in (
                        "probabilities leave the kernel",
               all_of=(r"\bex2\.approx", r"\bst\.shared", r"\bld\.shared")),
     Technique("cublas", "cuBLAS call (through cupy.cublas)", library="cublas"),
+    Technique("fused", "one kernel launched per call (the layernorm, GELU or residual add inside the matmul's "
+                       "kernel)", one_launch=True),
 )}
 
 
@@ -130,6 +140,11 @@ def missing_technique(technique: str, executions) -> str | None:
     """None when the calls recorded in `executions` (reference.execution, one per case) show
     `technique`, else why not. Run where those calls ran: the kernels must be loaded."""
     shows = TECHNIQUES[technique]
+    if shows.one_launch:
+        apart = [e for e in executions if e.launches != 1]
+        return (f"no evidence of {technique}: {len(apart)} of {len(executions)} cases launched "
+                f"{apart[0].launches} kernels in one call, not {shows.shows_as}; first {apart[0].case_id}"
+                ) if apart else None
     if shows.library:
         without = [e.case_id for e in executions if not e.library_calls]
         return (f"no evidence of {technique}: {len(without)} of {len(executions)} cases made no {shows.shows_as}, "

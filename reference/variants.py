@@ -12,8 +12,9 @@ named technique, each judged under its own precision profile.
     kv_cache_append, decode_attention, encoder_at_positions: the decoding host
                          functions, in decode.py, fp32, no technique (milestone 3's KV cache)
     layernorm_matmul, layernorm_matmul_gelu, matmul_residual: the fused matmuls of
-                         fused_gemv.py, fp32, no technique (milestone 3's menu); together
-                         (FUSED_DECODE_VARIANTS) they make the model's decode step fused
+                         fused_gemv.py, fp32, technique fused: one kernel a call (milestone
+                         3's menu); together (FUSED_DECODE_VARIANTS) they make the model's
+                         decode step fused
 
 A variant passes when every case of its host function's spec passes under its profile
 and its calls show its technique (reference.techniques): the kernels it launched, in
@@ -75,9 +76,9 @@ DECLARED = (
     Variant("decode_attention", "decode_attention_forward", "decode", "fp32", None, milestone=3),
     Variant("encoder_at_positions", "encoder_at_positions_forward", "decode", "fp32", None, milestone=3),
     # the menu: a decode step's layernorms, GELU and residual adds folded into its matmuls
-    Variant("layernorm_matmul", "layernorm_matmul_forward", "fused_gemv", "fp32", None, milestone=3),
-    Variant("layernorm_matmul_gelu", "layernorm_matmul_gelu_forward", "fused_gemv", "fp32", None, milestone=3),
-    Variant("matmul_residual", "matmul_residual_forward", "fused_gemv", "fp32", None, milestone=3),
+    Variant("layernorm_matmul", "layernorm_matmul_forward", "fused_gemv", "fp32", "fused", milestone=3),
+    Variant("layernorm_matmul_gelu", "layernorm_matmul_gelu_forward", "fused_gemv", "fp32", "fused", milestone=3),
+    Variant("matmul_residual", "matmul_residual_forward", "fused_gemv", "fp32", "fused", milestone=3),
 )
 FUSED_DECODE_VARIANTS = ("layernorm_matmul", "layernorm_matmul_gelu", "matmul_residual")  # together: the fused step
 VARIANTS = {v.name: v for v in DECLARED if v.function in SPECS}

@@ -76,7 +76,7 @@ SHOWN = {  # sample -> the techniques its code shows
 }
 
 
-PTX_TECHNIQUES = sorted(name for name, t in TECHNIQUES.items() if not t.library)
+PTX_TECHNIQUES = sorted(name for name, t in TECHNIQUES.items() if t.in_ptx)
 
 
 @pytest.mark.parametrize("technique", PTX_TECHNIQUES)
@@ -116,6 +116,17 @@ def test_cublas_shows_in_the_calls_of_every_case():
     assert missing_technique("cublas", [launched(library_calls=1), launched("bias", library_calls=2)]) is None
     assert missing_technique("cublas", [launched(library_calls=1), launched("bias_rows_kernel")]) == (
         "no evidence of cublas: 1 of 2 cases made no cuBLAS call (through cupy.cublas), first case-1")
+
+
+def calls(*launches):
+    return [types.SimpleNamespace(case_id=f"case-{i}", launches=n) for i, n in enumerate(launches)]
+
+
+def test_fused_shows_in_one_launch_per_call():
+    assert missing_technique("fused", calls(1, 1, 1)) is None
+    assert missing_technique("fused", calls(1, 2, 3)) == (
+        "no evidence of fused: 2 of 3 cases launched 2 kernels in one call, not one kernel launched per call (the "
+        "layernorm, GELU or residual add inside the matmul's kernel); first case-1")
 
 
 CALLS = r"""

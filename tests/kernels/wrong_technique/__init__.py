@@ -1,9 +1,9 @@
-"""Known-wrong milestone-2 variants: each passes its cases, or would, without the technique
+"""Known-wrong variants (milestones 2 and 3): each passes its cases, or would, without the technique
 its variant must show, or with cuBLAS where cuBLAS is not allowed.
 
 One file per way a variant can claim a technique it does not use. Each sets VARIANT
 (reference.variants) and defines that variant's host function. The kernel tests
-(test_wrong_techniques.py) and the milestone-2 grader must give each no credit for
+(test_wrong_techniques.py) and the grader of its milestone must give each no credit for
 its variant, with the reason; the milestone-1 checks alone would pass most of them.
 """
 
