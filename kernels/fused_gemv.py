@@ -63,8 +63,8 @@ __device__ __forceinline__ float warp_sum(float value) {
 }
 
 // row (K floats) -> normalised[k] = (row[k] - mean) * rstd * ln_weight[k] + ln_bias[k], by one warp
-__device__ __forceinline__ void layernorm_row(float* normalised, const float* row, const float* ln_weight, const float* ln_bias,
-                              int K, int lane) {
+__device__ __forceinline__ void layernorm_row(float* normalised, const float* row, const float* ln_weight,
+                                              const float* ln_bias, int K, int lane) {
     float sum = 0.0f;
     for (int k = lane; k < K; k += 32) {
         normalised[k] = row[k];
@@ -184,16 +184,18 @@ fused_gemv_kernel(float* out, const float* inp, const float* ln_weight, const fl
 """
 
 
-def _kernel(layernorm: bool, gelu: bool, residual: bool) -> CudaKernel:
-    tuning = LAYERNORM_TUNING if layernorm else RESIDUAL_TUNING
+def fused_kernel(layernorm: bool, gelu: bool, residual: bool, tuning: dict | None = None) -> CudaKernel:
+    """The kernel compiled with these parts, and its PIECES and BLOCKS (default: the kit's; benchmarks.sweep
+    tries others)."""
+    tuning = tuning or (LAYERNORM_TUNING if layernorm else RESIDUAL_TUNING)
     return CudaKernel(FUSED_GEMV_SOURCE, "fused_gemv_kernel",
                       defines=dict(THREADS=THREADS, ROWS=ROWS, **tuning, LAYERNORM=int(layernorm), GELU=int(gelu),
                                    RESIDUAL=int(residual)))
 
 
-layernorm_matmul_kernel = _kernel(layernorm=True, gelu=False, residual=False)
-layernorm_matmul_gelu_kernel = _kernel(layernorm=True, gelu=True, residual=False)
-matmul_residual_kernel = _kernel(layernorm=False, gelu=False, residual=True)
+layernorm_matmul_kernel = fused_kernel(layernorm=True, gelu=False, residual=False)
+layernorm_matmul_gelu_kernel = fused_kernel(layernorm=True, gelu=True, residual=False)
+matmul_residual_kernel = fused_kernel(layernorm=False, gelu=False, residual=True)
 
 
 @functools.cache
@@ -213,9 +215,9 @@ def split_for(K: int, OC: int, pieces: int) -> int:
     return split
 
 
-def _launch(kernel, function, out, inp, ln_weight, ln_bias, weight, bias, residual, B, T, C, OC):
-    """Check the arguments of `function` and launch `kernel`: its layernorm's weights are checked when the
-    kernel has a layernorm, the residual when it adds one."""
+def launch_fused(kernel, function, out, inp, ln_weight, ln_bias, weight, bias, residual, B, T, C, OC):
+    """Check the arguments of `function` and launch `kernel` (one of fused_kernel's): its layernorm's
+    weights are checked when the kernel has a layernorm, the residual when it adds one."""
     check_dims(function, B=B, T=T, C=C, OC=OC)
     M = B * T
     check_array(function, "out", out, M * OC)
@@ -247,15 +249,15 @@ def _launch(kernel, function, out, inp, ln_weight, ln_bias, weight, bias, residu
 
 
 def layernorm_matmul_forward(out, inp, ln_weight, ln_bias, weight, bias, B, T, C, OC):
-    _launch(layernorm_matmul_kernel, "layernorm_matmul_forward", out, inp, ln_weight, ln_bias, weight, bias, None,
+    launch_fused(layernorm_matmul_kernel, "layernorm_matmul_forward", out, inp, ln_weight, ln_bias, weight, bias, None,
             B, T, C, OC)
 
 
 def layernorm_matmul_gelu_forward(out, inp, ln_weight, ln_bias, weight, bias, B, T, C, OC):
-    _launch(layernorm_matmul_gelu_kernel, "layernorm_matmul_gelu_forward", out, inp, ln_weight, ln_bias, weight,
+    launch_fused(layernorm_matmul_gelu_kernel, "layernorm_matmul_gelu_forward", out, inp, ln_weight, ln_bias, weight,
             bias, None, B, T, C, OC)
 
 
 def matmul_residual_forward(out, inp, weight, bias, residual, B, T, C, OC):
-    _launch(matmul_residual_kernel, "matmul_residual_forward", out, inp, None, None, weight, bias, residual,
+    launch_fused(matmul_residual_kernel, "matmul_residual_forward", out, inp, None, None, weight, bias, residual,
             B, T, C, OC)

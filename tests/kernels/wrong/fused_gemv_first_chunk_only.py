@@ -13,4 +13,4 @@ kernel = CudaKernel(SOURCE, "fused_gemv_kernel", defines=fused_gemv.matmul_resid
 
 
 def matmul_residual_forward(out, inp, weight, bias, residual, B, T, C, OC):
-    fused_gemv._launch(kernel, FUNCTION, out, inp, None, None, weight, bias, residual, B, T, C, OC)
+    fused_gemv.launch_fused(kernel, FUNCTION, out, inp, None, None, weight, bias, residual, B, T, C, OC)

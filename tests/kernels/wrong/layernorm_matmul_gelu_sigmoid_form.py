@@ -13,4 +13,4 @@ kernel = CudaKernel(SOURCE, "fused_gemv_kernel", defines=fused_gemv.layernorm_ma
 
 
 def layernorm_matmul_gelu_forward(out, inp, ln_weight, ln_bias, weight, bias, B, T, C, OC):
-    fused_gemv._launch(kernel, FUNCTION, out, inp, ln_weight, ln_bias, weight, bias, None, B, T, C, OC)
+    fused_gemv.launch_fused(kernel, FUNCTION, out, inp, ln_weight, ln_bias, weight, bias, None, B, T, C, OC)
