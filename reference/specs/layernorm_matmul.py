@@ -9,6 +9,7 @@ import numpy as np
 from reference.numerics import U
 from reference.spec import Arguments, Spec, normal
 from reference.specs import layernorm
+from reference.specs.matmul import flops, rounding_error
 
 LAYERNORM_EPS = 1e-5  # layernorm_forward's
 
@@ -34,10 +35,6 @@ def traffic(s: dict) -> int:
     return 4 * (s["B"] * s["T"] * (s["C"] + s["OC"]) + s["OC"] * (s["C"] + 1) + 2 * s["C"])
 
 
-def flops(s: dict) -> int:
-    return 2 * s["B"] * s["T"] * s["C"] * s["OC"]
-
-
 def build(case, rng):
     B, T, C, OC = (case.size[k] for k in ("B", "T", "C", "OC"))
     ln = layernorm.build(case, rng).values  # inp with large means when extreme, and the layernorm's weights
@@ -57,19 +54,9 @@ def normalised_with_bound(x):
     return normalised, bound["out"]
 
 
-def matmul_error(inp, inp_error, weight, bias):
-    """How far a float32 inp @ weight^T + bias may be from the exact one: the dot products' rounding
-    (~sqrt(K) U times the sum of |products|, 4x for safety) plus inp's own error carried through."""
-    OC, K = weight.shape
-    rows = inp.reshape(-1, K)
-    magnitude = np.abs(rows) @ np.abs(weight).T + (np.abs(bias) if bias is not None else 0.0)
-    carried = inp_error.reshape(-1, K) @ np.abs(weight).T if inp_error is not None else 0.0
-    return (4 * math.sqrt(K) * U * magnitude + carried).reshape(inp.shape[:-1] + (OC,))
-
-
 def error_bound(x, e):
     normalised, normalised_error = normalised_with_bound(x)
-    return {"out": matmul_error(normalised, normalised_error, x["weight"], x.get("bias")) + U * np.abs(e["out"])}
+    return {"out": rounding_error(normalised, x["weight"], x.get("bias"), normalised_error) + U * np.abs(e["out"])}
 
 
 SPEC = Spec(

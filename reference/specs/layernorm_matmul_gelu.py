@@ -6,8 +6,8 @@ import numpy as np
 
 from reference.numerics import U
 from reference.spec import Spec
-from reference.specs.layernorm_matmul import (BENCHMARK, CASES, build, flops, matmul_error, normalised_with_bound,
-                                              traffic)
+from reference.specs.layernorm_matmul import BENCHMARK, CASES, build, normalised_with_bound, traffic
+from reference.specs.matmul import flops, rounding_error
 
 GELU_SLOPE = 1.13  # the largest |gelu'(z)|, at z ~ 2.4: how much an error in z can grow
 
@@ -18,7 +18,7 @@ def error_bound(x, e):
     normalised, normalised_error = normalised_with_bound(x)
     bias = x.get("bias")
     z = normalised.reshape(-1, x["C"]) @ x["weight"].T + (bias if bias is not None else 0.0)
-    z_error = matmul_error(normalised, normalised_error, x["weight"], bias).reshape(z.shape) + U * np.abs(z)
+    z_error = rounding_error(normalised, x["weight"], bias, normalised_error).reshape(z.shape) + U * np.abs(z)
     out = GELU_SLOPE * z_error + 8 * U * (np.abs(z) + np.abs(e["out"].reshape(z.shape)))
     return {"out": out.reshape(e["out"].shape)}
 

@@ -24,14 +24,27 @@ def products(x):
     return {"out": (np.abs(x["inp"].reshape(-1, C)) @ np.abs(x["weight"]).T).reshape(out_shape)}
 
 
+def rounding_error(inp, weight, bias, inp_error=None):
+    """How far a float32 inp @ weight^T + bias may be from the exact one, before the output's own
+    rounding: a dot product of K float32 terms errs by ~sqrt(K) * U * sum |a_k * w_k| when rounding
+    errors partly cancel, so 4x that, plus the bias add; and inp_error, an error inp already carries
+    (a fused kernel's prologue), through |weight|."""
+    K = weight.shape[1]
+    magnitude = products(dict(inp=inp, weight=weight))["out"]
+    if bias is not None:
+        magnitude = magnitude + np.abs(bias)
+    error = 4 * math.sqrt(K) * U * magnitude
+    if inp_error is not None:
+        error = error + products(dict(inp=inp_error, weight=weight))["out"]
+    return error
+
+
 def error_bound(x, e):
-    # A dot product of K float32 terms errs by ~sqrt(K) * U * sum |a_k * w_k| when
-    # rounding errors partly cancel; allow 4x that, plus the bias add.
-    C = x["weight"].shape[1]
-    magnitude = products(x)["out"]
-    if x.get("bias") is not None:
-        magnitude = magnitude + np.abs(x["bias"])
-    return {"out": 4 * math.sqrt(C) * U * magnitude + U * np.abs(e["out"])}
+    return {"out": rounding_error(x["inp"], x["weight"], x.get("bias")) + U * np.abs(e["out"])}
+
+
+def flops(s: dict) -> int:
+    return 2 * s["B"] * s["T"] * s["C"] * s["OC"]
 
 
 SPEC = Spec(
@@ -53,5 +66,5 @@ SPEC = Spec(
     # GPT-2 124M's matmuls at B=8, T=1024: qkv, attention projection, MLP up, LM head
     benchmark=tuple(dict(B=8, T=1024, C=768, OC=OC) for OC in (2304, 768, 3072, 50257)),
     traffic=lambda s: 4 * (s["B"] * s["T"] * (s["C"] + s["OC"]) + s["OC"] * (s["C"] + 1)),
-    flops=lambda s: 2 * s["B"] * s["T"] * s["C"] * s["OC"],
+    flops=flops,
 )
