@@ -16,6 +16,7 @@ CuPy. `CudaKernel` wraps one `extern "C" __global__` function of such a string:
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import functools
 import re
@@ -85,12 +86,21 @@ class CudaKernel:
         self.source = source
         self.name = name
         self.defines = dict(defines or {})
-        self.options = tuple(f"-D{key}={value}" for key, value in self.defines.items()) + tuple(options)
+        self.extra_options = tuple(options)
+        self.options = _define_options(self.defines) + self.extra_options
         self.origin = _origin_of(source, caller_depth=2)
         self._function = None
 
     def __repr__(self) -> str:
         return f"CudaKernel({self.name!r} from {self.origin.path})"
+
+    def with_defines(self, **changes: int | float | str) -> "CudaKernel":
+        """The same kernel compiled with some defines changed (compile errors still name this one's file)."""
+        other = copy.copy(self)
+        other.defines = {**self.defines, **changes}
+        other.options = _define_options(other.defines) + self.extra_options
+        other._function = None
+        return other
 
     def compiled(self):
         """The CuPy kernel function, compiling the source for this GPU on first use."""
@@ -103,6 +113,10 @@ class CudaKernel:
         function = self._function or self.compiled()
         function(grid, block, args, shared_mem=shared_mem)
         recording.tape_launch(self.name, function, grid, block, args, shared_mem=shared_mem)
+
+
+def _define_options(defines: dict) -> tuple[str, ...]:
+    return tuple(f"-D{key}={value}" for key, value in defines.items())
 
 
 @functools.lru_cache(maxsize=None)

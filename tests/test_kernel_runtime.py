@@ -71,6 +71,21 @@ def test_defines_reach_the_source():
     assert (small.shared_bytes, large.shared_bytes) == (4 * 8, 4 * 1024)
 
 
+@pytest.mark.nvrtc
+def test_with_defines_changes_only_the_defines_named():
+    source = r"""extern "C" __global__ void sized(float* out) {
+        __shared__ float tile[TILE * WIDTH];
+        tile[threadIdx.x % (TILE * WIDTH)] = out[threadIdx.x];
+        __syncthreads();
+        out[threadIdx.x] = tile[(threadIdx.x + 1) % (TILE * WIDTH)];
+    }"""
+    kernel = CudaKernel(source, "sized", defines={"TILE": 8, "WIDTH": 2}, options=("-DUNUSED=1",))
+    wider = kernel.with_defines(TILE=32)
+    assert wider.defines == {"TILE": 32, "WIDTH": 2} and kernel.defines == {"TILE": 8, "WIDTH": 2}
+    assert "-DUNUSED=1" in wider.options and wider.origin == kernel.origin
+    assert [compile_report(k, "sm_86")[0].shared_bytes for k in (kernel, wider)] == [4 * 16, 4 * 64]
+
+
 def test_describe_compile_log_maps_every_diagnostic():
     log = 'k.cu(2): error: x\nk.cu(10): warning: y\n1 error detected in the compilation of "k.cu".\x00'
     text = describe_compile_log(log, SourceOrigin("kernels/k.py", 40))
