@@ -28,7 +28,9 @@ defines that the compiler folds away):
   short matrix (768 x 768) still spreads over more blocks than the card has SMs; the
   warps' sums meet in shared memory;
 * rows in chunks of up to ROWS: each weight float4 is loaded once per chunk and used
-  for every row of it, accumulators in registers;
+  for every row of it, accumulators in registers. ROWS is compiled per launch as the
+  batch rounded up to a power of two (at most 8): a kernel sized for 8 rows but given
+  one holds registers it never uses, and fewer of its blocks fit on an SM;
 * the layernorm prologue: a warp per row normalises the chunk's rows into shared
   memory once per block (two passes over the row held there: mean, then variance),
   and the dot products read them from there; blocks walk the columns with a grid
@@ -44,15 +46,16 @@ import numpy as np
 from kernel_runtime import CudaKernel, KernelArgumentError, ceil_div, check_array, check_dims
 
 THREADS = 256              # 8 warps per block
-ROWS = 8                   # rows per chunk: each thread keeps ROWS accumulators
+ROWS = 8                   # most rows per chunk: each thread keeps a chunk's accumulators
 LAYERNORM_SHARED = 48 * 1024  # bytes of shared memory for a chunk's normalised rows
 # Per kernel: PIECES, the float4s of a weight row each lane loads before using them (all in
 # flight at once), and BLOCKS, the launch bounds' minimum of blocks an SM holds at once (with
 # the layernorm, also the grid stride's cap). The residual kernel reads its rows from global
 # memory, and its loads of them, hoisted for every piece and row, need the registers that
-# fewer pieces leave.
-LAYERNORM_TUNING = dict(PIECES=8, BLOCKS=2)
-RESIDUAL_TUNING = dict(PIECES=4, BLOCKS=1)
+# fewer pieces leave. Both are benchmarks.sweep's fastest at B=1 and B=8 on an H200 that
+# spill no register on sm_86 or sm_90.
+LAYERNORM_TUNING = dict(PIECES=8, BLOCKS=3)
+RESIDUAL_TUNING = dict(PIECES=2, BLOCKS=2)
 
 FUSED_GEMV_SOURCE = r"""
 #define WARPS (THREADS / 32)
@@ -215,9 +218,15 @@ def split_for(K: int, OC: int, pieces: int) -> int:
     return split
 
 
+@functools.cache
+def _with_rows(kernel: CudaKernel, rows: int) -> CudaKernel:
+    return kernel if kernel.defines["ROWS"] == rows else kernel.with_defines(ROWS=rows)
+
+
 def launch_fused(kernel, function, out, inp, ln_weight, ln_bias, weight, bias, residual, B, T, C, OC):
-    """Check the arguments of `function` and launch `kernel` (one of fused_kernel's): its layernorm's
-    weights are checked when the kernel has a layernorm, the residual when it adds one."""
+    """Check the arguments of `function` and launch `kernel` (one of fused_kernel's, compiled again with the
+    batch's chunk of rows): its layernorm's weights are checked when the kernel has a layernorm, the
+    residual when it adds one."""
     check_dims(function, B=B, T=T, C=C, OC=OC)
     M = B * T
     check_array(function, "out", out, M * OC)
@@ -225,11 +234,13 @@ def launch_fused(kernel, function, out, inp, ln_weight, ln_bias, weight, bias, r
     check_array(function, "weight", weight, OC * C)
     if bias is not None:
         check_array(function, "bias", bias, OC)
-    shared_bytes, rows_per_chunk = 0, ROWS
+    chunk = min(ROWS, 1 << (M - 1).bit_length())  # the batch up to a power of two
+    kernel = _with_rows(kernel, chunk)
+    shared_bytes, rows_per_chunk = 0, chunk
     if kernel.defines["LAYERNORM"]:
         check_array(function, "ln_weight", ln_weight, C)
         check_array(function, "ln_bias", ln_bias, C)
-        rows_per_chunk = min(ROWS, LAYERNORM_SHARED // (4 * C))
+        rows_per_chunk = min(chunk, LAYERNORM_SHARED // (4 * C))
         if rows_per_chunk == 0:
             raise KernelArgumentError(f"{function}: C={C} is too wide: a normalised row must fit in "
                                       f"{LAYERNORM_SHARED // 1024} KB of shared memory (C <= {LAYERNORM_SHARED // 4})")
