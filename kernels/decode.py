@@ -25,20 +25,22 @@ are kept.
 
 decode_attention is one block per (b, h). Its time is memory latency: one token's
 scores and output are a few thousand flops, over keys and values spread through the
-cache. So every thread computes whole scores, one key each (a key row's float4s all
-in flight at once, rather than a warp per key whose shuffles serialise the keys); the
-scores wait in shared memory for the block's max and sum; then the threads split
-the value rows into groups of keys, each thread one float4 of the head, and the
-groups' partial sums meet in shared memory.
+cache. So the block is as large as still leaves every block resident at once (1,024
+threads for a batch of a few rows), and its threads put every load in flight
+together: a few threads per key compute its score, each a slice of the row, meeting
+by shuffles; the scores wait in shared memory for the block's max and sum; then the
+threads split the value rows into groups of keys, each thread one float4 of the
+head, and the groups' partial sums meet pairwise in shared memory.
 """
 
+import functools
 import math
 
 import numpy as np
 
 from kernel_runtime import CudaKernel, KernelArgumentError, ceil_div, check_array, check_dims, check_rows
 
-THREADS = 256  # per decode_attention block
+MAX_THREADS = 1024  # per decode_attention block
 
 DECODE_SOURCE = r"""
 #define NAN_FLOAT __int_as_float(0x7fffffff)
@@ -82,80 +84,86 @@ __device__ float block_reduce(float value, bool is_max, float* reduce) {  // eve
     return value;
 }
 
-// grid (B, NH), THREADS threads; dynamic shared memory: groups * HS partial sums, then max_T scores
-extern "C" __global__ void __launch_bounds__(THREADS)
+// grid (B, NH), a multiple of 32 threads up to MAX_THREADS; dynamic shared memory: groups * HS partial sums,
+// then max_T scores. vector: the cache rows and q start 16-byte aligned and HS % 4 == 0 (float4 loads).
+// key_threads (a power of two up to 32) share a key's score; groups (a power of two) split the value rows.
+extern "C" __global__ void __launch_bounds__(MAX_THREADS)
 decode_attention_kernel(float* out, const float* qkv, const float* k_cache, const float* v_cache, const int* lengths,
-                        int C, int NH, int max_T, float scale, int groups) {
+                        int C, int NH, int max_T, float scale, int vector, int key_threads, int groups) {
     int b = blockIdx.x, h = blockIdx.y, HS = C / NH;
     extern __shared__ __align__(16) float shared[];
-    float* partial = shared;              // [groups][HS], float4-aligned rows when HS % 4 == 0
+    float* partial = shared;              // [groups][HS], float4-aligned rows when vector
     float* scores = shared + groups * HS; // [max_T]
-    __shared__ float reduce[THREADS / 32];
+    __shared__ float reduce[MAX_THREADS / 32];
     int keys = min(lengths[b] + 1, max_T);
     const float* q = qkv + (long long)b * 3 * C + h * HS;
     const float* k_rows = k_cache + ((long long)b * NH + h) * max_T * HS;
     const float* v_rows = v_cache + ((long long)b * NH + h) * max_T * HS;
-    // float4s when every cache row starts 16-byte aligned; q is read by every thread, from L1
-    bool vector = HS % 4 == 0 && (((size_t)k_cache | (size_t)v_cache | (size_t)q) % 16) == 0;
+    int units = vector ? HS / 4 : HS;  // float4s or floats per row
 
-    // Scores: a thread per key, so that every key row's loads are in flight at once.
+    // Scores: key_threads threads per key, each a slice of the row, so that every load of a few hundred
+    // keys is in flight at once; the slices meet by shuffles within the warp.
     float local_max = __int_as_float(0xff800000);  // -infinity
-    for (int j = threadIdx.x; j < keys; j += blockDim.x) {
-        const float* k = k_rows + (long long)j * HS;
+    int part = threadIdx.x % key_threads;
+    for (int first = 0; first < keys; first += blockDim.x / key_threads) {  // the same trips for the whole block
+        int j = first + threadIdx.x / key_threads;
         float dot = 0.0f;
-        if (vector) {
-            #pragma unroll 8
-            for (int d = 0; d < HS; d += 4) {
-                float4 kd = *(const float4*)(k + d), qd = *(const float4*)(q + d);
-                dot += qd.x * kd.x + qd.y * kd.y + qd.z * kd.z + qd.w * kd.w;
+        if (j < keys) {
+            const float* k = k_rows + (long long)j * HS;
+            #pragma unroll 4
+            for (int u = part; u < units; u += key_threads) {
+                if (vector) {
+                    float4 kd = *(const float4*)(k + 4 * u), qd = *(const float4*)(q + 4 * u);
+                    dot += qd.x * kd.x + qd.y * kd.y + qd.z * kd.z + qd.w * kd.w;
+                } else {
+                    dot += q[u] * k[u];
+                }
             }
-        } else {
-            for (int d = 0; d < HS; d++) dot += q[d] * k[d];
         }
-        dot *= scale;
-        scores[j] = dot;
-        local_max = fmaxf(local_max, dot);
+        for (int offset = key_threads / 2; offset > 0; offset /= 2) dot += __shfl_xor_sync(0xffffffff, dot, offset);
+        if (j < keys && part == 0) {
+            scores[j] = dot * scale;
+            local_max = fmaxf(local_max, dot * scale);
+        }
     }
-    float row_max = block_reduce(local_max, true, reduce);
+    float row_max = block_reduce(local_max, true, reduce);  // its barrier also publishes the scores
     float local_sum = 0.0f;
-    for (int j = threadIdx.x; j < keys; j += blockDim.x) {  // the same thread's keys as above
+    for (int j = threadIdx.x; j < keys; j += blockDim.x) {
         float e = expf(scores[j] - row_max);
         scores[j] = e;
         local_sum += e;
     }
-    float row_sum = block_reduce(local_sum, false, reduce);  // its barrier also publishes the scores
+    float row_sum = block_reduce(local_sum, false, reduce);
 
     // p @ V: a thread per (group of keys, float4 or float of the head), keys j = group, group + groups, ...
-    int units = vector ? HS / 4 : HS;  // per value row
-    int group = threadIdx.x / units;
-    if (group < groups) {
-        for (int u = threadIdx.x % units; u < units; u += blockDim.x) {
-            if (vector) {
-                float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-                #pragma unroll 4
-                for (int j = group; j < keys; j += groups) {
-                    float p = scores[j];
-                    float4 v = *(const float4*)(v_rows + (long long)j * HS + 4 * u);
-                    acc.x += p * v.x; acc.y += p * v.y; acc.z += p * v.z; acc.w += p * v.w;
-                }
-                *(float4*)(partial + group * HS + 4 * u) = acc;
-            } else {
-                float acc = 0.0f;
-                for (int j = group; j < keys; j += groups) acc += scores[j] * v_rows[(long long)j * HS + u];
-                partial[group * HS + u] = acc;
+    for (int unit = threadIdx.x; unit < groups * units; unit += blockDim.x) {
+        int group = unit / units, u = unit % units;
+        if (vector) {
+            float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            #pragma unroll 4
+            for (int j = group; j < keys; j += groups) {
+                float p = scores[j];
+                float4 v = *(const float4*)(v_rows + (long long)j * HS + 4 * u);
+                acc.x += p * v.x; acc.y += p * v.y; acc.z += p * v.z; acc.w += p * v.w;
             }
+            *(float4*)(partial + group * HS + 4 * u) = acc;
+        } else {
+            float acc = 0.0f;
+            for (int j = group; j < keys; j += groups) acc += scores[j] * v_rows[(long long)j * HS + u];
+            partial[group * HS + u] = acc;
         }
     }
-    __syncthreads();
-    for (int d = threadIdx.x; d < HS; d += blockDim.x) {
-        float acc = 0.0f;
-        for (int g = 0; g < groups; g++) acc += partial[g * HS + d];
-        out[(long long)b * C + h * HS + d] = acc / row_sum;
+    // the groups' sums added pairwise: log2(groups) rounds
+    for (int half = groups / 2; half > 0; half /= 2) {
+        __syncthreads();
+        for (int i = threadIdx.x; i < half * HS; i += blockDim.x) partial[i] += partial[i + half * HS];
     }
+    __syncthreads();
+    for (int d = threadIdx.x; d < HS; d += blockDim.x) out[(long long)b * C + h * HS + d] = partial[d] / row_sum;
 }
 """
 
-DECODE_DEFINES = dict(THREADS=THREADS)
+DECODE_DEFINES = dict(MAX_THREADS=MAX_THREADS)
 encoder_at_positions_kernel = CudaKernel(DECODE_SOURCE, "encoder_at_positions_kernel", defines=DECODE_DEFINES)
 kv_cache_append_kernel = CudaKernel(DECODE_SOURCE, "kv_cache_append_kernel", defines=DECODE_DEFINES)
 decode_attention_kernel = CudaKernel(DECODE_SOURCE, "decode_attention_kernel", defines=DECODE_DEFINES)
@@ -196,11 +204,29 @@ def decode_attention_forward(out, qkv, k_cache, v_cache, lengths, B, C, NH, max_
     check_array("decode_attention_forward", "qkv", qkv, B * 3 * C)
     check_array("decode_attention_forward", "out", out, B * C)
     HS = C // NH
-    # per value row, float4s or floats: the kernel's own test, so that every group it forms is one it sums
     vector = HS % 4 == 0 and all(array.data.ptr % 16 == 0 for array in (k_cache, v_cache, qkv))
-    units = HS // 4 if vector else HS
-    groups = max(1, THREADS // units)
-    decode_attention_kernel((B, NH), (THREADS,),
+    units = HS // 4 if vector else HS  # per row
+    threads = _threads_per_head(B * NH)
+    key_threads = min(32, 1 << max(0, ceil_div(units, 4) - 1).bit_length())  # at most 4 loads each
+    groups = 1 << (threads // units).bit_length() - 1 if units <= threads else 1  # a power of two
+    decode_attention_kernel((B, NH), (threads,),
                             (out, qkv, k_cache, v_cache, lengths, np.int32(C), np.int32(NH), np.int32(max_T),
-                             np.float32(1.0 / math.sqrt(HS)), np.int32(groups)),
+                             np.float32(1.0 / math.sqrt(HS)), np.int32(vector), np.int32(key_threads),
+                             np.int32(groups)),
                             shared_mem=4 * (max_T + groups * HS))
+
+
+def _threads_per_head(blocks: int) -> int:
+    """The most threads per block that still lets every (b, h) block be resident at once (a 1024-thread block
+    fills an SM's registers): 1024 for the few heads of small batches, down to 256."""
+    threads = MAX_THREADS
+    while threads > 256 and blocks > _multiprocessors() * (MAX_THREADS // threads):
+        threads //= 2
+    return threads
+
+
+@functools.cache
+def _multiprocessors() -> int:
+    import cupy
+
+    return cupy.cuda.Device().attributes["MultiProcessorCount"]
