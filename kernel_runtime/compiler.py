@@ -10,6 +10,8 @@ CuPy. `CudaKernel` wraps one `extern "C" __global__` function of such a string:
 * a compile error is reported as ``kernels/layernorm.py:57: error: ...``, the line of
   the .py file that holds the offending CUDA line, followed by the compiler's text;
 * each launch is taped while a call is being recorded (kernel_runtime.recording);
+* a kernel that calls `wait_for_previous_kernel()` is launched to overlap the kernel
+  before it on sm_90 and later (kernel_runtime.overlap);
 * `compile_report` compiles the same source for a named architecture (sm_86, sm_90)
   without any GPU and returns registers, spills and shared memory per kernel.
 """
@@ -25,7 +27,7 @@ import sys
 import types
 from pathlib import Path
 
-from kernel_runtime import recording
+from kernel_runtime import overlap, recording
 from kernel_runtime.device import cupy, nvrtc_unavailable_reason, require_gpu
 from kernel_runtime.errors import KernelCompileError
 
@@ -89,6 +91,10 @@ class CudaKernel:
         self.extra_options = tuple(options)
         self.options = _define_options(self.defines) + self.extra_options
         self.origin = _origin_of(source, caller_depth=2)
+        # a kernel that waits for the previous one is compiled after overlap.py's two device functions
+        self.waits_for_previous = overlap.waits_for_previous(source)
+        if self.waits_for_previous:
+            self.origin = dataclasses.replace(self.origin, first_line=self.origin.first_line - overlap.PRELUDE_LINES)
         self._function = None
 
     def __repr__(self) -> str:
@@ -102,16 +108,24 @@ class CudaKernel:
         other._function = None
         return other
 
+    @property
+    def compiled_source(self) -> str:
+        """The source NVRTC compiles: this kernel's own, after overlap.py's prelude when it waits for the previous."""
+        return overlap.PRELUDE + self.source if self.waits_for_previous else self.source
+
     def compiled(self):
         """The CuPy kernel function, compiling the source for this GPU on first use."""
         if self._function is None:
             require_gpu()
-            self._function = _compiled_module(self.source, self.options, self.origin).get_function(self.name)
+            self._function = _compiled_module(self.compiled_source, self.options, self.origin).get_function(self.name)
         return self._function
 
     def __call__(self, grid, block, args, shared_mem: int = 0) -> None:
         function = self._function or self.compiled()
-        function(grid, block, args, shared_mem=shared_mem)
+        if self.waits_for_previous and overlap.launches_overlapped():
+            overlap.launch(function, grid, block, args, shared_mem=shared_mem)
+        else:
+            function(grid, block, args, shared_mem=shared_mem)
         recording.tape_launch(self.name, function, grid, block, args, shared_mem=shared_mem)
 
 
@@ -206,12 +220,12 @@ def compile_report(kernel: CudaKernel, arch: str) -> list[KernelResources]:
             raise KernelCompileError(f"{kernel.origin.path}: NVRTC returned no cubin for {arch}")
         return parse_ptxas_log(nvrtc.getProgramLog(program))
 
-    return _nvrtc_compile(kernel, kernel.source + nonce, arch, [f"-arch={arch}", "-Xptxas=-v"], report)
+    return _nvrtc_compile(kernel, kernel.compiled_source + nonce, arch, [f"-arch={arch}", "-Xptxas=-v"], report)
 
 
 def compile_ptx(kernel: CudaKernel, arch: str) -> str:
     """The PTX of `kernel`'s whole source for `arch`'s virtual architecture (sm_86 -> compute_86); no GPU needed."""
-    return _nvrtc_compile(kernel, kernel.source, arch, [f"-arch=compute_{arch.removeprefix('sm_')}"],
+    return _nvrtc_compile(kernel, kernel.compiled_source, arch, [f"-arch=compute_{arch.removeprefix('sm_')}"],
                           lambda nvrtc, program: nvrtc.getPTX(program).rstrip(b"\0").decode())
 
 

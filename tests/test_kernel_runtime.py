@@ -205,3 +205,22 @@ def test_outside_a_recording_cupy_is_itself():
     assert cupy.get_array_module(np.zeros(1)) is np
     with pytest.raises(TypeError):  # CuPy's own complaint, not a refusal
         cupy.matmul(np.zeros((2, 2)), np.zeros((2, 2)))
+
+
+@pytest.mark.nvrtc
+def test_a_kernel_that_waits_for_the_previous_compiles_on_both_architectures_and_reports_its_lines(tmp_path):
+    from kernel_runtime.compiler import compile_ptx
+
+    source = r"""extern "C" __global__ void copy(float* y, const float* x) {
+        let_next_kernel_start();
+        wait_for_previous_kernel();
+        y[threadIdx.x] = x[threadIdx.x];
+    }"""
+    kernel = CudaKernel(source, "copy")
+    assert kernel.waits_for_previous and not CudaKernel(source.replace("wait_for", "no_wait_for"), "copy").waits_for_previous
+    assert "griddepcontrol.wait" in compile_ptx(kernel, "sm_90")
+    assert "griddepcontrol" not in compile_ptx(kernel, "sm_86")  # nothing to wait for before sm_90
+    path = tmp_path / "waiting_kernel.py"
+    path.write_text(BROKEN_MODULE.replace("void broken(float* out) {", "void broken(float* out) {  // wait_for_previous_kernel()"))
+    with pytest.raises(KernelCompileError, match=r"waiting_kernel\.py:5: error"):
+        compile_report(import_file(path, "waiting_kernel").broken, "sm_86")
