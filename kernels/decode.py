@@ -4,6 +4,9 @@ After the prompt has been processed once (the prefill), each new token only need
 its own query against the keys and values of every earlier token. Those are kept,
 per layer, in a cache of shape (B, NH, max_T, HS), filled as tokens arrive.
 
+Every kernel here waits for the previous kernel first thing, so that on sm_90 and later
+its launch overlaps the end of the kernel before it (kernel_runtime/overlap.py).
+
 Positions and cache lengths are read from device memory (`lengths`, int32 (B,)),
 never passed as launch arguments. The launches of a decode step are therefore the
 same at every step, and the step can be captured once as a CUDA graph and replayed
@@ -48,6 +51,8 @@ DECODE_SOURCE = r"""
 extern "C" __global__ void encoder_at_positions_kernel(float* out, const int* inp, const int* positions,
                                                        const float* wte, const float* wpe,
                                                        int T, int C, int V, int max_T) {
+    let_next_kernel_start();
+    wait_for_previous_kernel();  // on sm_90, the block may have started before the previous kernel finished
     int bt = blockIdx.x, b = bt / T, t = bt % T;
     int token = inp[bt], position = positions[b] + t;
     float* y = out + (long long)bt * C;
@@ -60,6 +65,8 @@ extern "C" __global__ void encoder_at_positions_kernel(float* out, const int* in
 // grid (B * T, NH), threads over the head's HS values
 extern "C" __global__ void kv_cache_append_kernel(float* k_cache, float* v_cache, const float* qkv,
                                                   const int* lengths, int T, int C, int NH, int max_T) {
+    let_next_kernel_start();
+    wait_for_previous_kernel();
     int bt = blockIdx.x, b = bt / T, t = bt % T, h = blockIdx.y, HS = C / NH;
     if (t < T - max_T) return;  // a ring of max_T slots keeps only the last max_T new tokens
     int slot = (lengths[b] + t) % max_T;
@@ -90,6 +97,8 @@ __device__ float block_reduce(float value, bool is_max, float* reduce) {  // eve
 extern "C" __global__ void __launch_bounds__(MAX_THREADS)
 decode_attention_kernel(float* out, const float* qkv, const float* k_cache, const float* v_cache, const int* lengths,
                         int C, int NH, int max_T, float scale, int vector, int key_threads, int groups) {
+    let_next_kernel_start();
+    wait_for_previous_kernel();
     int b = blockIdx.x, h = blockIdx.y, HS = C / NH;
     extern __shared__ __align__(16) float shared[];
     float* partial = shared;              // [groups][HS], float4-aligned rows when vector

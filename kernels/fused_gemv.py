@@ -36,7 +36,10 @@ defines that the compiler folds away):
   and the dot products read them from there; blocks walk the columns with a grid
   stride, so a block normalises its rows once for all the columns it takes;
 * the epilogue: one thread per (row, column) adds the warps' sums and the bias, then
-  applies GELU (the tanh form of gelu.py) or adds the residual, and stores.
+  applies GELU (the tanh form of gelu.py) or adds the residual, and stores;
+* overlap with the kernel before (sm_90 and later): a block first asks L2 for its
+  first columns' weights, which no kernel writes, and only then waits for the previous
+  kernel's rows (kernel_runtime/overlap.py).
 """
 
 import functools
@@ -115,6 +118,19 @@ fused_gemv_kernel(float* out, const float* inp, const float* ln_weight, const fl
     const int stride = 128 * split;                      // floats between one lane's float4s of a row
     const int first_k = 4 * (part * 32 + lane);
 
+    // The weights are no kernel's output: the block's first columns start on their way to L2 while
+    // the kernel before this one finishes (on sm_90; kernel_runtime/overlap.py).
+    const int first_column = blockIdx.x * columns;
+    if (first_column < N) {
+        const float* slab = weight + (long long)first_column * K;
+        const long long floats = (long long)min(columns, N - first_column) * K;
+        for (long long i = 32LL * threadIdx.x; i < floats; i += 32LL * THREADS) {  // a 128-byte line each
+            asm volatile("prefetch.global.L2 [%0];" :: "l"(slab + i));
+        }
+    }
+    let_next_kernel_start();
+    wait_for_previous_kernel();
+
     for (int m0 = 0; m0 < M; m0 += rows_per_chunk) {
         const int rows = min(rows_per_chunk, M - m0);
 #if LAYERNORM
@@ -127,7 +143,7 @@ fused_gemv_kernel(float* out, const float* inp, const float* ln_weight, const fl
 #else
         const float* x = inp + (long long)m0 * K;
 #endif
-        for (int n0 = blockIdx.x * columns; n0 < N; n0 += gridDim.x * columns) {  // the same trips for all threads
+        for (int n0 = first_column; n0 < N; n0 += gridDim.x * columns) {  // the same trips for all threads
             // A column past N computes on the last row of weight and is not stored: no branch around the loads.
             const float* w = weight + (long long)min(n0 + column_in, N - 1) * K;
             float acc[ROWS] = {};
