@@ -6,12 +6,14 @@ GPT-2 124M (random weights), float32, a KV cache filled with `--length` tokens.
 Every call of one decode step (gpt2.model.decode_launches) is recorded, then each
 is timed on its own (CUDA events, after warm-up, median; queued behind a spin
 kernel, so the numbers are GPU time) and summed per step name over the layers.
-For the matmuls, which at a few rows are matrix-vector products that stream their
-weights, GB/s counts the weight, input, bias and output bytes once, against the
+For the matmuls and the fused matmuls, which at a few rows are matrix-vector products
+that stream their weights, GB/s counts every array they take once, against the
 copy bandwidth measured here (1 GiB, "%copy") and against a copy of the call's own
 bytes ("%same"). The last lines time the whole step replayed as one CUDA graph
 (gpt2.decoding), whose kernels follow each other without the host: its time per
-step sets the ceiling of decode tokens per second.
+step sets the ceiling of decode tokens per second. On sm_90 and later it is timed
+twice: with the kernels that wait for the previous one launched to overlap it, as
+the model runs them, and with every launch ordinary (kernel_runtime.overlap).
 """
 
 import collections
@@ -25,6 +27,7 @@ from gpt2.checkpoint import random_parameters
 from gpt2.config import preset
 from gpt2.decoding import make_decoder
 from gpt2.model import GPT2
+from kernel_runtime import overlap
 from kernel_runtime.commands import POSITIVE_INT, OneLineArgumentParser, run_command
 from kernel_runtime.device import exit_without_gpu
 
@@ -44,10 +47,16 @@ def main(argv=None) -> int:
     return run_command("benchmarks.decode", lambda: benchmark(args), error_status=2)
 
 
-def matmul_bytes(args: tuple) -> int:
-    """Bytes a matmul call must move: out, inp, weight, bias (matmul_forward's arguments)."""
-    out, inp, weight, bias = args[:4]
-    return sum(a.nbytes for a in (out, inp, weight) + ((bias,) if bias is not None else ()))
+# the calls whose time is streaming a weight matrix: every array they take is read or written once
+STREAMS_WEIGHTS = {"matmul_forward", "layernorm_matmul_forward", "layernorm_matmul_gelu_forward",
+                   "matmul_residual_forward"}
+
+
+def moved_bytes(args: tuple) -> int:
+    """Bytes a weight-streaming call must move: each of its arrays once (weights, input rows, bias, output...)."""
+    import cupy
+
+    return sum(a.nbytes for a in args if isinstance(a, cupy.ndarray))
 
 
 def benchmark(args) -> int:
@@ -62,22 +71,37 @@ def benchmark(args) -> int:
     print(f"copy bandwidth (1 GiB device-to-device, read + write): {copy_gbs:.0f} GB/s")
     rng = np.random.default_rng(0)
     for batch in args.batch:
-        decoder = make_decoder(model, "graph", batch)
-        with decoder.stream:
-            decoder.prefill(rng.integers(0, config.vocab_size, (batch, args.length)))
-            decoder.step(rng.integers(0, config.vocab_size, batch))  # loads the kernels, captures the graph
+        step_us = {}
+        for overlapped in (True, False) if overlap.launches_overlapped() else (False,):
+            with overlap.overlapping_launches(overlapped):
+                step_us[overlapped] = time_step(model, batch, args.length, rng, copy_gbs, table=not step_us)
+        for overlapped, us in step_us.items():
+            how = "with overlapped launches" if overlapped else "every launch ordinary"
+            print(f"the step as one CUDA graph, {how}: {us:.1f} us on the GPU, at most "
+                  f"{batch / us * 1e6:,.0f} tok/s ({batch} rows)", flush=True)
+        print()
+    return 0
+
+
+def time_step(model, batch: int, length: int, rng, copy_gbs: float, table: bool) -> float:
+    """Microseconds of one decode step replayed as a CUDA graph, after printing its call table when asked."""
+    import cupy
+
+    config = model.config
+    decoder = make_decoder(model, "graph", batch)
+    with decoder.stream:
+        decoder.prefill(rng.integers(0, config.vocab_size, (batch, length)))
+        decoder.step(rng.integers(0, config.vocab_size, batch))  # loads the kernels, captures the graph
+        if table:
             calls = []
             model.observer = lambda step, layer, kernel, call_args: calls.append((step, kernel, call_args))
             model.decode_launches(decoder.tokens, decoder.cache, decoder.activations)
             model.observer = None
             print_step_table(batch, calls, copy_gbs)
-            graph = decoder.graphs[None][0]
-            step_ms = gpu_times_ms(graph.launch, **TIMING)
-        print(f"the step as one CUDA graph: {1e3 * step_ms:.1f} us on the GPU, at most "
-              f"{batch / step_ms * 1e3:,.0f} tok/s ({batch} rows)\n", flush=True)
-        del decoder
-        cupy.get_default_memory_pool().free_all_blocks()
-    return 0
+        step_ms = gpu_times_ms(decoder.graphs[None][0].launch, **TIMING)
+    del decoder
+    cupy.get_default_memory_pool().free_all_blocks()
+    return 1e3 * step_ms
 
 
 def print_step_table(batch: int, calls: list, copy_gbs: float) -> None:
@@ -86,8 +110,8 @@ def print_step_table(batch: int, calls: list, copy_gbs: float) -> None:
     for step, kernel, call_args in calls:
         us[step] += 1e3 * gpu_times_ms(lambda: kernel(*call_args), **TIMING)
         counts[step] += 1
-        if kernel.__name__ == "matmul_forward":
-            moved = matmul_bytes(call_args)
+        if kernel.__name__ in STREAMS_WEIGHTS:
+            moved = moved_bytes(call_args)
             nbytes[step] += moved
             if moved not in same_size:
                 same_size[moved] = copy_bandwidth_gbs(moved)
