@@ -72,7 +72,7 @@ def benchmark(args) -> int:
     rng = np.random.default_rng(0)
     for batch in args.batch:
         step_us = {}
-        for overlapped in (True, False) if overlap.launches_overlapped() else (False,):
+        for overlapped in (True, False) if overlap.device_supports_overlap() else (False,):
             with overlap.overlapping_launches(overlapped):
                 step_us[overlapped] = time_step(model, batch, args.length, rng, copy_gbs, table=not step_us)
         for overlapped, us in step_us.items():

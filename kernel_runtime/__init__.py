@@ -7,6 +7,8 @@ A kernel module imports what it needs from here, and nothing else of the kit:
 
 * compiler:  CudaKernel (NVRTC through CuPy, cached; errors point at the .py line),
              compile_report (registers and spills for sm_86/sm_90, no GPU needed)
+* overlap:   a kernel that calls wait_for_previous_kernel() overlaps the one before it
+             in a captured graph (sm_90 and later)
 * arguments: check_array, check_rows, check_dims, ceil_div
 * device:    gpu_unavailable_reason, nvrtc_unavailable_reason, require_gpu, exit_without_gpu
 * loader:    use_kernels, the one kernels directory a process runs

@@ -12,8 +12,11 @@ The rule for a kernel that calls it: nothing before `wait_for_previous_kernel()`
 read what an earlier kernel writes, or write anything at all. Every earlier kernel of
 the stream has finished, and its writes are visible, once the wait returns.
 
-On GPUs before sm_90 both calls compile to nothing and launches are ordinary, as they
-are everywhere inside `overlapping_launches(False)` (to measure what overlap gives).
+Only launches captured into a CUDA graph overlap. Launched one by one, the kernels wait
+for the host anyway, and the extended launch (cuLaunchKernelEx through ctypes) costs
+the host more than CuPy's. On GPUs before sm_90 both calls compile to nothing and
+launches are ordinary, as they are everywhere inside `overlapping_launches(False)` (to
+measure what overlap gives).
 """
 
 import contextlib
@@ -79,8 +82,21 @@ def overlapping_launches(enabled: bool):
 
 
 def launches_overlapped() -> bool:
-    """Whether a kernel that waits for the previous one is launched to overlap it here and now."""
-    return _enabled and _device_supports(cupy.cuda.Device().id)
+    """Whether a kernel that waits for the previous one is launched to overlap it here and now: on sm_90
+    and later, while the current stream is being captured into a CUDA graph."""
+    return _enabled and device_supports_overlap() and _capturing()
+
+
+def _capturing() -> bool:
+    try:
+        return cupy.cuda.get_current_stream().is_capturing()
+    except cupy.cuda.runtime.CUDARuntimeError:  # the legacy stream, while another stream captures
+        return False
+
+
+def device_supports_overlap() -> bool:
+    """Whether this GPU can overlap a kernel with the one before it (sm_90 and later)."""
+    return _device_supports(cupy.cuda.Device().id)
 
 
 @functools.cache
