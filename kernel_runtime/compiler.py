@@ -148,9 +148,13 @@ def _compiled_module(source: str, options: tuple[str, ...], origin: SourceOrigin
 
 
 def kernels_in(module: types.ModuleType) -> list[CudaKernel]:
-    """The CudaKernel objects a module (or any object with a __dict__) defines at its top level.
-    Values are asked their type, never their __class__: a deprecated proxy would warn."""
-    return [value for value in list(getattr(module, "__dict__", {}).values()) if issubclass(type(value), CudaKernel)]
+    """The CudaKernel objects a module (or any object with a __dict__) defines at its top level, alone or in a
+    top-level tuple (one kernel compiled several ways). Values are asked their type, never their __class__:
+    a deprecated proxy would warn."""
+    found = []
+    for value in list(getattr(module, "__dict__", {}).values()):
+        found += [item for item in (value if type(value) is tuple else (value,)) if issubclass(type(item), CudaKernel)]
+    return found
 
 
 def by_compilation(kernels: list[CudaKernel]) -> dict[tuple, list[CudaKernel]]:

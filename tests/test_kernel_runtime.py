@@ -6,13 +6,15 @@ import importlib.util
 import re
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from kernel_runtime import CudaKernel, KernelArgumentError, KernelCompileError, check_array, recording
-from kernel_runtime.compiler import SourceOrigin, compile_report, describe_compile_log, parse_ptxas_log
+from kernel_runtime.compiler import (SourceOrigin, compile_report, describe_compile_log, kernels_in,
+                                     parse_ptxas_log)
 from kernel_runtime.device import INSTALL_CUPY, cupy
 
 ROOT = Path(__file__).parents[1]
@@ -205,6 +207,14 @@ def test_outside_a_recording_cupy_is_itself():
     assert cupy.get_array_module(np.zeros(1)) is np
     with pytest.raises(TypeError):  # CuPy's own complaint, not a refusal
         cupy.matmul(np.zeros((2, 2)), np.zeros((2, 2)))
+
+
+def test_kernels_in_finds_kernels_alone_and_in_top_level_tuples():
+    source = 'extern "C" __global__ void k(float* x) { x[0] = TILE; }'
+    alone = CudaKernel(source, "k", defines={"TILE": 1})
+    several = tuple(alone.with_defines(TILE=n) for n in (2, 4))
+    module = types.SimpleNamespace(alone=alone, several=several, nested=[alone.with_defines(TILE=8)], other=(1, "k"))
+    assert kernels_in(module) == [alone, *several]
 
 
 @pytest.mark.nvrtc
