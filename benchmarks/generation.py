@@ -6,7 +6,8 @@ GPT-2 124M (random weights unless --model), batch 1, float32, a 32-token prompt 
 128 new tokens, greedy. Wall-clock time after a warm-up generation (the logits come
 back to the host every token, so each step ends synchronised). Decode tok/s counts
 the 127 tokens after the first, whose time is the prefill's. --hf also times Hugging
-Face transformers' eager GPT2LMHeadModel.generate on the same weights and GPU.
+Face transformers' GPT2LMHeadModel.generate on the same weights and GPU: eager, and
+with a static cache and the forward compiled by torch.compile (reduce-overhead).
 "KV cache + CUDA graph" replays one captured decode step per token (gpt2.decoding);
 "KV cache" launches the step's kernels one by one from Python. "grape executor" also
 chooses each token on the device (gpt2.executors), so no step waits for the host.
@@ -17,13 +18,13 @@ import time
 
 import numpy as np
 
-from benchmarks.transformers_model import cuda_model
+from benchmarks.transformers_model import hf_model
 from gpt2.backends import make_backend
 from gpt2.executors import make_executor
 from gpt2.generate import GREEDY, generate
 from gpt2.model import GPT2
 from kernel_runtime.commands import OneLineArgumentParser
-from kernel_runtime.device import exit_without_gpu
+from kernel_runtime.device import exit_without_gpu, first_line
 
 PROMPT_TOKENS, NEW_TOKENS = 32, 128
 
@@ -45,18 +46,28 @@ def timed_grape(executor, prompt):
     return NEW_TOKENS / (time.perf_counter() - started)
 
 
-def hf_tokens_per_second(config, params, prompt):
+def hf_generation(config, params, prompt, compiled: bool, device: str = "cuda", new_tokens: int = NEW_TOKENS):
+    """transformers' greedy generate of `new_tokens` after `prompt`: eager, or with a static cache and its
+    forward compiled by torch.compile (mode reduce-overhead: CUDA graphs on a GPU). Timed after warm-up
+    generations of the same length (compiling, then recording the graphs, take the first calls).
+    Returns (tokens per second, the generated token ids)."""
     import torch
 
-    model = cuda_model(config, params)
-    ids = torch.tensor([prompt], device="cuda")
+    model = hf_model(config, params, device)
+    options = dict(max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False)
+    if compiled:
+        model.forward = torch.compile(model.forward, mode="reduce-overhead")
+        options["cache_implementation"] = "static"
+    ids = torch.tensor([prompt], device=device)
     with torch.no_grad():
-        model.generate(ids, max_new_tokens=8, do_sample=False, min_new_tokens=8)
-        torch.cuda.synchronize()
+        for _ in range(3 if compiled else 1):
+            model.generate(ids, **options)
+        synchronize = torch.cuda.synchronize if device == "cuda" else lambda: None
+        synchronize()
         started = time.perf_counter()
-        model.generate(ids, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, do_sample=False)
-        torch.cuda.synchronize()
-    return NEW_TOKENS / (time.perf_counter() - started)
+        tokens = model.generate(ids, **options)
+        synchronize()
+    return new_tokens / (time.perf_counter() - started), tokens[0, len(prompt):].tolist()
 
 
 def main(argv=None) -> int:
@@ -64,7 +75,8 @@ def main(argv=None) -> int:
     parser.add_argument("--model", default="random")
     parser.add_argument("--backend", default="kernels", choices=("kernels", "gold"))
     parser.add_argument("--variant", nargs="*", default=[], help="solution variants to run the kernels on")
-    parser.add_argument("--hf", action="store_true", help="also time transformers' eager generate")
+    parser.add_argument("--hf", action="store_true",
+                        help="also time transformers' generate, eager and static+compiled")
     parser.add_argument("--profile", action="store_true", help="print where the host's time goes (cProfile)")
     args = parser.parse_args(argv)
     exit_without_gpu("benchmarks.generation", "cannot run")
@@ -96,7 +108,14 @@ def main(argv=None) -> int:
         profiler.runcall(timed_generation, model, prompt, True, False)
         pstats.Stats(profiler).sort_stats("tottime").print_stats(18)
     if args.hf:
-        print(f"{'transformers eager':22s} {'':12s} {hf_tokens_per_second(config, params, prompt):16.0f}")
+        print(f"{'transformers eager':22s} {'':12s} {hf_generation(config, params, prompt, compiled=False)[0]:16.0f}",
+              flush=True)
+        print("(compiling transformers' forward with torch.compile: a minute or so)", flush=True)
+        try:
+            rate = f"{hf_generation(config, params, prompt, compiled=True)[0]:16.0f}"
+        except Exception as err:  # torch.compile depends on the installed torch, triton and compiler
+            rate = f"could not run: {first_line(err)}"
+        print(f"{'transformers static+compile':22s} {'':12s} {rate}", flush=True)
     return 0
 
 

@@ -42,7 +42,7 @@ import numpy as np
 
 from benchmarks.grape_tables import (Breakdown, GraphMemory, Timing, write_breakdown, write_graph_memory,
                                      write_speedometer)
-from benchmarks.transformers_model import cuda_model
+from benchmarks.transformers_model import hf_model as transformers_gpt2
 from gpt2.beam_search import BeamSearch
 from gpt2.executors import EXECUTORS, StageClock, make_executor
 from gpt2.generate import GREEDY
@@ -124,7 +124,7 @@ def grape_gpu_seconds(study: Study, beams: bool) -> float:
 
 
 def hf_model(study: Study):
-    return cuda_model(study.model.config, study.parameters)
+    return transformers_gpt2(study.model.config, study.parameters)
 
 
 def hf_runs(study: Study, runs: int) -> dict[str, list[float]]:

@@ -24,7 +24,7 @@ import sys
 import numpy as np
 
 from benchmarks.kernels import gpu_times_ms
-from benchmarks.transformers_model import cuda_model
+from benchmarks.transformers_model import hf_model
 from gpt2.backends import make_backend
 from gpt2.checkpoint import random_parameters
 from gpt2.config import preset
@@ -80,7 +80,7 @@ def benchmark(args) -> int:
 def transformers_times(config, params, tokens) -> dict:
     import torch
 
-    model = cuda_model(config, params)
+    model = hf_model(config, params)
     ids = torch.from_numpy(tokens.astype(np.int64)).cuda()
     times = {}
     for name, tf32 in (("transformers fp32", False), ("transformers tf32", True)):

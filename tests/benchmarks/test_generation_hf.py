@@ -1,0 +1,26 @@
+"""benchmarks.generation's transformers comparison on the CPU, with a tiny random GPT-2:
+the static-cache, torch.compile'd generate picks the same greedy tokens as the eager one,
+so the two rows of `--hf` time the same text (about half a minute: torch.compile)."""
+
+import numpy as np
+import pytest
+
+pytest.importorskip("transformers")
+pytest.importorskip("torch")
+
+from benchmarks.generation import hf_generation  # noqa: E402
+from gpt2.checkpoint import perturbed_parameters  # noqa: E402
+from gpt2.config import GPT2Config  # noqa: E402
+
+
+@pytest.mark.parametrize("seed", [3])
+def test_static_compiled_generate_picks_the_eager_tokens(seed):
+    config = GPT2Config(vocab_size=300, padded_vocab_size=384, num_layers=2, num_heads=2, channels=64, max_T=32)
+    params = perturbed_parameters(config, seed=seed)
+    params["wpe"] *= 50  # GPT-2's init is so flat that every step picks the same token
+    prompt = np.random.default_rng(seed).integers(0, config.vocab_size, 5).tolist()
+    eager_rate, eager = hf_generation(config, params, prompt, compiled=False, device="cpu", new_tokens=12)
+    compiled_rate, compiled = hf_generation(config, params, prompt, compiled=True, device="cpu", new_tokens=12)
+    assert compiled == eager
+    assert len(eager) == 12 and len(set(eager)) > 1, f"a degenerate continuation proves little: {eager}"
+    assert eager_rate > 0 and compiled_rate > 0
