@@ -13,6 +13,7 @@ from gpt2.checkpoint import perturbed_parameters  # noqa: E402
 from gpt2.config import GPT2Config  # noqa: E402
 
 
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # torch.compile's own internals
 @pytest.mark.parametrize("seed", [3])
 def test_static_compiled_generate_picks_the_eager_tokens(seed):
     config = GPT2Config(vocab_size=300, padded_vocab_size=384, num_layers=2, num_heads=2, channels=64, max_T=32)
