@@ -44,5 +44,8 @@ SPEC = Spec(
         dict(B=2, C=16, NH=2, max_T=5),
         dict(B=3, C=128, NH=2, max_T=100, values="extreme"),
         dict(B=3, C=96, NH=2, max_T=7, variant="ring"),   # lengths past the slots: all of them are keys
+        # more (b, h) blocks than SMs: the host's smaller blocks (512 threads on an H200 or A40, then 256)
+        dict(B=15, C=80, NH=10, max_T=40),
+        dict(B=23, C=64, NH=16, max_T=33),
     ),
 )
