@@ -10,7 +10,8 @@ A kernel module imports what it needs from here, and nothing else of the kit:
 * overlap:   a kernel that calls wait_for_previous_kernel() overlaps the one before it
              in a captured graph (sm_90 and later)
 * arguments: check_array, check_rows, check_dims, ceil_div
-* device:    gpu_unavailable_reason, nvrtc_unavailable_reason, require_gpu, exit_without_gpu
+* device:    gpu_unavailable_reason, nvrtc_unavailable_reason, require_gpu, exit_without_gpu,
+             multiprocessor_count
 * loader:    use_kernels, the one kernels directory a process runs
 * commands:  OneLineArgumentParser: a command-line mistake is one line, status 2
 * recording: record, the tape of a call's own launches, and the refusal of the rest
@@ -21,11 +22,12 @@ Nothing here imports kernels/, reference/, gpt2/ or grading/: they stand on it.
 
 from kernel_runtime.arguments import ceil_div, check_array, check_dims, check_rows
 from kernel_runtime.compiler import CudaKernel
-from kernel_runtime.device import gpu_unavailable_reason, require_gpu
+from kernel_runtime.device import gpu_unavailable_reason, multiprocessor_count, require_gpu
 from kernel_runtime.errors import (GPUUnavailableError, KernelArgumentError, KernelCompileError, KernelLoadError,
                                    KitError)
 
 __all__ = [
     "CudaKernel", "GPUUnavailableError", "KernelArgumentError", "KernelCompileError", "KernelLoadError", "KitError",
-    "ceil_div", "check_array", "check_dims", "check_rows", "gpu_unavailable_reason", "require_gpu",
+    "ceil_div", "check_array", "check_dims", "check_rows", "gpu_unavailable_reason", "multiprocessor_count",
+    "require_gpu",
 ]

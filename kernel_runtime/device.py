@@ -58,6 +58,16 @@ def nvrtc_unavailable_reason() -> str | None:
     return None
 
 
+def multiprocessor_count() -> int:
+    """The current GPU's SMs, which a launcher sizes its grid by."""
+    return _multiprocessors(cupy.cuda.Device().id)
+
+
+@functools.cache
+def _multiprocessors(device: int) -> int:
+    return cupy.cuda.Device(device).attributes["MultiProcessorCount"]
+
+
 def require_gpu() -> None:
     reason = gpu_unavailable_reason()
     if reason is not None:

@@ -36,12 +36,12 @@ threads split the value rows into groups of keys, each thread one float4 of the
 head, and the groups' partial sums meet pairwise in shared memory.
 """
 
-import functools
 import math
 
 import numpy as np
 
-from kernel_runtime import CudaKernel, KernelArgumentError, ceil_div, check_array, check_dims, check_rows
+from kernel_runtime import (CudaKernel, KernelArgumentError, ceil_div, check_array, check_dims, check_rows,
+                            multiprocessor_count)
 
 MAX_THREADS = 1024  # per decode_attention block
 
@@ -229,13 +229,7 @@ def _threads_per_head(blocks: int) -> int:
     """The most threads per block that still lets every (b, h) block be resident at once (a 1024-thread block
     fills an SM's registers): 1024 for the few heads of small batches, down to 256."""
     threads = MAX_THREADS
-    while threads > 256 and blocks > _multiprocessors() * (MAX_THREADS // threads):
+    while threads > 256 and blocks > multiprocessor_count() * (MAX_THREADS // threads):
         threads //= 2
     return threads
 
-
-@functools.cache
-def _multiprocessors() -> int:
-    import cupy
-
-    return cupy.cuda.Device().attributes["MultiProcessorCount"]

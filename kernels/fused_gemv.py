@@ -46,7 +46,7 @@ import functools
 
 import numpy as np
 
-from kernel_runtime import CudaKernel, KernelArgumentError, ceil_div, check_array, check_dims
+from kernel_runtime import CudaKernel, KernelArgumentError, ceil_div, check_array, check_dims, multiprocessor_count
 
 THREADS = 256              # 8 warps per block
 ROWS = 8                   # most rows per chunk: each thread keeps a chunk's accumulators
@@ -217,19 +217,13 @@ layernorm_matmul_gelu_kernel = fused_kernel(layernorm=True, gelu=True, residual=
 matmul_residual_kernel = fused_kernel(layernorm=False, gelu=False, residual=True)
 
 
-@functools.cache
-def _multiprocessors() -> int:
-    import cupy
-
-    return cupy.cuda.Device().attributes["MultiProcessorCount"]
-
 
 def split_for(K: int, OC: int, pieces: int) -> int:
     """Warps per column: enough that a lane loads at most `pieces` float4s of a weight row, and that
     the column groups give every SM two blocks; at most the block's 8 warps."""
     split = 1
     while split < THREADS // 32 and (K > 4 * 32 * pieces * split
-                                     or ceil_div(OC, THREADS // 32 // split) < 2 * _multiprocessors()):
+                                     or ceil_div(OC, THREADS // 32 // split) < 2 * multiprocessor_count()):
         split *= 2
     return split
 
@@ -273,7 +267,7 @@ def launch_fused(kernel, function, out, inp, ln_weight, ln_bias, weight, bias, r
     groups = ceil_div(OC, THREADS // 32 // split)
     null = np.uint64(0)
     # a layernorm kernel's blocks stay resident and stride over the groups (each normalises its rows once)
-    blocks = min(groups, kernel.defines["BLOCKS"] * _multiprocessors()) if kernel.defines["LAYERNORM"] else groups
+    blocks = min(groups, kernel.defines["BLOCKS"] * multiprocessor_count()) if kernel.defines["LAYERNORM"] else groups
     kernel((blocks,), (THREADS,),
            (out, inp, ln_weight if ln_weight is not None else null, ln_bias if ln_bias is not None else null,
             weight, bias if bias is not None else null, residual if residual is not None else null,
