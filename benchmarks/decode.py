@@ -27,6 +27,7 @@ from gpt2.checkpoint import random_parameters
 from gpt2.config import preset
 from gpt2.decoding import make_decoder
 from gpt2.model import GPT2
+from gpt2.ops import FUSED_DECODE_FUNCTIONS
 from kernel_runtime import overlap
 from kernel_runtime.commands import POSITIVE_INT, OneLineArgumentParser, run_command
 from kernel_runtime.device import exit_without_gpu
@@ -48,8 +49,7 @@ def main(argv=None) -> int:
 
 
 # the calls whose time is streaming a weight matrix: every array they take is read or written once
-STREAMS_WEIGHTS = {"matmul_forward", "layernorm_matmul_forward", "layernorm_matmul_gelu_forward",
-                   "matmul_residual_forward"}
+STREAMS_WEIGHTS = {"matmul_forward", *FUSED_DECODE_FUNCTIONS}
 
 
 def moved_bytes(args: tuple) -> int:

@@ -7,7 +7,8 @@ A tuning is PIECES, the float4s of a weight row each lane loads before using the
 flight at once), and BLOCKS, the launch bounds' minimum of blocks per SM (which caps the
 registers a thread may take; with a layernorm, also the grid's blocks per SM). Each is
 compiled through NVRTC for sm_86 (A40) and sm_90 (H100/H200), whose registers and spilled
-bytes are printed; `--compile-only` stops there, and needs no GPU. Otherwise each tuning is
+bytes are printed (of the 8-row compilation: a launch compiles for its batch, and the
+compile checks cover every batch's); `--compile-only` stops there, and needs no GPU. Otherwise each tuning is
 timed at the shapes GPT-2 124M's decode step gives its kind of kernel (CUDA events after
 warm-up, median), with GB/s against the copy bandwidth measured here. The kit's own tuning
 is marked with *. A tuning that spills on either architecture is printed but not chosen:
@@ -19,6 +20,7 @@ import sys
 
 import numpy as np
 
+from benchmarks.decode import moved_bytes
 from benchmarks.kernels import copy_bandwidth_gbs, gpu_times_ms
 from kernel_runtime.commands import POSITIVE_INT, OneLineArgumentParser, run_command
 from kernel_runtime.compiler import compile_report
@@ -100,8 +102,7 @@ def time_call(launch, kernel, function: str, parts: tuple, rows: int, C: int, OC
     added = cupy.zeros((rows, OC), np.float32) if residual else None
     ms = gpu_times_ms(lambda: launch(kernel, function, out, inp, ln_weight, ln_bias, weight, bias, added, rows, 1, C,
                                      OC))
-    moved = sum(a.nbytes for a in (inp, weight, bias, out, ln_weight, ln_bias, added) if a is not None)
-    return ms / 1e3, moved
+    return ms / 1e3, moved_bytes((inp, weight, bias, out, ln_weight, ln_bias, added))
 
 
 if __name__ == "__main__":
