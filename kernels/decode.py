@@ -232,4 +232,3 @@ def _threads_per_head(blocks: int) -> int:
     while threads > 256 and blocks > multiprocessor_count() * (MAX_THREADS // threads):
         threads //= 2
     return threads
-

@@ -217,7 +217,6 @@ layernorm_matmul_gelu_kernel = fused_kernel(layernorm=True, gelu=True, residual=
 matmul_residual_kernel = fused_kernel(layernorm=False, gelu=False, residual=True)
 
 
-
 def split_for(K: int, OC: int, pieces: int) -> int:
     """Warps per column: enough that a lane loads at most `pieces` float4s of a weight row, and that
     the column groups give every SM two blocks; at most the block's 8 warps."""
