@@ -44,7 +44,8 @@ def build(case, rng):
 
 
 def normalised_with_bound(x):
-    """The exact layernorm of x["inp"] (float64) and how far a float32 layernorm may be from it."""
+    """The exact layernorm of x["inp"] (float64) and how far a float32 layernorm may be from it. Computed
+    here, not by reference.cpu: the grader's workers load the specs and never the oracle."""
     inp = x["inp"].reshape(x["B"], x["T"], x["C"])
     mean = inp.mean(axis=-1)
     rstd = 1 / np.sqrt(((inp - mean[..., None]) ** 2).mean(axis=-1) + LAYERNORM_EPS)
