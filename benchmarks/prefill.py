@@ -10,6 +10,8 @@ and transformers' work share CUDA's default stream). The rows:
     kernels                 the kit's kernels (tiled matmul, reduction layernorm and softmax)
     kernels + matmul_tf32   the same with the TF32 tensor-core matmul (the tf32 profile)
     kernels + matmul_cublas the same with the cuBLAS matmul (float32)
+    kernels + split-K       the same with the split-K matmul (milestone 3; float32): a short
+                            prompt's matmuls, whose tiles are too few for the GPU (--tokens 64)
     kernels + flash         the kit's kernels with flash attention (milestone 3; float32)
     kernels + flash + tf32  flash attention and the TF32 matmul
     gold                    reference.gold: CuPy library operations, cuBLAS float32
@@ -34,6 +36,7 @@ from kernel_runtime.device import exit_without_gpu
 
 KIT_ROWS = (("kernels", "kernels", ()), ("kernels + matmul_tf32", "kernels", ("matmul_tf32",)),
             ("kernels + matmul_cublas", "kernels", ("matmul_cublas",)),
+            ("kernels + split-K", "kernels", ("matmul_split_k",)),
             ("kernels + flash", "kernels", ("attention_flash",)),
             ("kernels + flash + tf32", "kernels", ("attention_flash", "matmul_tf32")), ("gold", "gold", ()))
 TIMING = dict(batches=2, per_batch=6, warmup=2)  # a call is tens of milliseconds

@@ -5,14 +5,16 @@ Every solution block in kernels/ (a kernel body between `// BEGIN SOLUTION` and
 a TODO stub: it compiles, writes nothing, and so fails its tests cleanly (the outputs
 stay NaN). Everything else is kept, except what only the staff use: the grader and
 its tests, the known-wrong implementations and the tests that run them, the Slurm
-job tests and the CI setup; and what belongs to later milestones (milestone 2's
-variant modules and their test, in milestone 1's kit; a later milestone's host
-functions, their spec and kernel module, in earlier kits).
+job tests and the CI setup; and what belongs to later milestones (a later milestone's
+variant modules, such as milestone 2's TF32 matmul or milestone 3's split-K one, and
+milestone 2's test of variants; a later milestone's host functions, their spec and
+kernel module).
 
 Milestone 2's kit stubs milestone 1's kernels too: the course's students carry their
 own milestone-1 kernels forward (copying their kernels/*.py over the stubs), and the
 kit's would hand them the tiling and reduction items, which are those same kernels.
-Milestone 3's kit does the same and adds flash and local attention (stubbed). Every
+Milestone 3's kit does the same and adds flash and local attention, the fused
+matmuls and the split-K matmul (stubbed). Every
 kit holds the KV cache's kernels (decode.py) whole: the model generates with them
 from milestone 1 on, so milestone 3's KV-cache item grades a student's own copy.
 
@@ -39,9 +41,10 @@ MILESTONES = tuple(sorted(WEIGHTS_FILES))  # a handout for each milestone the gr
 
 
 def _milestone_files() -> dict[int, tuple[str, ...]]:
-    """milestone -> the files only its kit (and later ones) has: milestone 2's variant modules and their
-    test; a later milestone's host functions (their spec and kernel module)."""
-    files = {2: ["tests/kernels/test_variants.py", *(f"kernels/{m}.py" for m in new_modules(2))]}
+    """milestone -> the files only its kit (and later ones) has: the variant modules of milestone 2 on (and
+    milestone 2's test of them); a later milestone's host functions (their spec and kernel module)."""
+    files = {m: [f"kernels/{module}.py" for module in new_modules(m)] for m in MILESTONES if m > 1}
+    files[2].insert(0, "tests/kernels/test_variants.py")
     for spec in SPECS.values():
         if spec.milestone > 1:
             files.setdefault(spec.milestone, []).extend((f"kernels/{spec.module}.py", SPEC_FILES[spec.function]))

@@ -9,6 +9,8 @@ searched:
                    (ld.shared or ldmatrix): data is staged in tiles
     reduction      warp shuffles (shfl.sync), or shared memory read back after a barrier
                    (st.shared, bar.sync, ld.shared): partial results are combined in parallel
+    split_k        float atomic adds to global memory (red or atom .global.add.f32): blocks
+                   that each summed a slice of K add their partial sums into out
 
 A kernel's own instructions are its entry's and those of the device functions it
 calls that were not inlined (a device function nothing calls shows nothing). The
@@ -72,6 +74,9 @@ TECHNIQUES = {t.name: t for t in (
                        "ld.shared in one kernel's PTX): the softmax happens where the tiles are, so no "
                        "probabilities leave the kernel",
               all_of=(r"\bex2\.approx", r"\bst\.shared", r"\bld\.shared")),
+    Technique("split_k", "float atomic adds to global memory (red or atom .global.add.f32) in its PTX: blocks "
+                         "that each summed a slice of K adding into out",
+              all_of=(r"\b(?:red|atom)\.global\.add\.f32\b",)),
     Technique("cublas", "cuBLAS call (through cupy.cublas)", library="cublas"),
     Technique("fused", "one kernel launched per call (the layernorm, GELU or residual add inside the matmul's "
                        "kernel)", one_launch=True),

@@ -9,6 +9,7 @@ named technique, each judged under its own precision profile.
     softmax_reduction    softmax_forward          attention        fp32     reduction      2
     attention_flash      flash_attention_forward  flash_attention  fp32     flash          3
     attention_local      local_attention_forward  flash_attention  fp32     flash          3
+    matmul_split_k       matmul_forward           matmul_split_k   fp32     split_k        3
     kv_cache_append, decode_attention, encoder_at_positions: the decoding host
                          functions, in decode.py, fp32, no technique (milestone 3's KV cache)
     layernorm_matmul, layernorm_matmul_gelu, matmul_residual: the fused matmuls of
@@ -22,8 +23,8 @@ their compiled code, or its cuBLAS calls. Only the cuBLAS variant may call cuBLA
 The milestone-1 modules are milestone 2's tiled and reduction variants as well: the
 course asks for each technique in the kernels where it applies.
 
-A kit handed out for an earlier milestone lacks a later milestone's specs
-(grading.handout): its variants are left out of VARIANTS there.
+A kit handed out for an earlier milestone lacks a later milestone's specs and variant
+modules (grading.handout): its variants are left out of VARIANTS there.
 
 A milestone-1 host function is a variant too, `plain(function)`: its spec's module,
 fp32, no technique; so the grader runs every item of every milestone one way.
@@ -34,6 +35,7 @@ from __future__ import annotations
 import dataclasses
 
 from kernel_runtime import KitError
+from kernel_runtime.loader import KIT_KERNELS
 from reference.precision import Profile, profile_named
 from reference.registry import SPECS
 from reference.techniques import TECHNIQUES
@@ -79,9 +81,11 @@ DECLARED = (
     Variant("layernorm_matmul", "layernorm_matmul_forward", "fused_gemv", "fp32", "fused", milestone=3),
     Variant("layernorm_matmul_gelu", "layernorm_matmul_gelu_forward", "fused_gemv", "fp32", "fused", milestone=3),
     Variant("matmul_residual", "matmul_residual_forward", "fused_gemv", "fp32", "fused", milestone=3),
+    # the menu: split-K for the prefill's matmuls whose tiles are too few to fill the GPU
+    Variant("matmul_split_k", "matmul_forward", "matmul_split_k", "fp32", "split_k", milestone=3),
 )
 FUSED_DECODE_VARIANTS = ("layernorm_matmul", "layernorm_matmul_gelu", "matmul_residual")  # together: the fused step
-VARIANTS = {v.name: v for v in DECLARED if v.function in SPECS}
+VARIANTS = {v.name: v for v in DECLARED if v.function in SPECS and (KIT_KERNELS / f"{v.module}.py").exists()}
 
 
 def _check(variants) -> None:

@@ -56,9 +56,9 @@ def test_milestone_3_weights_are_the_course_s_required_items_and_a_capped_menu()
         "KV cache": (12, ["kv_cache_append", "decode_attention", "encoder_at_positions"])}
     menu = {i.name: [v.name for v in i.variants] for i in scheme.items if i.menu}
     assert menu == {"fused_layernorm_matmul": ["layernorm_matmul"], "fused_bias_gelu": ["layernorm_matmul_gelu"],
-                    "fused_residual": ["matmul_residual"]}
+                    "fused_residual": ["matmul_residual"], "split_k": ["matmul_split_k"]}
     assert scheme.total_points == 30 and scheme.menu_cap_points == 10 and scheme.milestone == 3
-    assert {v.technique for i in scheme.items for v in i.variants} == {"flash", "fused", None}
+    assert {v.technique for i in scheme.items for v in i.variants} == {"flash", "fused", "split_k", None}
 
 
 def test_menu_items_count_up_to_their_cap():
@@ -358,7 +358,9 @@ def handout_m3(tmp_path_factory):
 def test_milestone_3_handout_adds_flash_and_local_attention_stubbed(handout_m3, handout_m2):
     destination, stubbed = handout_m3
     assert sorted(set(stubbed) - set(handout_m2[1])) == ["kernels/flash_attention.py (1 block)",
-                                                          "kernels/fused_gemv.py (1 block)"]
+                                                          "kernels/fused_gemv.py (1 block)",
+                                                          "kernels/matmul_split_k.py (3 blocks)"]
+    assert not (handout_m2[0] / "kernels/matmul_split_k.py").exists()
     assert (destination / "reference/specs/flash_attention.py").exists()
     assert (destination / "reference/specs/local_attention.py").exists()
     assert "BEGIN SOLUTION" not in (destination / "kernels/flash_attention.py").read_text()

@@ -28,6 +28,7 @@ CAUGHT_BY = {
     "layernorm_matmul_in_two_kernels": "no evidence of fused",
     "layernorm_matmul_gelu_in_three_kernels": "no evidence of fused",
     "matmul_residual_in_two_kernels": "no evidence of fused",
+    "split_k_that_never_splits": "no evidence of split k",
 }
 
 

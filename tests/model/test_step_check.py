@@ -76,10 +76,12 @@ def test_a_wrong_kernel_fails_under_tf32_too(model):
 
 def test_variants_in_a_model_are_named_and_one_per_host_function():
     from gpt2.backends import BackendError, kernel_ops
-    from reference.variants import VariantError
+    from reference.variants import VARIANTS, VariantError
 
-    with pytest.raises(VariantError, match="no variant 'matmul_fp16'; the variants are matmul_tiled, matmul_tf32"):
+    with pytest.raises(VariantError, match=f"no variant 'matmul_fp16'; the variants are {', '.join(VARIANTS)}$"):
         kernel_ops(variants=("matmul_fp16",))
+    if "matmul_tf32" not in VARIANTS:
+        pytest.skip("this kit has no milestone-2 variants")
     with pytest.raises(BackendError, match="variants matmul_tf32, matmul_cublas: at most one per host function"):
         kernel_ops(variants=("matmul_tf32", "matmul_cublas"))
     assert kernel_ops(variants=("matmul_tf32",)).matmul_forward.__module__ == "kernels.matmul_tf32"
