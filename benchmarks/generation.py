@@ -15,6 +15,7 @@ chooses each token on the device (gpt2.executors), so no step waits for the host
 
 import sys
 import time
+import warnings
 
 import numpy as np
 
@@ -53,19 +54,35 @@ def hf_generation(config, params, prompt, compiled: bool, device: str = "cuda", 
     Returns (tokens per second, the generated token ids)."""
     import torch
 
+    from transformers import StaticCache
+
     model = hf_model(config, params, device)
     options = dict(max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False)
+    cache = None
     if compiled:
+        cache = StaticCache(config=model.config, max_cache_len=len(prompt) + new_tokens)
+        # The cache's tensors are made now, not by the first compiled call: there they would be outputs of
+        # its CUDA graph, which the next replay overwrites.
+        cache.early_initialization(1, config.num_heads, config.channels // config.num_heads, torch.float32,
+                                   torch.device(device))
+        options["past_key_values"] = cache
         model.forward = torch.compile(model.forward, mode="reduce-overhead")
-        options["cache_implementation"] = "static"
     ids = torch.tensor([prompt], device=device)
+
+    def run():
+        if cache is not None:
+            cache.reset()
+        with warnings.catch_warnings():  # transformers >= 5.24 names it `cache`; older ones know only this name
+            warnings.filterwarnings("ignore", message="`past_key_values` is deprecated", category=FutureWarning)
+            return model.generate(ids, **options)
+
     with torch.no_grad():
         for _ in range(3 if compiled else 1):
-            model.generate(ids, **options)
+            run()
         synchronize = torch.cuda.synchronize if device == "cuda" else lambda: None
         synchronize()
         started = time.perf_counter()
-        tokens = model.generate(ids, **options)
+        tokens = run()
         synchronize()
     return new_tokens / (time.perf_counter() - started), tokens[0, len(prompt):].tolist()
 

@@ -23,10 +23,11 @@ When matmul.py's tiles already fill the GPU, or the rows are few enough for its
 matrix-vector kernel (M <= 8, decoding), this module calls matmul.py: splitting K would
 only add the atomics' traffic.
 
-The split kernel is plain shared-memory tiling: per slice of SLICE k, the block copies 64
-rows of inp and 64 of weight into shared memory (k-major), and each of its 256 threads
-accumulates a 4 x 4 part of the tile, rows ty + 16 i and columns tx + 16 j, so a warp's
-reads of a shared row are 16 consecutive floats, broadcast to its two halves.
+The split kernel is plain shared-memory tiling: per slice of SLICE = 16 k, each of its 256
+threads copies 4 consecutive k (one float4) of a row of inp and of weight into shared
+memory, stored k-major, and accumulates a 4 x 4 part of the tile, rows 4 ty .. 4 ty + 3
+and columns 4 tx .. 4 tx + 3: per k, two float4 loads from shared memory for 16
+multiply-adds.
 """
 
 import numpy as np
@@ -50,46 +51,59 @@ extern "C" __global__ void bias_fill_kernel(float* out, const float* bias, long 
 
 // grid (ceil(M / TILE), ceil(N / TILE), splits), THREADS threads: block z adds
 // inp[:, k] . weight[:, k] over k in [z * span, (z + 1) * span) into its tile of out.
+// vector: K % 4 == 0 and inp and weight 16-byte aligned, so 4 consecutive k are one float4.
 extern "C" __global__ void __launch_bounds__(THREADS)
-matmul_split_k_kernel(float* out, const float* inp, const float* weight, int M, int K, int N, int span) {
+matmul_split_k_kernel(float* out, const float* inp, const float* weight, int M, int K, int N, int span,
+                      int vector) {
     // BEGIN SOLUTION
-    __shared__ float inp_tile[SLICE][TILE + 4];     // k-major: row r of the tile at [k][r]
-    __shared__ float weight_tile[SLICE][TILE + 4];
+    __shared__ __align__(16) float inp_tile[SLICE][TILE + 4];     // k-major: row r of the tile at [k][r]
+    __shared__ __align__(16) float weight_tile[SLICE][TILE + 4];
     const int row0 = blockIdx.x * TILE, col0 = blockIdx.y * TILE;
     const int k_begin = blockIdx.z * span, k_end = min(K, k_begin + span);
-    const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
+    const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;  // rows 4 ty .. 4 ty + 3, columns 4 tx .. 4 tx + 3
+    // each thread copies one piece of 4 consecutive k of each operand per slice
+    const int piece_row = threadIdx.x / (SLICE / 4), piece_k = 4 * (threadIdx.x % (SLICE / 4));
+    auto load_piece = [&](const float* matrix, int row, int rows, int k) -> float4 {  // matrix[row][k .. k+3]
+        float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        if (row >= rows) return v;
+        const float* p = matrix + (long long)row * K + k;
+        if (vector) {
+            if (k < k_end) v = *(const float4*)p;  // k_end is a multiple of 4: all four or none
+        } else {
+            if (k < k_end) v.x = p[0];
+            if (k + 1 < k_end) v.y = p[1];
+            if (k + 2 < k_end) v.z = p[2];
+            if (k + 3 < k_end) v.w = p[3];
+        }
+        return v;
+    };
     float acc[4][4] = {};
     for (int k0 = k_begin; k0 < k_end; k0 += SLICE) {
-        // TILE rows x SLICE k of each operand; consecutive threads read consecutive k of a row
-        for (int e = threadIdx.x; e < TILE * SLICE; e += THREADS) {
-            int r = e / SLICE, kk = e % SLICE, k = k0 + kk;
-            bool in_k = k < k_end;
-            inp_tile[kk][r] = (in_k && row0 + r < M) ? inp[(long long)(row0 + r) * K + k] : 0.0f;
-            weight_tile[kk][r] = (in_k && col0 + r < N) ? weight[(long long)(col0 + r) * K + k] : 0.0f;
-        }
+        float4 a = load_piece(inp, row0 + piece_row, M, k0 + piece_k);
+        float4 w = load_piece(weight, col0 + piece_row, N, k0 + piece_k);
+        inp_tile[piece_k + 0][piece_row] = a.x; inp_tile[piece_k + 1][piece_row] = a.y;
+        inp_tile[piece_k + 2][piece_row] = a.z; inp_tile[piece_k + 3][piece_row] = a.w;
+        weight_tile[piece_k + 0][piece_row] = w.x; weight_tile[piece_k + 1][piece_row] = w.y;
+        weight_tile[piece_k + 2][piece_row] = w.z; weight_tile[piece_k + 3][piece_row] = w.w;
         __syncthreads();
         #pragma unroll
         for (int kk = 0; kk < SLICE; kk++) {
-            float a[4], w[4];
-            #pragma unroll
-            for (int i = 0; i < 4; i++) {
-                a[i] = inp_tile[kk][ty + 16 * i];
-                w[i] = weight_tile[kk][tx + 16 * i];
-            }
+            float4 a4 = *(const float4*)&inp_tile[kk][4 * ty], w4 = *(const float4*)&weight_tile[kk][4 * tx];
+            float av[4] = {a4.x, a4.y, a4.z, a4.w}, wv[4] = {w4.x, w4.y, w4.z, w4.w};
             #pragma unroll
             for (int i = 0; i < 4; i++) {
                 #pragma unroll
-                for (int j = 0; j < 4; j++) acc[i][j] += a[i] * w[j];
+                for (int j = 0; j < 4; j++) acc[i][j] += av[i] * wv[j];
             }
         }
         __syncthreads();  // before the next slice overwrites the tiles
     }
     #pragma unroll
     for (int i = 0; i < 4; i++) {
-        int r = row0 + ty + 16 * i;
+        int r = row0 + 4 * ty + i;
         #pragma unroll
         for (int j = 0; j < 4; j++) {
-            int c = col0 + tx + 16 * j;
+            int c = col0 + 4 * tx + j;
             if (r < M && c < N) atomicAdd(out + (long long)r * N + c, acc[i][j]);
         }
     }
@@ -110,15 +124,27 @@ def matmul_forward(out, inp, weight, bias, B, T, C, OC):
         matmul.matmul_forward(out, inp, weight, bias, B, T, C, OC)
         return
     span = split_span(M, K, N)
-    bias_fill_kernel((ceil_div(M * N, 256),), (256,), (out, args[3], np.int64(M * N), np.int32(N)))
-    matmul_split_k_kernel((ceil_div(M, TILE), ceil_div(N, TILE), ceil_div(K, span)), (THREADS,),
-                          (*args[:3], *args[4:], np.int32(span)))
+    launch_slices(args, span, splits=ceil_div(K, span))
     # END SOLUTION
 
 
 def split_span(M: int, K: int, N: int) -> int:
     """How much of K one block sums: a multiple of SLICE, small enough that the tiles times the
     slices make about BLOCKS_PER_SM blocks per multiprocessor."""
+    # BEGIN SOLUTION
     tiles, slices = ceil_div(M, TILE) * ceil_div(N, TILE), ceil_div(K, SLICE)
     splits = max(1, min(slices, ceil_div(BLOCKS_PER_SM * multiprocessor_count(), tiles)))
     return ceil_div(slices, splits) * SLICE
+    # END SOLUTION
+
+
+def launch_slices(args: tuple, span: int, splits: int) -> None:
+    """out = bias, then `splits` blocks per tile each add the products over their `span` of K
+    (args: matmul.matmul_arguments')."""
+    # BEGIN SOLUTION
+    out, inp, weight, bias, M, K, N = args
+    vector = K % 4 == 0 and inp.data.ptr % 16 == 0 and weight.data.ptr % 16 == 0
+    bias_fill_kernel((ceil_div(int(M) * int(N), 256),), (256,), (out, bias, np.int64(int(M) * int(N)), N))
+    matmul_split_k_kernel((ceil_div(int(M), TILE), ceil_div(int(N), TILE), splits), (THREADS,),
+                          (out, inp, weight, M, K, N, np.int32(span), np.int32(vector)))
+    # END SOLUTION
