@@ -5,8 +5,8 @@ are too few to fill the GPU.
 
 matmul.py gives each block a 128 x 128 tile of out. A prefill of a short prompt has few
 rows: at M = B*T = 256 the attention projection (N = 768) is 2 x 6 = 12 tiles, so 12
-blocks run on a GPU of 108 to 132 multiprocessors and the rest idle, and the fc
-projection (K = 3072) is the same 12 blocks, each walking four times as far.
+blocks run on a GPU of 84 (A40) to 132 (H200) multiprocessors and the rest idle; the
+MLP's projection (K = 3072) is the same 12 blocks, each walking four times as far.
 
 Split-K cuts the other dimension as well. Every tile of out (64 x 64 here, four times
 as many) is computed by `splits` blocks, block z summing only its slice of K:
