@@ -490,5 +490,5 @@ def test_earlier_kits_leave_out_later_milestones_host_functions(kit, request):
 
 
 def test_every_declared_variant_has_its_host_function_here():
-    """A variant leaves VARIANTS only in a kit without its milestone's specs, never in this repository."""
+    """A variant leaves VARIANTS only in a kit without its milestone's specs or modules, never in this repository."""
     assert list(VARIANTS) == [v.name for v in DECLARED]
