@@ -41,10 +41,12 @@ MILESTONES = tuple(sorted(WEIGHTS_FILES))  # a handout for each milestone the gr
 
 
 def _milestone_files() -> dict[int, tuple[str, ...]]:
-    """milestone -> the files only its kit (and later ones) has: the variant modules of milestone 2 on (and
-    milestone 2's test of them); a later milestone's host functions (their spec and kernel module)."""
+    """milestone -> the files only its kit (and later ones) has: the variant modules of milestone 2 on (with
+    milestone 2's test of variants and milestone 3's of split-K's slices); a later milestone's host functions
+    (their spec and kernel module)."""
     files = {m: [f"kernels/{module}.py" for module in new_modules(m)] for m in MILESTONES if m > 1}
     files[2].insert(0, "tests/kernels/test_variants.py")
+    files[3].append("tests/kernels/test_split_k_slices.py")
     for spec in SPECS.values():
         if spec.milestone > 1:
             files.setdefault(spec.milestone, []).extend((f"kernels/{spec.module}.py", SPEC_FILES[spec.function]))

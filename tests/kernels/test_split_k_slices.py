@@ -1,14 +1,11 @@
 """The split-K matmul's host arithmetic, without a GPU: the slices of K its blocks sum cover K
-exactly, none of them empty, and there are enough of them to fill the GPU about twice, never more."""
+exactly, none of them empty, and there are enough of them to fill the GPU about twice, never more.
+(Milestone 3's kit and later ones: grading.handout leaves this file out of earlier kits.)"""
 
 import pytest
 
 from kernel_runtime import ceil_div
 from reference.registry import kernel_module
-from reference.variants import VARIANTS
-
-pytestmark = pytest.mark.skipif("matmul_split_k" not in VARIANTS,
-                                reason="this kit has no kernels/matmul_split_k.py (milestone 3)")
 
 # (M, K, N): a 256-token prompt's projections, the spec's odd sizes, K shorter than one slice
 SHAPES = [(256, 768, 768), (256, 3072, 768), (9, 130, 257), (14, 37, 45), (64, 20, 70), (100, 1, 3), (200, 33, 2000)]
