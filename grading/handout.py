@@ -40,13 +40,18 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 MILESTONES = tuple(sorted(WEIGHTS_FILES))  # a handout for each milestone the grader knows
 
 
+def _module_files(module: str) -> list[str]:
+    """A kernel module and its own test file, tests/kernels/test_<module>.py, when it has one."""
+    test = f"tests/kernels/test_{module}.py"
+    return [f"kernels/{module}.py", *([test] if (REPO_ROOT / test).exists() else [])]
+
+
 def _milestone_files() -> dict[int, tuple[str, ...]]:
-    """milestone -> the files only its kit (and later ones) has: the variant modules of milestone 2 on (with
-    milestone 2's test of variants and milestone 3's of split-K's slices); a later milestone's host functions
+    """milestone -> the files only its kit (and later ones) has: the variant modules of milestone 2 on, each with
+    its own test file if it has one, and milestone 2's test of variants; a later milestone's host functions
     (their spec and kernel module)."""
-    files = {m: [f"kernels/{module}.py" for module in new_modules(m)] for m in MILESTONES if m > 1}
+    files = {m: [path for module in new_modules(m) for path in _module_files(module)] for m in MILESTONES if m > 1}
     files[2].insert(0, "tests/kernels/test_variants.py")
-    files[3].append("tests/kernels/test_split_k_slices.py")
     for spec in SPECS.values():
         if spec.milestone > 1:
             files.setdefault(spec.milestone, []).extend((f"kernels/{spec.module}.py", SPEC_FILES[spec.function]))
