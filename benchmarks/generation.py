@@ -57,17 +57,17 @@ def hf_generation(config, params, prompt, compiled: bool, device: str = "cuda", 
     from transformers import StaticCache
 
     model = hf_model(config, params, device)
+    ids = torch.tensor([prompt], device=device)
     options = dict(max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False)
     cache = None
     if compiled:
-        cache = StaticCache(config=model.config, max_cache_len=len(prompt) + new_tokens)
+        cache = StaticCache(config=model.config, max_cache_len=ids.shape[1] + new_tokens)
         # The cache's tensors are made now, not by the first compiled call: there they would be outputs of
         # its CUDA graph, which the next replay overwrites.
-        cache.early_initialization(1, config.num_heads, config.channels // config.num_heads, torch.float32,
-                                   torch.device(device))
+        cache.early_initialization(ids.shape[0], config.num_heads, config.channels // config.num_heads, model.dtype,
+                                   ids.device)
         options["past_key_values"] = cache
         model.forward = torch.compile(model.forward, mode="reduce-overhead")
-    ids = torch.tensor([prompt], device=device)
 
     def run():
         if cache is not None:
