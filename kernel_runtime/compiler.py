@@ -30,6 +30,7 @@ from pathlib import Path
 from kernel_runtime import overlap, recording
 from kernel_runtime.device import cupy, nvrtc_unavailable_reason, require_gpu
 from kernel_runtime.errors import KernelCompileError
+from kernel_runtime.tape import Program
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,14 +45,7 @@ class SourceOrigin:
 
 
 def _origin_of(source: str, caller_depth: int) -> SourceOrigin:
-    path = sys._getframe(caller_depth).f_code.co_filename
-    try:
-        text = Path(path).read_text()
-    except OSError:
-        return SourceOrigin(path, 1)
-    at = text.find(source)
-    first_line = text.count("\n", 0, at) + 1 if at >= 0 else 1
-    return SourceOrigin(_short_path(path), first_line)
+    return source_origin(sys._getframe(caller_depth).f_code.co_filename, source)
 
 
 def _short_path(path: str) -> str:
@@ -95,6 +89,7 @@ class CudaKernel:
         self.waits_for_previous = overlap.waits_for_previous(source)
         if self.waits_for_previous:
             self.origin = dataclasses.replace(self.origin, first_line=self.origin.first_line - overlap.PRELUDE_LINES)
+        self.program = Program(self.compiled_source, self.options)  # what a tape holds of it
         self._function = None
 
     def __repr__(self) -> str:
@@ -105,6 +100,7 @@ class CudaKernel:
         other = copy.copy(self)
         other.defines = {**self.defines, **changes}
         other.options = _define_options(other.defines) + self.extra_options
+        other.program = Program(other.compiled_source, other.options)
         other._function = None
         return other
 
@@ -126,7 +122,7 @@ class CudaKernel:
             overlap.launch(function, grid, block, args, shared_mem=shared_mem)
         else:
             function(grid, block, args, shared_mem=shared_mem)
-        recording.tape_launch(self.name, function, grid, block, args, shared_mem=shared_mem)
+        recording.tape_launch(self.program, self.name, grid, block, args, shared_mem)
 
 
 def _define_options(defines: dict) -> tuple[str, ...]:
@@ -149,25 +145,50 @@ def _compiled_module(source: str, options: tuple[str, ...], origin: SourceOrigin
 
 def kernels_in(module: types.ModuleType) -> list[CudaKernel]:
     """The CudaKernel objects a module (or any object with a __dict__) defines at its top level, alone or in a
-    top-level tuple (one kernel compiled several ways). Values are asked their type, never their __class__:
-    a deprecated proxy would warn."""
+    top-level tuple. Values are asked their type, never their __class__: a deprecated proxy would warn."""
     found = []
     for value in list(getattr(module, "__dict__", {}).values()):
         found += [item for item in (value if type(value) is tuple else (value,)) if issubclass(type(item), CudaKernel)]
     return found
 
 
-def by_compilation(kernels: list[CudaKernel]) -> dict[tuple, list[CudaKernel]]:
-    """`kernels` grouped by compilation: (source, options) -> the kernels of that compilation."""
-    grouped = {}
-    for kernel in kernels:
-        grouped.setdefault((kernel.source, kernel.options), []).append(kernel)
-    return grouped
+@dataclasses.dataclass(frozen=True)
+class ModuleProgram:
+    """A program a kernel module compiles, and where its source lies (for compile errors)."""
+    program: Program
+    origin: SourceOrigin
 
 
-def distinct_compilations(module: types.ModuleType) -> list[CudaKernel]:
-    """One CudaKernel per distinct compilation (source and options) of a kernel module."""
-    return [kernels[0] for kernels in by_compilation(kernels_in(module)).values()]
+def programs_in(module: types.ModuleType) -> list[ModuleProgram]:
+    """Every distinct program a kernel module can be seen to compile without running it: its CudaKernels,
+    cupy.RawKernels and cupy.RawModules at the top level or in a top-level tuple, list or dict; and, where a
+    module holds none of those (its kernels are made when first called), each top-level string holding a
+    `__global__` function, as it stands."""
+    found, path = {}, getattr(module, "__file__", None) or "<module>"
+    for value in list(getattr(module, "__dict__", {}).values()):
+        items = value.values() if type(value) is dict else value if type(value) in (tuple, list) else (value,)
+        for item in items:
+            if issubclass(type(item), CudaKernel):
+                found.setdefault(item.program, item.origin)
+            elif cupy is not None and issubclass(type(item), (cupy.RawKernel, cupy.RawModule)) and item.code:
+                program = Program(item.code, tuple(item.options), tuple(getattr(item, "name_expressions", None) or ()),
+                                  item.backend, bool(item.enable_cooperative_groups))
+                found.setdefault(program, source_origin(path, item.code))
+    if not found:
+        for value in list(getattr(module, "__dict__", {}).values()):
+            if type(value) is str and "__global__" in value:
+                found.setdefault(Program(value), source_origin(path, value))
+    return [ModuleProgram(program, origin) for program, origin in found.items()]
+
+
+def source_origin(path: str, source: str) -> SourceOrigin:
+    """Where `source` lies in the file at `path` (its first line there; 1 when it is not found)."""
+    try:
+        text = Path(path).read_text()
+    except OSError:
+        return SourceOrigin(_short_path(path), 1)
+    at = text.find(source)
+    return SourceOrigin(_short_path(path), text.count("\n", 0, at) + 1 if at >= 0 else 1)
 
 
 # --------------------------------------------------------------------------- offline report
@@ -208,8 +229,9 @@ def parse_ptxas_log(log: str) -> list[KernelResources]:
     return found
 
 
-def compile_report(kernel: CudaKernel, arch: str) -> list[KernelResources]:
-    """Compile `kernel`'s source for `arch` (e.g. "sm_86") through NVRTC; no GPU needed.
+def compile_report(kernel: CudaKernel | ModuleProgram, arch: str) -> list[KernelResources]:
+    """Compile a kernel's program (a CudaKernel, or a ModuleProgram) for `arch` (e.g. "sm_86") through
+    NVRTC; no GPU needed.
 
     Returns the resources of every kernel in the source; raises KernelCompileError
     pointing at the .py line on a compile error, and when there is no NVRTC to compile with.
@@ -217,38 +239,46 @@ def compile_report(kernel: CudaKernel, arch: str) -> list[KernelResources]:
     # NVRTC can reuse an earlier identical compilation, and then ptxas does not run and
     # prints no report: an unused symbol of its own makes every report compilation new.
     nonce = f'\nextern "C" __device__ int kit_resource_report_{secrets.token_hex(8)};\n'
+    program = dataclasses.replace(kernel.program, source=kernel.program.source + nonce)
 
-    def report(nvrtc, program) -> list[KernelResources]:
-        cubin = nvrtc.getCUBIN(program) + b"\0"  # CuPy's getCUBIN drops the final byte
+    def report(nvrtc, handle) -> list[KernelResources]:
+        cubin = nvrtc.getCUBIN(handle) + b"\0"  # CuPy's getCUBIN drops the final byte
         if not cubin.startswith(b"\x7fELF"):
             raise KernelCompileError(f"{kernel.origin.path}: NVRTC returned no cubin for {arch}")
-        return parse_ptxas_log(nvrtc.getProgramLog(program))
+        return parse_ptxas_log(nvrtc.getProgramLog(handle))
 
-    return _nvrtc_compile(kernel, kernel.compiled_source + nonce, arch, [f"-arch={arch}", "-Xptxas=-v"], report)
-
-
-def compile_ptx(kernel: CudaKernel, arch: str) -> str:
-    """The PTX of `kernel`'s whole source for `arch`'s virtual architecture (sm_86 -> compute_86); no GPU needed."""
-    return _nvrtc_compile(kernel, kernel.compiled_source, arch, [f"-arch=compute_{arch.removeprefix('sm_')}"],
-                          lambda nvrtc, program: nvrtc.getPTX(program).rstrip(b"\0").decode())
+    return nvrtc_compile(program, kernel.origin, arch, [f"-arch={arch}", "-Xptxas=-v"], report)
 
 
-def _nvrtc_compile(kernel: CudaKernel, source: str, arch: str, arch_options: list[str], take):
-    """Compile `source` (kernel's, or a variant of it) with kernel's options; take(nvrtc, program) what is wanted."""
+def compile_ptx(program: Program, arch: str, origin: SourceOrigin | None = None) -> tuple[str, dict[str, str]]:
+    """The PTX of a program for `arch`'s virtual architecture (sm_86 -> compute_86), compiled as CuPy compiles it
+    (flushing denormals to zero), and each of its name expressions' lowered name; no GPU needed."""
+    def ptx(nvrtc, handle):
+        lowered = {name: nvrtc.getLoweredName(handle, name) for name in program.name_expressions}
+        return nvrtc.getPTX(handle).rstrip(b"\0").decode(), lowered
+
+    return nvrtc_compile(program, origin or SourceOrigin("<tape>", 1), arch,
+                         [f"-arch=compute_{arch.removeprefix('sm_')}", "-ftz=true"], ptx)
+
+
+def nvrtc_compile(program: Program, origin: SourceOrigin, arch: str, arch_options: list[str], take):
+    """Compile `program` through NVRTC with its options and `arch_options`; take(nvrtc, handle) what is wanted."""
     reason = nvrtc_unavailable_reason()
     if reason is not None:
-        raise KernelCompileError(f"{kernel.origin.path}: cannot compile for {arch}: {reason}")
+        raise KernelCompileError(f"{origin.path}: cannot compile for {arch}: {reason}")
     from cupy.cuda import nvrtc
 
-    program = nvrtc.createProgram(source, kernel.origin.path, [], [])
+    handle = nvrtc.createProgram(program.source, origin.path, [], [])
     try:
+        for name in program.name_expressions:
+            nvrtc.addNameExpression(handle, name)
         try:
-            nvrtc.compileProgram(program, [*arch_options, "-std=c++17", *kernel.options])
+            nvrtc.compileProgram(handle, [*arch_options, "-std=c++17", *program.options])
         except nvrtc.NVRTCError:
             raise KernelCompileError(
-                f"{kernel.origin.path}: CUDA compile for {arch} failed\n"
-                + describe_compile_log(nvrtc.getProgramLog(program), kernel.origin)
+                f"{origin.path}: CUDA compile for {arch} failed\n"
+                + describe_compile_log(nvrtc.getProgramLog(handle), origin)
             ) from None
-        return take(nvrtc, program)
+        return take(nvrtc, handle)
     finally:
-        nvrtc.destroyProgram(program)
+        nvrtc.destroyProgram(handle)

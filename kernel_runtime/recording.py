@@ -1,13 +1,18 @@
-"""Recording one call of a host function: the kernels it launches, and nothing computed elsewhere.
+"""Recording one call of a host function: its tape (kernel_runtime.tape), and nothing computed elsewhere.
 
-The tests and the grader run every call of a host function inside `record()`. While
-it runs:
+The tests and the grader's worker run every call of a host function inside
+`record(arguments=...)`, which names the call's arrays. While it runs:
 
 * each launch of a kernel of the caller's own (a CudaKernel, or a function of a
-  cupy.RawKernel or cupy.RawModule) is taped: the kernel, its grid, block and arguments;
+  cupy.RawKernel or cupy.RawModule, made at import or later) is taped as data: its
+  program (source, options, name expressions), grid, block, shared memory, and each
+  argument as a Pointer into a buffer (one of the named arrays, memory the call
+  allocated, or an array it brought from elsewhere) or a typed Scalar. An integer
+  argument that points into device memory but into no buffer of the call (a raw
+  pointer to memory it was not given and did not allocate) is refused;
 * allocating, filling with a constant (cupy.zeros, cupy.full, x.fill(0), x[...] = 0,
   cudaMemset) and copying host data to the GPU (cupy.asarray of a NumPy array,
-  x.set(...)) are allowed, and taped with what they wrote;
+  x.set(...)) are allowed, and taped as Writes with their bytes;
 * a CuPy operation that computes (ufuncs and operators, elementwise and reduction
   kernels, cupy.matmul and cuBLAS, sorting, random numbers, fused functions, copies
   of device data) or that copies device data to the host is refused: it raises
@@ -15,15 +20,14 @@ it runs:
   on the recording even if the caller catches the error;
 * except cuBLAS through `cupy.cublas` (gemm, gemv, ...: CuPy's array-level bindings)
   when the recording permits it, `record(permit=("cublas",))`, as milestone 2's
-  cuBLAS variant needs: each such call is taped as a "library" step, with the arrays
-  it was given, and counted. The pointer-level `cupy.cuda.cublas` stays refused: a
-  raw host pointer it is given (alpha, beta) may be gone by the time the tape replays.
+  cuBLAS variant needs: each such call is taped as a Library step, its arrays as
+  regions of buffers. The pointer-level `cupy.cuda.cublas` stays refused.
 
-`Recording.replay()` runs the tape again: the taped steps only, none of the caller's
-Python. A call whose outputs come from its own kernels writes them again, for
-whatever inputs the buffers hold by then; a call that computed anything elsewhere
-(a library the refusals do not know, NumPy after a copy they missed, PyTorch) does
-not. The tests and the grader replay every call on a second set of inputs.
+The tape is all that leaves the recording: replayed on other inputs
+(kernel_runtime.replay), by this process or by the grader's own, it gives their
+answers only if the call's own kernels compute them. Whatever the call did that is not
+on the tape (a library the refusals do not know, NumPy after a copy they missed,
+PyTorch, a launch that bypassed CuPy) does not happen in a replay.
 
 `install()` puts the watch into CuPy, once per process, before the code under test is
 imported (so that its `cupy.RawKernel` is the taping one); `record()` installs it too.
@@ -33,14 +37,14 @@ Outside `record()` every watched operation behaves exactly as CuPy's own.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import functools
 import importlib
 import types
-from typing import Callable, Iterator
+from typing import Iterator
 
 import numpy as np
 
+from kernel_runtime import tape as tapes
 from kernel_runtime.device import cupy
 from kernel_runtime.errors import KitError
 
@@ -49,42 +53,154 @@ class RefusedOperation(KitError):
     """A call under recording did work that only its own kernels may do."""
 
 
-@dataclasses.dataclass
-class Step:
-    """One taped step of a recorded call, and how to do it again."""
-
-    kind: str          # "launch" (a kernel of the caller's own), "constant" (a fill or an upload),
-                       # or "library" (a permitted library call)
-    what: str          # the kernel's or the operation's name
-    run: Callable[[], object]
-
-
 LIBRARIES = {"cublas": "cupy.cublas"}  # what a recording may permit -> the namespace it opens
 
 
-@dataclasses.dataclass
 class Recording:
-    steps: list[Step] = dataclasses.field(default_factory=list)
-    refused: str | None = None  # the first refused operation
-    permitted: frozenset = frozenset()  # names in LIBRARIES
+    """The tape of the call in progress, with the device memory its buffers are, and the first refusal."""
+
+    def __init__(self, permitted: frozenset, arguments: dict):
+        self.tape = tapes.Tape(scalars={k: _plain(v) for k, v in arguments.items() if not _is_device_array(v)})
+        self.refused: str | None = None  # the first refused operation
+        self.permitted = permitted       # names in LIBRARIES
+        self._extents: list[tuple[int, int]] = []  # (device address, bytes) of each buffer
+        self._programs: dict[tapes.Program, int] = {}
+        for name, array in arguments.items():
+            if _is_device_array(array) and self._find(array.data.ptr) is None:
+                self._add_buffer(array.data.ptr, array.nbytes, name)
 
     @property
     def launches(self) -> int:
-        return sum(step.kind == "launch" for step in self.steps)
+        return len(self.tape.launches)
 
     @property
     def library_calls(self) -> int:
-        return sum(step.kind == "library" for step in self.steps)
+        return len(self.tape.library_calls)
 
     @property
     def kernels_launched(self) -> list[str]:
         """The names of the kernels it launched, each once, in order of first launch."""
-        return list(dict.fromkeys(step.what for step in self.steps if step.kind == "launch"))
+        return list(dict.fromkeys(launch.kernel for launch in self.tape.launches))
 
-    def replay(self) -> None:
-        """Do the taped steps again, in order, on whatever the buffers hold now."""
-        for step in self.steps:
-            step.run()
+    # ----------------------------------------------------------------------- buffers
+
+    def _add_buffer(self, address: int, nbytes: int, name: str | None = None) -> int:
+        self._extents.append((address, nbytes))
+        self.tape.buffers.append(tapes.Buffer(nbytes, name))
+        return len(self._extents) - 1
+
+    def allocated(self, address: int, nbytes: int) -> None:
+        """Memory the call allocated: scratch, newest first when an address is found again."""
+        self._add_buffer(address, nbytes)
+
+    def _find(self, address: int) -> tapes.Pointer | None:
+        """The buffer holding `address` (the newest, where freed memory was allocated again), or None."""
+        for index in range(len(self._extents) - 1, -1, -1):
+            start, nbytes = self._extents[index]
+            if start <= address <= start + nbytes:
+                return tapes.Pointer(index, address - start)
+        return None
+
+    def pointer_to(self, array) -> tapes.Pointer:
+        """Where a CuPy array's data lies; an array of memory the call neither got nor allocated (kept from an
+        earlier call, made at import) becomes scratch: the tape does not carry what it held."""
+        found = self._find(array.data.ptr)
+        if found is None:
+            memory = array.data.mem
+            self._add_buffer(memory.ptr, memory.size)
+            found = self._find(array.data.ptr)
+        return found
+
+    def region_of(self, array) -> tapes.Region:
+        pointer = self.pointer_to(array)
+        return tapes.Region(pointer.buffer, pointer.offset, tuple(array.shape), tuple(array.strides),
+                            array.dtype.name)
+
+    # ----------------------------------------------------------------------- steps
+
+    def program_index(self, program: tapes.Program) -> int:
+        if program not in self._programs:
+            self._programs[program] = len(self.tape.programs)
+            self.tape.programs.append(program)
+        return self._programs[program]
+
+    def launch(self, program: tapes.Program, kernel: str, grid, block, args, shared_mem: int) -> None:
+        arguments = tuple(self._argument(kernel, number, value) for number, value in enumerate(args, start=1))
+        self.tape.steps.append(tapes.Launch(self.program_index(program), kernel, _dims(grid), _dims(block),
+                                            int(shared_mem), arguments))
+
+    def _argument(self, kernel: str, number: int, value) -> tapes.Pointer | tapes.Scalar:
+        """A kernel argument as CuPy passes it: an array or a pointer as the device address, None as a null
+        pointer, a Python int or float as int64 or float64, a NumPy scalar as itself."""
+        if _is_device_array(value):
+            return self.pointer_to(value)
+        if isinstance(value, cupy.cuda.MemoryPointer):
+            value = np.uint64(value.ptr)
+        elif value is None:
+            value = np.uint64(0)
+        elif isinstance(value, int):
+            value = np.int64(value)
+        elif isinstance(value, float):
+            value = np.float64(value)
+        if not isinstance(value, np.generic) or value.dtype.name not in tapes.DTYPES:
+            raise _WATCH.refuse(f"launched {kernel} with argument {number} of type {type(value).__name__}, which "
+                                f"a tape cannot hold (pass CuPy arrays and NumPy scalars)")
+        if value.dtype.itemsize == 8 and value.dtype.kind in "iu" and value != 0:
+            found = self._find(int(value.view(np.uint64)))
+            if found is not None:
+                return found
+            if _is_device_address(int(value.view(np.uint64))):
+                raise _WATCH.refuse(f"launched {kernel} with argument {number} a raw pointer into no buffer of the "
+                                    f"call (memory it was not given and did not allocate)")
+        return tapes.Scalar.of(value)
+
+    def write(self, array, content=None) -> None:
+        """Tape what `array` holds now (or `content`, a host array of its shape) as a constant Write."""
+        region = self.region_of(array)
+        with _WATCH.allowed():
+            host = np.ascontiguousarray(array.get() if content is None else content, dtype=array.dtype)
+        elements = host.reshape(-1).view(np.uint8).reshape(host.size, host.dtype.itemsize)
+        if host.size and (elements == elements[0]).all():
+            self.tape.steps.append(tapes.Write(region, elements[0].tobytes(), repeated=True))
+        else:
+            self.tape.steps.append(tapes.Write(region, host.tobytes()))
+
+    def library(self, operation: str, args, kwargs, result) -> None:
+        def value(item):
+            if _is_device_array(item):
+                return self.region_of(item)
+            if item is None or isinstance(item, (str, bool, int, float)):
+                return item
+            if isinstance(item, np.generic) and item.dtype.kind in "biuf":
+                return item.item()
+            raise _WATCH.refuse(f"called {operation} with a {type(item).__name__}, which a tape cannot hold")
+
+        returned = self.region_of(result) if _is_device_array(result) else None
+        self.tape.steps.append(tapes.Library(operation, tuple(value(a) for a in args),
+                                             tuple((k, value(v)) for k, v in kwargs.items()), returned))
+
+
+def _is_device_array(value) -> bool:
+    return cupy is not None and isinstance(value, cupy.ndarray)
+
+
+def _plain(value):
+    """A scalar argument as JSON holds it."""
+    return value.item() if isinstance(value, np.generic) else value
+
+
+def _dims(value) -> tuple[int, int, int]:
+    dims = tuple(int(d) for d in (value if isinstance(value, tuple) else (value,)))
+    return dims + (1,) * (3 - len(dims))
+
+
+def _is_device_address(address: int) -> bool:
+    """Whether `address` lies in memory the GPU can address (device or managed memory)."""
+    try:
+        attributes = cupy.cuda.runtime.pointerGetAttributes(address)
+    except Exception:  # not a pointer CUDA knows
+        return False
+    return attributes.type in (cupy.cuda.runtime.memoryTypeDevice, cupy.cuda.runtime.memoryTypeManaged)
 
 
 class _Watch:
@@ -101,18 +217,15 @@ class _Watch:
     def checking(self) -> bool:
         return self.recording is not None and self.allowed_depth == 0
 
-    def refuse(self, description: str):
+    def refuse(self, description: str) -> RefusedOperation:
         if self.recording.refused is None:
             self.recording.refused = description
         raise RefusedOperation(description)
 
-    def tape(self, kind: str, what: str, run: Callable[[], object]) -> None:
-        self.recording.steps.append(Step(kind, what, run))
-
-    def tape_launch(self, name: str, function: Callable, grid, block, args, **options) -> None:
+    def tape_launch(self, program: tapes.Program, kernel: str, grid, block, args, shared_mem: int = 0) -> None:
         """Tape a kernel launch the caller just made (a no-op outside a recording)."""
         if self.checking():
-            self.tape("launch", name, lambda: function(grid, block, args, **options))
+            self.recording.launch(program, kernel, grid, block, args, shared_mem)
 
     @contextlib.contextmanager
     def allowed(self):
@@ -129,20 +242,38 @@ _installed = False
 
 
 @contextlib.contextmanager
-def record(permit: tuple[str, ...] = ()) -> Iterator[Recording]:
-    """Tape the call made inside the block; refuse what only its own kernels may do, except
-    the libraries named in `permit` (keys of LIBRARIES), whose calls are taped and counted."""
+def record(permit: tuple[str, ...] = (), arguments: dict | None = None) -> Iterator[Recording]:
+    """Tape the call made inside the block; refuse what only its own kernels may do, except the libraries
+    named in `permit` (keys of LIBRARIES), whose calls are taped. `arguments` are the call's arguments by
+    name: its arrays become the tape's named buffers, its scalars the tape's scalars."""
     if _WATCH.recording is not None:
         raise RuntimeError("record() does not nest")
     unknown = set(permit) - set(LIBRARIES)
     if unknown:
         raise ValueError(f"record() cannot permit {sorted(unknown)}; it can permit {sorted(LIBRARIES)}")
     install()
-    _WATCH.recording = recording = Recording(permitted=frozenset(permit))
+    _WATCH.recording = recording = Recording(frozenset(permit), arguments or {})
+    allocator = cupy.cuda.get_allocator() if cupy is not None else None
+    if cupy is not None:
+        cupy.cuda.set_allocator(_taping_allocator(allocator, recording))
     try:
         yield recording
     finally:
         _WATCH.recording = None
+        if cupy is not None:
+            cupy.cuda.set_allocator(allocator)
+
+
+def _taping_allocator(allocator, recording: Recording):
+    """CuPy's allocator, telling `recording` of every allocation: scratch buffers of the call."""
+    allocate = allocator or cupy.cuda.memory._malloc
+
+    def taping(nbytes: int):
+        memory = allocate(nbytes)
+        recording.allocated(memory.ptr, nbytes)
+        return memory
+
+    return taping
 
 
 def _device_arrays(*values) -> list:
@@ -208,13 +339,9 @@ class _LibraryCall(_Refused):
         watch = self._watch
         if not watch.checking() or self._library not in watch.recording.permitted:
             return super().__call__(*args, **kwargs)
-
-        def call():
-            with watch.allowed():  # CuPy's own work inside the library call is part of it
-                return self._original(*args, **kwargs)
-
-        result = call()
-        watch.tape("library", self._name, call)
+        with watch.allowed():  # CuPy's own work inside the library call is part of it
+            result = self._original(*args, **kwargs)
+        watch.recording.library(self._name, args, kwargs, result)
         return result
 
     def __getattr__(self, attribute):
@@ -246,9 +373,7 @@ def _creating(name: str, original, *, prototype: bool = False, tape: bool = True
             if not _views_of(result, sources):
                 watch.refuse(f"computed with {name} (it copied device data)")
         elif tape:
-            with watch.allowed():
-                content = result.copy()
-            watch.tape("constant", name, lambda: result.data.copy_from_device_async(content.data, result.nbytes))
+            watch.recording.write(result)
         return result
 
     return watched
@@ -273,7 +398,8 @@ def _viewing(name: str, original):
 
 
 def _constant_writing(name: str, original, *, method: bool):
-    """x.fill(v), x[key] = v, x.set(host_array), cudaMemset: allowed with host values, taped as made."""
+    """x.fill(v), x[key] = v, x.set(host_array), cudaMemset: allowed with host values, taped as Writes of what
+    they wrote: the array (x[key] for an assignment), or the bytes a memset covered."""
 
     watch = _WATCH
 
@@ -284,17 +410,26 @@ def _constant_writing(name: str, original, *, method: bool):
         target, values = (args[:1], args[1:]) if method else ((), args)
         if _device_arrays(values, kwargs):
             watch.refuse(f"computed with {name} (from device data)")
-        frozen = tuple(np.array(v, copy=True) if isinstance(v, np.ndarray) else v for v in values)
-
-        def write():
-            return original(*target, *frozen, **kwargs)
-
         with watch.allowed():
-            result = write()
-        watch.tape("constant", name, write)
+            result = original(*args, **kwargs)
+            written = target[0][values[0]] if name.endswith("__setitem__") else target[0] if method else None
+        if written is None:  # cudaMemset(pointer, value, bytes)
+            address, value, nbytes = (int(v) for v in args[:3])
+            watch.recording.write(_bytes_at(address, nbytes), np.full(nbytes, value & 0xFF, np.uint8))
+        elif not _views_of(written, target):
+            watch.refuse(f"computed with {name} (assigned through an index array: write through a slice, or in "
+                         f"a kernel)")
+        else:
+            watch.recording.write(written)
         return result
 
     return watched
+
+
+def _bytes_at(address: int, nbytes: int):
+    """The `nbytes` bytes of device memory at `address`, as a uint8 array (a view: nothing is copied)."""
+    memory = cupy.cuda.UnownedMemory(address, nbytes, None)
+    return cupy.ndarray((nbytes,), np.uint8, cupy.cuda.MemoryPointer(memory, 0))
 
 
 def _refusing_class(name: str, cls: type) -> type:
@@ -323,15 +458,26 @@ def _watched_fuse(original):
     return fuse
 
 
+def program_of(raw) -> tapes.Program:
+    """The program of a cupy.RawKernel or cupy.RawModule: its source and how it is compiled."""
+    if raw.code is None:
+        raise _WATCH.refuse(f"launched a kernel loaded from a compiled file ({raw.file_path}): kernels must be "
+                            f"CUDA source, compiled at run time")
+    return tapes.Program(raw.code, tuple(raw.options), tuple(getattr(raw, "name_expressions", None) or ()),
+                         raw.backend, bool(raw.enable_cooperative_groups))
+
+
 class _TapedFunction:
     """A function of a watched cupy.RawModule: its launches are taped."""
 
-    def __init__(self, function, name: str):
-        self._function, self._name, self._watch = function, name, _WATCH
+    def __init__(self, function, module, name: str):
+        self._function, self._module, self._name, self._watch = function, module, name, _WATCH
 
     def __call__(self, grid, block, args, **options):
         self._function(grid, block, args, **options)
-        self._watch.tape_launch(self._name, self._function, grid, block, args, **options)
+        if self._watch.checking():
+            self._watch.tape_launch(program_of(self._module), self._name, grid, block, args,
+                                    options.get("shared_mem", 0))
 
     def __getattr__(self, attribute):
         return getattr(self._function, attribute)
@@ -345,13 +491,14 @@ def _taping_raw_classes():
 
         def __call__(self, grid, block, args, **options):
             raw_kernel.__call__(self, grid, block, args, **options)
-            watch.tape_launch(self.name, functools.partial(raw_kernel.__call__, self), grid, block, args, **options)
+            if watch.checking():
+                watch.tape_launch(program_of(self), self.name, grid, block, args, options.get("shared_mem", 0))
 
     class RawModule(raw_module):
         __module__, __qualname__ = raw_module.__module__, "RawModule"
 
         def get_function(self, name):
-            return _TapedFunction(raw_module.get_function(self, name), name)
+            return _TapedFunction(raw_module.get_function(self, name), self, name)
 
     return RawKernel, RawModule
 

@@ -1,0 +1,254 @@
+"""Replaying a tape (kernel_runtime.tape) on arrays of one's own, and counting what its kernels execute.
+
+`replay(tape, arrays)` runs a tape's steps on `arrays` (its named buffers, by name)
+and on scratch buffers of its own, full of 0xFF bytes. Nothing of the code that made
+the tape runs: each program is compiled here from its source, with CuPy's own
+classes (never a watched or replaced one), and launched with the tape's grid, block,
+shared memory and arguments; constants are written from the tape's bytes; a library
+step calls its allow-listed cupy.cublas function.
+
+`count_instructions(tape, arrays, classes)` replays the same way with every program
+instrumented: its PTX (compiled here, as CuPy compiles it) gets, after each
+instruction of a class (say, tensor-core mma), an atomic add to a counter of that
+class and function, so what the replay executes is counted, per kernel, and what
+only sits in the code counts nothing. A class can weigh its instructions (a
+tensor-core instruction counts the multiply-adds it does per thread).
+
+The grader's replayer runs this in a process of its own, on inputs only it knows;
+the kernel tests run it in theirs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+import re
+from typing import Callable
+
+import numpy as np
+
+from kernel_runtime import tape as tapes
+from kernel_runtime.compiler import compile_ptx
+from kernel_runtime.device import cupy
+from kernel_runtime.errors import KernelCompileError
+
+STATIC_SHARED_LIMIT = 48 * 1024  # more dynamic shared memory than this needs the kernel's attribute raised
+_MAX_DYNAMIC_SHARED_SIZE = 8  # CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+
+
+def replay(tape: tapes.Tape, arrays: dict, functions: Callable | None = None) -> None:
+    """Run `tape`'s steps on `arrays` (CuPy arrays by buffer name) and scratch of its own.
+    `functions(program) -> name -> function` compiles a program (default: as CuPy compiles it)."""
+    functions = functions or compiled_functions
+    memory = [_buffer(buffer, arrays) for buffer in tape.buffers]
+    for step in tape.steps:
+        if isinstance(step, tapes.Launch):
+            program = tape.programs[step.program]
+            function = functions(program)(step.kernel)
+            if step.shared_mem > STATIC_SHARED_LIMIT:
+                cupy.cuda.driver.funcSetAttribute(function.ptr, _MAX_DYNAMIC_SHARED_SIZE, step.shared_mem)
+            args = tuple(np.uint64(memory[a.buffer].data.ptr + a.offset) if isinstance(a, tapes.Pointer)
+                         else a.value() for a in step.args)
+            function(step.grid, step.block, args, shared_mem=step.shared_mem,
+                     enable_cooperative_groups=program.cooperative)
+        elif isinstance(step, tapes.Write):
+            _write(_view(step.region, memory), step)
+        else:
+            _call_library(step, memory)
+
+
+def _buffer(buffer: tapes.Buffer, arrays: dict):
+    if buffer.name is None:
+        return cupy.full(max(buffer.nbytes, 1), 0xFF, np.uint8)
+    array = arrays.get(buffer.name)
+    if array is None:
+        raise tapes.TapeError(f"the tape names an array {buffer.name!r} that the call does not have")
+    if array.nbytes != buffer.nbytes:
+        raise tapes.TapeError(f"the tape's {buffer.name} has {buffer.nbytes} bytes, the call's {array.nbytes}")
+    return array
+
+
+def _view(region: tapes.Region, memory: list):
+    return cupy.ndarray(region.shape, region.dtype, memory[region.buffer].data + region.offset, region.strides)
+
+
+def _write(view, step: tapes.Write) -> None:
+    values = np.frombuffer(step.data, view.dtype)
+    if step.repeated:
+        view.fill(values[0])
+    elif view.flags.c_contiguous:
+        view.set(values.reshape(view.shape))
+    else:
+        view[...] = cupy.asarray(values.reshape(view.shape))
+
+
+def _call_library(step: tapes.Library, memory: list) -> None:
+    def value(item):
+        return _view(item, memory) if isinstance(item, tapes.Region) else item
+
+    operation = getattr(cupy.cublas, step.operation.removeprefix("cupy.cublas."))
+    result = operation(*map(value, step.args), **{k: value(v) for k, v in step.kwargs})
+    if step.result is not None:
+        target = _view(step.result, memory)
+        if target.data.ptr != result.data.ptr:
+            target[...] = result
+
+
+@functools.lru_cache(maxsize=None)
+def _module(program: tapes.Program):
+    # CuPy's own class: in a process that records, cupy.RawModule is the taping subclass
+    module = cupy._core.raw.RawModule(code=program.source, options=program.options, backend=program.backend,
+                                      name_expressions=list(program.name_expressions) or None,
+                                      enable_cooperative_groups=program.cooperative)
+    try:
+        module.compile()
+    except cupy.cuda.compiler.CompileException as err:
+        raise KernelCompileError(f"a taped program does not compile: {err.get_message().strip().splitlines()[0]}"
+                                 ) from None
+    return module
+
+
+def compiled_functions(program: tapes.Program) -> Callable:
+    """name -> the kernel function of `program`, compiled as CuPy compiles it (once per process)."""
+    return _module(program).get_function
+
+
+# --------------------------------------------------------------------------- counting executed instructions
+
+
+@dataclasses.dataclass(frozen=True)
+class InstructionClass:
+    """Instructions to count: those whose PTX text matches `pattern`, each weighing weight(text) per thread."""
+    name: str
+    pattern: str
+    weight: Callable[[str], int] = lambda text: 1
+
+
+def count_instructions(tape: tapes.Tape, arrays: dict, classes: tuple[InstructionClass, ...]) -> dict:
+    """Replay `tape` with its programs instrumented: {kernel name: {class name: weighed count}} of what
+    its launches executed (device functions count for every kernel that calls them)."""
+    arch = "sm_{}{}".format(*cupy.cuda.Device().compute_capability)
+    instrumented = {program: _instrumented(program, arch, classes) for program in tape.programs}
+    replay(tape, arrays, lambda program: instrumented[program].function)
+    counts = {}
+    for program, kernel in tape.kernels_launched():
+        totals = counts.setdefault(kernel, {c.name: 0 for c in classes})
+        for name, value in instrumented[program].counts(kernel).items():
+            totals[name] += value
+    return counts
+
+
+class _Instrumented:
+    """A program compiled to PTX with counters after every instruction of the classes, and loaded."""
+
+    def __init__(self, ptx: str, lowered: dict, classes: tuple[InstructionClass, ...]):
+        self.lowered = lowered
+        text, self.counters, self.calls = instrument(ptx, classes)
+        self.module = cupy.cuda.function.Module()
+        self.module.load(text.encode() + b"\0")  # its counters start at 0
+
+    def function(self, kernel: str):
+        return self.module.get_function(self.lowered.get(kernel, kernel))
+
+    def counts(self, kernel: str) -> dict:
+        if not self.counters:
+            return {}
+        values = np.zeros(len(self.counters), np.uint64)
+        cupy.cuda.runtime.memcpy(values.ctypes.data, self.module.get_global_var("kit_counts").ptr, values.nbytes,
+                                 cupy.cuda.runtime.memcpyDeviceToHost)
+        entry, totals = self.lowered.get(kernel, kernel), {}
+        functions = {entry, *reachable(entry, self.calls)}
+        for (function, name), value in zip(self.counters, values):
+            if function in functions:
+                totals[name] = totals.get(name, 0) + int(value)
+        return totals
+
+
+def _instrumented(program: tapes.Program, arch: str, classes) -> _Instrumented:
+    ptx, lowered = compile_ptx(program, arch)
+    return _Instrumented(ptx, lowered, classes)
+
+
+_FUNCTION = re.compile(r"\.(?:entry|func)\s+(?:\([^)]*\)\s*)?(\w+)\s*\(")
+_CALL = re.compile(r"\bcall(?:\.uni)?\s+(?:\([^)]*\)\s*,\s*)?(\w+)")
+_GUARD = re.compile(r"^(@!?%?\w+)\s+")
+
+
+def functions_of(ptx: str) -> dict[str, tuple[int, int]]:
+    """Each function defined in `ptx` (entries and device functions) -> the span of its body, braces included."""
+    found = {}
+    for match in _FUNCTION.finditer(ptx):
+        close = ptx.find(")", match.end())
+        body = min((i for i in (ptx.find("{", close), ptx.find(";", close)) if i >= 0), default=-1)
+        if body < 0 or ptx[body] == ";":  # a declaration: no body here
+            continue
+        end = ptx.find("\n}", body)
+        found[match.group(1)] = (body, end + 2 if end >= 0 else len(ptx))
+    return found
+
+
+def reachable(function: str, calls: dict[str, set[str]]) -> set[str]:
+    """The device functions `function` calls, directly or through each other."""
+    seen, pending = set(), list(calls.get(function, ()))
+    while pending:
+        name = pending.pop()
+        if name not in seen:
+            seen.add(name)
+            pending += calls.get(name, ())
+    return seen
+
+
+def instrument(ptx: str, classes: tuple[InstructionClass, ...]) -> tuple[str, list, dict]:
+    """`ptx` with `red.global.add.u64 [kit_counts+8i], weight` after each instruction of a class, under the
+    instruction's own guard; the counters' (function, class) in order; and which functions call which."""
+    counters, calls, pieces, done = [], {}, [], 0
+    for function, (start, end) in sorted(functions_of(ptx).items(), key=lambda item: item[1]):
+        body = ptx[start:end]
+        calls[function] = set(_CALL.findall(body))
+        pieces += [ptx[done:start], _count_in(body, function, classes, counters)]
+        done = end
+    text = "".join(pieces) + ptx[done:]
+    if counters:
+        text = re.sub(r"^(\.address_size[^\n]*\n)", rf"\1.global .align 8 .u64 kit_counts[{len(counters)}];\n", text,
+                      count=1, flags=re.M)
+    return text, counters, calls
+
+
+def _count_in(body: str, function: str, classes, counters: list) -> str:
+    index = {}
+
+    def counter(name: str) -> int:
+        if (function, name) not in index:
+            index[(function, name)] = len(counters)
+            counters.append((function, name))
+        return index[(function, name)]
+
+    lines = body.split("\n")
+    for number, line in enumerate(lines):
+        code = line.split("//", 1)[0]
+        statements = code.split(";")
+        if len(statements) < 2:
+            continue
+        for i, statement in enumerate(statements[:-1]):
+            text = statement.strip().lstrip("{").strip()
+            guard = _GUARD.match(text)
+            instruction = text[guard.end():] if guard else text
+            if not instruction or instruction.startswith("."):
+                continue
+            for c in classes:
+                if re.search(c.pattern, instruction):
+                    statements[i] += (f"; {guard.group(1) + ' ' if guard else ''}red.global.add.u64 "
+                                      f"[kit_counts+{8 * counter(c.name)}], {c.weight(instruction)}")
+        lines[number] = ";".join(statements) + line[len(code):]
+    return "\n".join(lines)
+
+
+def multiply_adds(instruction: str) -> int:
+    """The multiply-adds one thread's share of a tensor-core instruction does (its shape m x n x k over the
+    32 threads of a warp, or the 128 of a warpgroup for wgmma)."""
+    shape = re.search(r"\.m(\d+)n(\d+)k(\d+)\b", instruction)
+    if shape is None:
+        return 0
+    threads = 128 if instruction.startswith("wgmma") else 32
+    return max(1, math.prod(int(g) for g in shape.groups()) // threads)
