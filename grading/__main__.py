@@ -9,8 +9,9 @@
 A submission is a directory holding a student's kernels/ (or a kernels/ directory
 itself). Each item of the milestone's weights file (grading/weights.toml, or
 grading/weights_m2.toml and weights_m3.toml for later milestones' variants) runs in its own process, under a
-time limit, on inputs from a secret seed (printed in the report so a regrade can
-repeat it). Per submission: a console table and OUT/<name>/results.json in
+time limit: a worker records the submission's calls, and a replayer that never
+imports it replays them on inputs from a secret seed, fresh for each submission
+(printed in its report so a regrade can repeat it). Per submission: a console table and OUT/<name>/results.json in
 Gradescope's format; for several, OUT/gradebook.csv too.
 """
 
@@ -36,7 +37,8 @@ def grade_main(argv) -> int:
     parser.add_argument("submissions", nargs="*", type=Path, help="submission directories")
     add_milestone_option(parser)
     parser.add_argument("--class-list", type=Path, help="a file naming one submission directory per line")
-    parser.add_argument("--seed", type=int, help="seed of the test inputs (default: a fresh secret one)")
+    parser.add_argument("--seed", type=int, help="seed of the inputs the replays are judged on, to repeat a run "
+                                                  "(default: a fresh secret one per submission)")
     parser.add_argument("--out", type=Path, default=Path("grading-results"),
                         help="where reports go (default: grading-results)")
     parser.add_argument("--results-json", type=Path, help="also write the (single) submission's results.json here "
@@ -50,9 +52,10 @@ def grade_main(argv) -> int:
     check_submissions(submissions)
     scheme = scheme_for(args.milestone)
     exit_without_gpu("grading", "cannot grade without a GPU")
-    seed = args.seed if args.seed is not None else secrets.randbelow(2**31)
     rows = []
     for number, submission in enumerate(submissions, start=1):
+        # fresh for each submission: a seed in one report must not be the next submission's secret
+        seed = args.seed if args.seed is not None else secrets.randbelow(2**31)
         print(f"[{number}/{len(submissions)}] grading {submission} (milestone {scheme.milestone}) ...",
               file=sys.stderr, flush=True)
         grade = grade_submission(submission, scheme, seed, progress=lambda m: print(m, file=sys.stderr, flush=True))

@@ -1,10 +1,20 @@
-"""Grading one submission: one worker process per item, judged here against our own references.
+"""Grading one submission: a worker records, a replayer replays, this process judges.
 
-The inputs come from a seed the submission cannot know in advance (a fresh secret one
-unless the TA passes --seed). The worker reports what each call of each of the item's
-variants left behind, and what its technique's evidence shows; this process rebuilds
-the same cases, computes the float64 NumPy references and judges each variant under
-its precision profile.
+For each item:
+1. the worker (grading.worker), a process that runs the submission, calls its host
+   functions on every case under a recording and saves each call's tape: what its own
+   kernels did, as data. Whatever else it writes counts for nothing;
+2. once the worker has ended (its whole process group killed), the replayer
+   (grading.replayer), a process that never imports the submission, compiles the
+   tapes' programs itself and replays every case's tape on two sets of inputs drawn
+   from the grader's secret seed, which it gets on a pipe, and counts what the
+   kernels execute for the technique's evidence;
+3. this process draws the same inputs, computes the float64 references, and judges
+   the replayed outputs alone, under each variant's precision profile, and the
+   technique's evidence from the tapes' programs and the replay's counts.
+
+The secret seed is drawn fresh for every submission unless the TA passes --seed (to
+repeat a run: a seed on the grader's command line is one the submission could read).
 """
 
 from __future__ import annotations
@@ -21,13 +31,15 @@ from pathlib import Path
 from typing import Callable
 
 from grading.items import Item, Scheme, capped_total
-from grading.worker import TECHNIQUE_FILE
-from reference.execution import CUDA_CONTEXT_LOST, Execution
+from grading.replayer import read_frames, split_arrays
+from reference.execution import CUDA_CONTEXT_LOST, Execution, load_records
 from reference.judging import Result, judge
 from reference.registry import build, cases
+from reference.techniques import TECHNIQUES, missing_technique, products_of
 from reference.variants import Variant
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+RECORDING_SEED = 0  # the inputs the worker's calls are recorded on: no secret, since only replays are judged
 
 
 @dataclasses.dataclass
@@ -68,27 +80,30 @@ def grade_submission(submission: Path, scheme: Scheme, seed: int,
 
 
 def grade_item(submission: Path, item: Item, scheme: Scheme, seed: int) -> ItemGrade:
-    """Run the item's worker process on the submission, then score what it left behind."""
-    with tempfile.TemporaryDirectory(prefix=f"grade-{item.name}-") as out:
+    """Record the item's calls in a worker, replay them in the replayer on the secret seed's inputs, judge here."""
+    with tempfile.TemporaryDirectory(prefix=f"grade-{item.name}-") as records:
         try:
             crash = run_worker("grading.worker", ["--submission", str(Path(submission).resolve()),
                                                   "--weights", str(Path(scheme.path).resolve()), "--item", item.name,
-                                                  "--seed", str(seed)], Path(out), scheme.time_limit_seconds)
+                                                  "--seed", str(RECORDING_SEED)], Path(records),
+                               scheme.time_limit_seconds)
         except subprocess.TimeoutExpired:
             return ItemGrade(item, 0.0, f"timed out after {scheme.time_limit_seconds:g} s (a kernel that never "
                                         f"returns?)", 0, case_count(item, seed))
-        return score_item(item, scheme, seed, Path(out), crash)
+        replayed = replay(item, scheme, seed, Path(records))
+        return score_item(item, scheme, seed, Path(records), replayed, crash)
 
 
 def run_worker(module: str, arguments: list[str], out: Path, time_limit: float,
                progress: Callable[[str], None] = lambda line: None) -> str | None:
     """Run `python -m module arguments --out out` in `out`, with this kit on its path, passing each line it
     writes to stderr to `progress` as it comes; why it died (crash_reason), or None. Past `time_limit`
-    seconds it is killed and subprocess.TimeoutExpired raised."""
+    seconds it is killed and subprocess.TimeoutExpired raised. It runs in a process group of its own, and the
+    whole group is killed when it ends: nothing it started outlives it."""
     command = [sys.executable, "-m", module, *arguments, "--out", str(out)]
     env = os.environ | {"PYTHONPATH": str(REPO_ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=out,
-                               env=env)
+                               env=env, start_new_session=True)
     lines = []
 
     def relay():
@@ -100,32 +115,88 @@ def run_worker(module: str, arguments: list[str], out: Path, time_limit: float,
     reader.start()
     try:
         returncode = process.wait(timeout=time_limit)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
-        raise
     finally:
+        _kill_group(process)
         reader.join(timeout=10)
     return crash_reason(returncode, "".join(lines))
 
 
-def score_item(item: Item, scheme: Scheme, seed: int, out: Path, crash: str | None = None) -> ItemGrade:
-    """Judge the worker's records in `out` (a directory per variant) against our own references, and
+def _kill_group(process: subprocess.Popen) -> None:
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    process.wait()
+
+
+@dataclasses.dataclass
+class Replayed:
+    """What the replayer sent back for an item: per variant, its cases' replays and its counted evidence."""
+    frames: dict = dataclasses.field(default_factory=dict)    # (variant, case shape id) -> (header, arrays)
+    counts: dict = dataclasses.field(default_factory=dict)    # variant -> (kernel -> class -> count, error)
+    crash: str | None = None
+
+
+def replayer_command(records: Path, scheme: Scheme, item: Item) -> list[str]:
+    # -P: not the working directory on the path; -s: not the user's site-packages
+    return [sys.executable, "-P", "-s", "-m", "grading.replayer", "--records", str(records),
+            "--weights", str(Path(scheme.path).resolve()), "--item", item.name]
+
+
+def replay(item: Item, scheme: Scheme, seed: int, records: Path) -> Replayed:
+    """Run the replayer on the worker's records, the secret seed on its standard input."""
+    replayed, errors = Replayed(), []
+    env = os.environ | {"PYTHONPATH": str(REPO_ROOT), "CUPY_CACHE_IN_MEMORY": "1", "CUDA_CACHE_DISABLE": "1"}
+    with tempfile.TemporaryDirectory(prefix="replay-") as here:
+        process = subprocess.Popen(replayer_command(records, scheme, item), stdin=subprocess.PIPE,
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=here, env=env)
+
+        def collect():
+            for header, arrays in read_frames(process.stdout):
+                if "counts" in header:
+                    replayed.counts[header["variant"]] = (header["counts"], header.get("error"))
+                else:
+                    replayed.frames[(header["variant"], header["case"])] = (header, arrays)
+
+        readers = [threading.Thread(target=collect, daemon=True),
+                   threading.Thread(target=lambda: errors.extend(process.stderr.read().decode(errors="replace")
+                                                                 .splitlines()), daemon=True)]
+        for reader in readers:
+            reader.start()
+        process.stdin.write((json.dumps({"seed": seed}) + "\n").encode())
+        process.stdin.close()
+        try:
+            returncode = process.wait(timeout=scheme.time_limit_seconds)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+            replayed.crash = f"the replay timed out after {scheme.time_limit_seconds:g} s (a kernel that never returns?)"
+            return replayed
+        for reader in readers:
+            reader.join(timeout=60)
+    crash = crash_reason(returncode, "\n".join(errors))
+    replayed.crash = crash and crash.replace("the worker process", "the replay")
+    return replayed
+
+
+def score_item(item: Item, scheme: Scheme, seed: int, records: Path, replayed: Replayed,
+               crash: str | None = None) -> ItemGrade:
+    """Judge the replays of the worker's records (a directory per variant) against our own references, and
     apply the scheme."""
     expected = case_count(item, seed)
     results, load_errors, cuda_errors, missing_techniques = [], [], [], []
     for variant in item.variants:
-        judged = judge_variant(variant, seed, Path(out) / variant.name)
+        judged = judge_variant(variant, seed, Path(records) / variant.name, replayed)
         results += [(variant.name, r) for r in judged.results]
         load_errors += judged.load_errors
         cuda_errors += judged.cuda_errors
-        why = technique_missing(variant, Path(out)) if variant.technique else None
+        why = technique_missing(variant, seed, judged.executions, replayed) if variant.technique else None
         if why:
             missing_techniques.append(f"{variant.name}: {why}")
     passed = sum(r.passed for _, r in results)
     details = [f"{name} {r.case.id}: {r.message}" for name, r in results if not r.passed]
     reason = (load_errors[0] if load_errors else crash if crash else
-              f"CUDA error: {cuda_errors[0]}" if cuda_errors else
+              f"CUDA error: {cuda_errors[0]}" if cuda_errors else replayed.crash if replayed.crash else
               f"only {len(results)} of {expected} cases ran" if len(results) < expected else None)
     if reason is not None:
         return ItemGrade(item, 0.0, reason, passed, expected, details)
@@ -143,33 +214,55 @@ def score_item(item: Item, scheme: Scheme, seed: int, out: Path, crash: str | No
 
 @dataclasses.dataclass
 class VariantJudgement:
-    results: list[Result]      # a case counts once, and only if it is one of ours
-    load_errors: list[str]     # the host function could not be loaded
-    cuda_errors: list[str]     # a call died of a CUDA error
+    results: list[Result]          # a case counts once, and only if it is one of ours
+    executions: list[Execution]    # the judged calls, with their tapes
+    load_errors: list[str]         # the host function could not be loaded
+    cuda_errors: list[str]         # a call or its replay died of a CUDA error
 
 
-def judge_variant(variant: Variant, seed: int, records_dir: Path) -> VariantJudgement:
-    """Each of the variant's cases the worker recorded in `records_dir`, judged under its profile."""
-    expected = {c.id: c for c in cases(variant.function, seed)}
-    records = Execution.load_all(records_dir)
-    judged = {}
+def judge_variant(variant: Variant, seed: int, records_dir: Path, replayed: Replayed) -> VariantJudgement:
+    """Each of the variant's secret cases, judged under its profile on what the replayer sent back for the
+    worker's record of that case (the record alone, when it holds no tape to replay: an error, a refusal)."""
+    records = load_records(records_dir)
+    by_shape = {}
     for record in records:
-        case = expected.get(record.case_id)
-        if case is not None and record.function == case.function:
-            judged[case.id] = judge(build(case), record, profile=variant.profile)
-    return VariantJudgement(list(judged.values()), [r.error for r in records if r.case_id is None],
-                            [r.error for r in records if r.cuda_error])
+        if record.case_id is not None and record.function == variant.function:
+            by_shape.setdefault(record.case_id, record)
+    judged, executions = [], []
+    for case in cases(variant.function, seed):
+        record = by_shape.get(case.shape_id)
+        if record is None:
+            continue
+        execution = dataclasses.replace(record, case_id=case.id)
+        frame = replayed.frames.get((variant.name, case.shape_id))
+        if frame is not None:
+            header, arrays = frame
+            execution.outputs, execution.inputs_after, execution.replay_outputs = split_arrays(arrays)
+            execution.replay_error = header.get("replay_error")
+            if execution.replay_error and not arrays:  # the tape does not replay at all: that is the case's error
+                execution.error = execution.error or f"its tape does not replay: {execution.replay_error}"
+        elif record.error is None and record.refused is None and record.tape is not None:
+            execution.error = "the replay did not reach this case"
+        judged.append(judge(build(case), execution, profile=variant.profile))
+        executions.append(execution)
+    return VariantJudgement(judged, executions, [r.error for r in records if r.case_id is None],
+                            [e.error or e.replay_error for e in executions if e.cuda_error])
 
 
-def technique_missing(variant: Variant, out: Path) -> str | None:
-    """Why the variant's calls did not show its technique, from the worker's evidence; None when they did."""
+def technique_missing(variant: Variant, seed: int, executions: list[Execution], replayed: Replayed) -> str | None:
+    """Why the variant's calls did not show its technique (its tapes' programs, the replay's counts, the calls
+    themselves); None when they did."""
+    technique = TECHNIQUES[variant.technique]
+    counts = None
+    if technique.in_ptx:
+        counts, error = replayed.counts.get(variant.name, (None, "the replay sent no counts"))
+        if error is not None or counts is None:
+            return f"no evidence of {variant.technique} could be counted: {error}"
+    products = products_of(variant.function, cases(variant.function, seed)) if technique.coverage else 0
     try:
-        evidence = json.loads((out / variant.name / TECHNIQUE_FILE).read_text())
-    except (OSError, ValueError):
-        evidence = {}
-    if not isinstance(evidence, dict) or evidence.get("technique") != variant.technique:
-        return f"no evidence of {variant.technique} was recorded"
-    return evidence.get("missing")
+        return missing_technique(variant.technique, executions, counts, products)
+    except Exception as err:  # its programs do not compile for the course's GPU
+        return f"cannot check for {variant.technique}: {err}".splitlines()[0]
 
 
 def case_count(item: Item, seed: int) -> int:

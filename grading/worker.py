@@ -1,31 +1,29 @@
-"""Runs one submission's variants for one grading item, in a process of its own.
+"""Records one submission's calls for one grading item, in a process of its own.
 
     python -m grading.worker --submission DIR --weights FILE --item NAME --seed N --out DIR
 
 The grader starts one worker per item, so a crash, a hang or a corrupted CUDA
-context costs that item only. The worker never judges: for each variant of the item
-it executes each case (reference.execution: the call recorded, then replayed on other
-inputs; cuBLAS permitted for the cuBLAS variant only) and saves the Execution record
-to --out/<variant>/; the grader judges that record against references it computes
-itself, in its own process. For a variant with a technique, the worker also saves
-what the evidence shows (reference.techniques: the compiled code of the kernels the
-calls launched, or their cuBLAS calls) to --out/<variant>/technique.json: only here
-are the submission's kernels loaded.
+context costs that item only. The worker only records: for each variant of the item
+it calls the submission's host function on each case, under a recording
+(reference.execution.record_call; cuBLAS permitted for the cuBLAS variant only), and
+saves each call's tape (kernel_runtime.tape), error and refusal to
+--out/<variant>/records.jsonl. Nothing else it could write counts: the grader's
+replayer (grading.replayer) replays the tapes on inputs drawn from a seed this
+process never sees, and only those replayed outputs are judged. The seed given here
+draws the inputs the calls are recorded on; it is no secret.
 
 Inside the worker:
 * `kernels` is the submission's own directory (kernel_runtime.loader), so
   `import kernels.x` in a submission finds the student's file, never the kit's;
-* the oracle never enters: this program imports the case catalogue (reference.spec,
-  reference.specs, reference.registry) and reference.execution only, and
-  reference.cpu, reference.gold and reference.judging are fenced off, so importing
-  them fails too;
+* the oracle is fenced off (reference.cpu, reference.gold and reference.judging
+  fail to import), so a mistake that reaches for it fails plainly;
 * CuPy is watched (kernel_runtime.recording) before the submission is imported.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
+import dataclasses
 import sys
 import types
 from pathlib import Path
@@ -33,11 +31,8 @@ from pathlib import Path
 from grading.items import load_scheme
 from kernel_runtime import KitError, recording
 from kernel_runtime.loader import use_kernels
-from reference.execution import CUDA_CONTEXT_LOST, Execution, execute
+from reference.execution import CUDA_CONTEXT_LOST, Execution, record_call, save_records
 from reference.registry import build, cases, host_function
-from reference.techniques import missing_technique
-
-TECHNIQUE_FILE = "technique.json"
 
 FENCED = ("reference.cpu", "reference.gold", "reference.judging")
 
@@ -80,27 +75,14 @@ def main(argv=None) -> int:
         try:
             function = host_function(variant.function, variant.module)
         except KitError as err:  # a missing file, a syntax error, a missing function
-            Execution(variant.function, None, error=str(err)).save(out)
+            save_records([Execution(variant.function, None, error=str(err))], out)
             continue
-        executions = []
         for case in cases(variant.function, args.seed):
-            execution = execute(function, build(case), permit=variant.permit)
-            execution.save(out)
+            execution, _ = record_call(function, build(case), permit=variant.permit)
+            save_records([dataclasses.replace(execution, case_id=case.shape_id)], out)
             if execution.cuda_error:
                 return CUDA_CONTEXT_LOST  # nothing later in this process can run
-            executions.append(execution)
-        if variant.technique:
-            save_technique_evidence(out, variant.technique, executions)
     return 0
-
-
-def save_technique_evidence(out: Path, technique: str, executions: list[Execution]) -> None:
-    """What the calls show of `technique`: {"technique": name, "missing": why not, or null}."""
-    try:
-        missing = missing_technique(technique, executions)
-    except KitError as err:  # its kernels do not compile for the course's GPU
-        missing = f"cannot check for {technique}: {err}".splitlines()[0]
-    (out / TECHNIQUE_FILE).write_text(json.dumps({"technique": technique, "missing": missing}) + "\n")
 
 
 if __name__ == "__main__":

@@ -143,20 +143,13 @@ def _compiled_module(source: str, options: tuple[str, ...], origin: SourceOrigin
     return module
 
 
-def kernels_in(module: types.ModuleType) -> list[CudaKernel]:
-    """The CudaKernel objects a module (or any object with a __dict__) defines at its top level, alone or in a
-    top-level tuple. Values are asked their type, never their __class__: a deprecated proxy would warn."""
-    found = []
-    for value in list(getattr(module, "__dict__", {}).values()):
-        found += [item for item in (value if type(value) is tuple else (value,)) if issubclass(type(item), CudaKernel)]
-    return found
-
-
 @dataclasses.dataclass(frozen=True)
 class ModuleProgram:
     """A program a kernel module compiles, and where its source lies (for compile errors)."""
     program: Program
     origin: SourceOrigin
+    as_written: bool = False  # a source string of a module that makes its kernels when first called: the
+                              # options it is compiled with then are not known here
 
 
 def programs_in(module: types.ModuleType) -> list[ModuleProgram]:
@@ -174,11 +167,11 @@ def programs_in(module: types.ModuleType) -> list[ModuleProgram]:
                 program = Program(item.code, tuple(item.options), tuple(getattr(item, "name_expressions", None) or ()),
                                   item.backend, bool(item.enable_cooperative_groups))
                 found.setdefault(program, source_origin(path, item.code))
-    if not found:
-        for value in list(getattr(module, "__dict__", {}).values()):
-            if type(value) is str and "__global__" in value:
-                found.setdefault(Program(value), source_origin(path, value))
-    return [ModuleProgram(program, origin) for program, origin in found.items()]
+    if found:
+        return [ModuleProgram(program, origin) for program, origin in found.items()]
+    sources = dict.fromkeys(v for v in list(getattr(module, "__dict__", {}).values())
+                            if type(v) is str and "__global__" in v)
+    return [ModuleProgram(Program(source), source_origin(path, source), as_written=True) for source in sources]
 
 
 def source_origin(path: str, source: str) -> SourceOrigin:

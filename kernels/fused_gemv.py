@@ -232,12 +232,6 @@ def _with_rows(kernel: CudaKernel, rows: int) -> CudaKernel:
     return kernel if kernel.defines["ROWS"] == rows else kernel.with_defines(ROWS=rows)
 
 
-# every compilation a launch picks from (the chunk is the batch up to a power of two), so that the
-# compile checks see each one
-chunk_kernels = tuple(_with_rows(kernel, rows) for rows in (1, 2, 4, ROWS)
-                      for kernel in (layernorm_matmul_kernel, layernorm_matmul_gelu_kernel, matmul_residual_kernel))
-
-
 def launch_fused(kernel, function, out, inp, ln_weight, ln_bias, weight, bias, residual, B, T, C, OC):
     """Check the arguments of `function` and launch `kernel` (one of fused_kernel's, compiled again with the
     batch's chunk of rows): its layernorm's weights are checked when the kernel has a layernorm, the

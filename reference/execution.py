@@ -1,21 +1,24 @@
 """Executing one call of a host function on a case, and the record of what it left behind.
 
-`execute(function, problem)` is what the tests and the grader's worker run:
+`execute(function, problem)` is what the kernel tests run:
 
 1. the case's inputs go to the GPU, every output is filled with NaN (or with its
    starting content, NaN where the call must write), scalars go as they are;
-2. the call runs under kernel_runtime.recording: the kernels it launches and the
-   constants it writes are taped, and a CuPy operation that computes or copies device
-   data to the host is refused, by name (cuBLAS through cupy.cublas is taped and
-   counted instead, when the caller permits it: milestone 2's cuBLAS variant);
+2. the call runs under kernel_runtime.recording: its tape (kernel_runtime.tape) holds
+   its kernels' launches and the constants it writes, as data; a CuPy operation that
+   computes or copies device data to the host is refused, by name (cuBLAS through
+   cupy.cublas is taped instead, when the caller permits it: milestone 2's cuBLAS
+   variant);
 3. outputs, and inputs as the call left them, come back as host arrays;
-4. the tape is replayed on the case's other inputs (same sizes, another seed), written
-   into the same buffers: outputs that do not come from the call's own kernels do not
-   follow the new inputs.
+4. the tape, read back from its JSON as any other process would read it, is replayed
+   (kernel_runtime.replay: its programs compiled anew, none of the caller's Python) on
+   the case's other inputs (same sizes, another seed): outputs that do not come from
+   the call's own kernels do not follow the new inputs.
 
-The result is an `Execution`: a typed record that also owns its storage, one JSON line
-in records.jsonl plus one .npz of arrays per case, which is how the grader's worker
-hands its results to the grader. Judging is reference.judging's, in another process.
+The grader splits this in two: its worker only records (`record_call`) and saves the
+tapes (`save_records`); its replayer, a process that never imports the submission,
+replays each tape (`replay_on`) on two sets of inputs that only it and the grader
+know, and those replayed outputs are all that is judged (reference.judging).
 """
 
 from __future__ import annotations
@@ -28,11 +31,14 @@ from typing import Callable
 import numpy as np
 
 from kernel_runtime import recording
+from kernel_runtime.replay import count_instructions, replay
+from kernel_runtime.tape import Tape, TapeError
 from reference.registry import build
 from reference.spec import Problem
 
 RECORDS = "records.jsonl"
-CUDA_CONTEXT_LOST = 3  # exit status of a worker whose CUDA context a call destroyed; its records say how
+CUDA_CONTEXT_LOST = 3  # exit status of a process whose CUDA context a call destroyed; its records say how
+MAX_RECORDS_BYTES = 2**30  # a worker's records file past this is not read
 
 
 @dataclasses.dataclass
@@ -43,64 +49,63 @@ class Execution:
     case_id: str | None                  # None: the host function could not even be loaded
     error: str | None = None             # the exception the call raised
     refused: str | None = None           # the first operation refused while it ran
-    launches: int | None = None          # kernels of its own it launched; None: called on NumPy arrays
-    kernels_launched: list | None = None  # their names, each once
-    library_calls: int = 0               # permitted library calls (cuBLAS) it made
+    tape: Tape | None = None             # what it did on the GPU; None: called on NumPy arrays, or no tape
     outputs: dict | None = None          # output name -> host array
-    inputs_after: dict | None = None     # input name -> host array, as the call left it
-    replay_outputs: dict | None = None   # outputs of the taped launches replayed on the other inputs
+    inputs_after: dict | None = None     # input name -> host array, as the call left them
+    replay_outputs: dict | None = None   # outputs of the tape replayed on the other inputs
     replay_error: str | None = None
+
+    @property
+    def launches(self) -> int | None:
+        """Kernels of its own it launched; None: called on NumPy arrays."""
+        return None if self.tape is None else len(self.tape.launches)
+
+    @property
+    def library_calls(self) -> int:
+        return 0 if self.tape is None else len(self.tape.library_calls)
+
+    @property
+    def kernels_launched(self) -> list[str]:
+        return [] if self.tape is None else list(dict.fromkeys(k for _, k in self.tape.kernels_launched()))
 
     @property
     def cuda_error(self) -> bool:
         """Whether the call died of a CUDA error (sticky: nothing later in its process can run)."""
-        return self.error is not None and ("cudaError" in self.error or "CUDA_ERROR" in self.error)
+        return any(e is not None and ("cudaError" in e or "CUDA_ERROR" in e) for e in (self.error, self.replay_error))
 
-    _ARRAYS = {"out_": "outputs", "in_": "inputs_after", "replay_": "replay_outputs"}
 
-    def save(self, directory: Path) -> None:
-        """Append this record to directory/records.jsonl, its arrays to directory/<case id>.npz."""
-        fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
-                  if f.name not in self._ARRAYS.values()}
-        arrays = {prefix + name: array for prefix, field in self._ARRAYS.items()
-                  for name, array in (getattr(self, field) or {}).items()}
-        if arrays:
-            np.savez(Path(directory) / f"{self.case_id}.npz", **arrays)
-        with open(Path(directory) / RECORDS, "a") as log:
-            log.write(json.dumps(fields) + "\n")
+def record_call(function: Callable, problem: Problem, permit: tuple[str, ...] = ()):
+    """Call `function` on the problem's inputs (on the GPU) under a recording; the Execution (error,
+    refusal, tape, outputs and inputs after the call) and the device arguments it was given."""
+    import cupy
 
-    @classmethod
-    def load_all(cls, directory: Path) -> list[Execution]:
-        """Every record saved in `directory`; a line that does not parse is no record."""
-        path = Path(directory) / RECORDS
-        executions = []
-        for line in (path.read_text().splitlines() if path.exists() else []):
+    execution = Execution(problem.spec.function, problem.case.id)
+    args = call_arguments(problem, cupy)
+    try:
+        with recording.record(permit, args) as recorded:
             try:
-                fields = json.loads(line)
-                execution = cls(**{k: v for k, v in fields.items() if k not in cls._ARRAYS.values()})
-            except (ValueError, TypeError):
-                continue
-            arrays = Path(directory) / f"{execution.case_id}.npz"
-            if execution.case_id is not None and arrays.exists():
-                with np.load(arrays) as saved:
-                    for prefix, field in cls._ARRAYS.items():
-                        found = {k[len(prefix):]: saved[k] for k in saved.files if k.startswith(prefix)}
-                        setattr(execution, field, found or None)
-            executions.append(execution)
-        return executions
+                function(*args.values())
+            finally:
+                execution.refused, execution.tape = recorded.refused, recorded.tape
+        cupy.cuda.runtime.deviceSynchronize()
+    except Exception as err:  # a failing submission must produce a record, not a crash
+        execution.error = describe(err)
+        return execution, args
+    execution.outputs, execution.inputs_after = _collect(args, problem.spec.outputs), _collect(args, problem.inputs())
+    return execution, args
 
 
 def execute(function: Callable, problem: Problem, device: str = "gpu", permit: tuple[str, ...] = ()) -> Execution:
-    """Call `function` on the problem's inputs and collect what it left behind; then replay it.
+    """Call `function` on the problem's inputs and collect what it left behind; then replay its tape.
 
     `permit` names the libraries the call may use (kernel_runtime.recording.LIBRARIES).
 
     device="cpu" passes NumPy arrays instead of CuPy ones and simply calls `function`
     again on the other inputs: for checking the checks themselves, without a GPU.
     """
-    execution = Execution(problem.spec.function, problem.case.id)
     other = build(problem.case.other_inputs())
     if device == "cpu":
+        execution = Execution(problem.spec.function, problem.case.id)
         args, other_args = call_arguments(problem, np), call_arguments(other, np)
         try:
             function(*args.values())
@@ -112,30 +117,78 @@ def execute(function: Callable, problem: Problem, device: str = "gpu", permit: t
         execution.replay_outputs = _collect(other_args, other.spec.outputs)
         return execution
 
+    execution, _ = record_call(function, problem, permit)
+    if execution.error is None:
+        try:
+            execution.replay_outputs, _ = replay_on(Tape.from_json(execution.tape.to_json()), other)
+        except Exception as err:
+            execution.replay_error = describe(err)
+    return execution
+
+
+def replay_on(tape: Tape, problem: Problem) -> tuple[dict, dict]:
+    """Replay `tape` on the problem's inputs (fresh device arrays, outputs at their starting content): its
+    outputs, and its inputs as the replay left them, as host arrays. A tape recorded on other sizes is refused."""
     import cupy
 
     args = call_arguments(problem, cupy)
-    try:
-        with recording.record(permit) as tape:
+    scalars = {k: v for k, v in args.items() if not isinstance(v, cupy.ndarray)}
+    if {k: _plain(v) for k, v in scalars.items()} != tape.scalars:
+        raise TapeError(f"the tape was recorded with {tape.scalars}, not {scalars}")
+    replay(tape, {k: v for k, v in args.items() if isinstance(v, cupy.ndarray)})
+    cupy.cuda.runtime.deviceSynchronize()
+    return _collect(args, problem.spec.outputs), _collect(args, problem.inputs())
+
+
+def count_executed(tape: Tape, problem: Problem, classes) -> dict:
+    """Replay `tape` on the problem's inputs with its programs instrumented: kernel -> instruction class ->
+    how many it executed (kernel_runtime.replay.count_instructions)."""
+    import cupy
+
+    args = call_arguments(problem, cupy)
+    return count_instructions(tape, {k: v for k, v in args.items() if isinstance(v, cupy.ndarray)}, classes)
+
+
+def _plain(value):
+    return value.item() if isinstance(value, np.generic) else value
+
+
+# --------------------------------------------------------------------------- the worker's records
+
+
+def save_records(executions: list[Execution], directory: Path) -> None:
+    """What a worker hands on: per call, its case, error, refusal and tape (no outputs: those are replayed)."""
+    with open(Path(directory) / RECORDS, "a") as log:
+        for e in executions:
+            log.write(json.dumps({"function": e.function, "case": e.case_id, "error": e.error, "refused": e.refused,
+                                  "tape": e.tape.to_json() if e.tape is not None else None}) + "\n")
+
+
+def load_records(directory: Path) -> list[Execution]:
+    """The records a worker saved in `directory`, each tape checked as it is read (one that does not read is
+    kept as the call's error); a line that is no record is skipped, and so is a file too large to be a worker's."""
+    path = Path(directory) / RECORDS
+    if not path.exists() or path.stat().st_size > MAX_RECORDS_BYTES:
+        return []
+    executions = []
+    for line in path.read_text(errors="replace").splitlines():
+        try:
+            raw = json.loads(line)
+            execution = Execution(str(raw["function"]), None if raw["case"] is None else str(raw["case"]),
+                                  _text(raw["error"]), _text(raw["refused"]))
+        except (ValueError, TypeError, KeyError, AttributeError):
+            continue
+        if raw["tape"] is not None:
             try:
-                function(*args.values())
-            finally:
-                execution.refused, execution.launches = tape.refused, tape.launches
-                execution.kernels_launched, execution.library_calls = tape.kernels_launched, tape.library_calls
-        cupy.cuda.runtime.deviceSynchronize()
-    except Exception as err:  # a failing submission must produce a record, not a crash
-        execution.error = describe(err)
-        return execution
-    execution.outputs, execution.inputs_after = _collect(args, problem.spec.outputs), _collect(args, problem.inputs())
-    try:
-        _load(args, other)
-        tape.replay()
-        cupy.cuda.runtime.deviceSynchronize()
-    except Exception as err:
-        execution.replay_error = describe(err)
-        return execution
-    execution.replay_outputs = _collect(args, problem.spec.outputs)
-    return execution
+                execution.tape = Tape.from_json(str(raw["tape"]))
+            except TapeError as err:
+                execution.error = execution.error or str(err)
+        executions.append(execution)
+    return executions
+
+
+def _text(value) -> str | None:
+    return None if value is None else str(value)[:2000]
 
 
 def call_arguments(problem: Problem, xp) -> dict:
@@ -159,25 +212,6 @@ def starting_output(problem: Problem, name: str, shape, xp, dtype=np.float32):
     if name in problem.arguments.initial:
         return xp.array(problem.arguments.initial[name], dtype=dtype)
     return xp.full(shape, np.nan, dtype=dtype)
-
-
-def _load(args: dict, other: Problem) -> None:
-    """Put the other problem's inputs and starting outputs into the same device buffers."""
-    aliased = set(other.arguments.same_array)
-    for name, value in other.args.items():
-        if name in aliased:
-            continue
-        if name in other.spec.written:
-            value = other.arguments.initial.get(name)
-            if value is None:
-                args[name].fill(np.nan)
-                continue
-        if isinstance(value, np.ndarray):
-            if value.shape != args[name].shape:
-                raise ValueError(f"{other.case.id}: its {name} has another shape than the recorded call's")
-            args[name].set(np.ascontiguousarray(value, dtype=args[name].dtype))
-        elif value != args[name]:
-            raise ValueError(f"{other.case.id}: its {name} differs from the recorded call's")
 
 
 def _collect(args: dict, names) -> dict:

@@ -42,6 +42,11 @@ class Case:
         parts += [p for p in (self.values if self.values != "normal" else "", self.variant) if p]
         return "-".join(parts + [f"seed{self.seed}"])
 
+    @property
+    def shape_id(self) -> str:
+        """The case without its seed: a tape recorded on one seed's inputs is replayed on another's."""
+        return self.id.rsplit("-seed", 1)[0]
+
     def other_inputs(self) -> Case:
         """The same case with inputs from another seed: what a recorded call is replayed on."""
         return dataclasses.replace(self, seed=(self.seed * 0x9E3779B1 + 0x7F4A7C15) % 2**31)

@@ -1,60 +1,82 @@
-"""Evidence that a kernel uses the technique it claims: read from its compiled code, or
-from the calls it made.
+"""Evidence that a variant uses the technique it claims: in the compiled code of exactly the kernels its
+calls launched, in what those kernels execute on the graded cases, or in the calls themselves.
 
-A kernel is compiled to PTX through NVRTC (no GPU needed) and its instructions are
-searched:
+The kernels looked at are those on the calls' tapes (kernel_runtime.tape): each
+launched kernel's program, its source compiled with the options it was launched
+with, however it was made (a CudaKernel, a cupy.RawKernel or cupy.RawModule, at
+import, lazily, kept in a dict). A kernel that is defined but never launched shows
+nothing. Each is looked at twice:
 
-    tensor_cores   mma.sync, wmma.mma or wgmma instructions: the tensor cores do the products
-    shared_memory  stores to shared memory (st.shared, or cp.async into it) and loads back
-                   (ld.shared or ldmatrix): data is staged in tiles
-    reduction      warp shuffles (shfl.sync), or shared memory read back after a barrier
-                   (st.shared, bar.sync, ld.shared): partial results are combined in parallel
-    split_k        float atomic adds to global memory (red or atom .global.add.f32): blocks
-                   that each summed a slice of K add their partial sums into out
+1. its PTX (NVRTC, for the course's sm_86; no GPU needed): the technique's instructions
+   must be in a launched kernel (its entry, or a device function it calls that was
+   not inlined);
+2. what it executes: the tapes are replayed with every program instrumented
+   (kernel_runtime.replay.count_instructions), which counts each executed instruction
+   of the classes below, per kernel; code that never runs on the graded cases counts
+   nothing.
 
-A kernel's own instructions are its entry's and those of the device functions it
-calls that were not inlined (a device function nothing calls shows nothing). The
-kernels looked at are the ones a variant launched on its cases (the recording names
-them), found among the CudaKernels that loaded modules define at their top level
-(where two share a name, both must show it); with no launches to go by (no GPU),
-every kernel of its module.
+    technique      in the PTX, and executed in one launched kernel
+    tensor_cores   mma.sync, wmma.mma or wgmma; executed, they must do at least half of
+                   the multiply-adds of the graded cases (spec.flops)
+    shared_memory  stores to shared memory (st.shared, cp.async into it) and loads back
+                   (ld.shared, ldmatrix)
+    reduction      warp shuffles (shfl.sync), or shared memory stored, a barrier, and
+                   shared memory loaded
+    flash          exponentials (ex2) with shared memory stored and loaded, in one kernel:
+                   the softmax happens where the tiles are
+    split_k        float atomic adds to global memory (red or atom .global.add.f32)
 
-    cublas         a cuBLAS call (through cupy.cublas) in every case's recording
-    fused          one kernel launched by every call (the recording counts them): the work of
-                   several kernels done in one
+    cublas         a cuBLAS call (through cupy.cublas) on every case's tape
+    fused          exactly one kernel launched by every call: the work of several in one
 
-A variant that passes its cases without its technique's evidence scores 0, with the
-reason (the course's milestone-2 items).
+What would still fool it is in the README (Grading): instructions that execute but do
+no useful work, such as a tensor-core product of the right size whose result is
+thrown away while plain float32 code computes the answer.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import re
-import sys
 
-from kernel_runtime.compiler import CudaKernel, by_compilation, compile_ptx, kernels_in
+from kernel_runtime.compiler import compile_ptx
+from kernel_runtime.replay import InstructionClass, functions_of, multiply_adds, reachable
+from reference.execution import count_executed
+from reference.registry import spec
 
 ARCH = "sm_86"  # the course's GPU (A40); every technique here exists there
+COVERAGE = 0.5  # the share of a case's multiply-adds its tensor-core instructions must do
+
+INSTRUCTION_CLASSES = (
+    InstructionClass("tensor_core", r"^(?:mma\.sync|wmma\.mma|wgmma\.mma_async)\b", multiply_adds),
+    InstructionClass("shared_store", r"^(?:st\.shared|st\.volatile\.shared|cp\.async[.\w]*\.shared|stmatrix)"),
+    InstructionClass("shared_load", r"^(?:ld\.shared|ld\.volatile\.shared|ldmatrix)"),
+    InstructionClass("shuffle", r"^shfl\.sync"),
+    InstructionClass("barrier", r"^(?:bar\.sync|barrier\.sync|bar\.red)"),
+    InstructionClass("exponential", r"^ex2\.approx"),
+    InstructionClass("float_atomic_add", r"^(?:red|atom)\.(?:\w+\.)*?global\.add(?:\.noftz)?\.f32\b"),
+)
+CLASSES = {c.name: c for c in INSTRUCTION_CLASSES}
 
 
 @dataclasses.dataclass(frozen=True)
 class Technique:
     name: str
-    shows_as: str                  # what the evidence is, in words
-    all_of: tuple[str, ...] = ()   # PTX patterns that must all appear
-    any_of: tuple[tuple[str, ...], ...] = ()  # or: one of these groups, each all present
-    library: str | None = None     # shown by calls to this library instead (kernel_runtime.recording.LIBRARIES)
-    one_launch: bool = False       # shown by every call launching exactly one kernel instead
+    shows_as: str                                   # what the evidence is, in words
+    groups: tuple[tuple[str, ...], ...] = ()        # instruction classes that must all be in one kernel (any group)
+    library: str | None = None                      # shown by calls to this library instead
+    one_launch: bool = False                        # shown by every call launching exactly one kernel instead
+    coverage: bool = False                          # its tensor-core instructions must do the products
 
     @property
     def in_ptx(self) -> bool:
-        """Whether the evidence is in the compiled code (else in the calls the recording saw)."""
+        """Whether the evidence is in the compiled code (else in the calls the tapes hold)."""
         return not (self.library or self.one_launch)
 
-    def shown_by(self, ptx: str) -> bool:
-        groups = ((self.all_of,) if self.all_of else ()) + self.any_of
-        return any(all(re.search(pattern, ptx) for pattern in group) for group in groups)
+    def shown_by(self, present) -> bool:
+        """Whether one kernel whose instruction classes `present` (a set, or counts) shows it."""
+        return any(all(present.get(c, 0) if isinstance(present, dict) else c in present for c in group)
+                   for group in self.groups)
 
     @property
     def permit(self) -> tuple[str, ...]:
@@ -63,87 +85,59 @@ class Technique:
 
 
 TECHNIQUES = {t.name: t for t in (
-    Technique("tensor_cores", "tensor-core instructions (mma.sync, wmma.mma or wgmma) in its PTX",
-              all_of=(r"\b(?:mma\.sync|wmma\.mma|wgmma\.mma_async)\b",)),
+    Technique("tensor_cores", "tensor-core instructions (mma.sync, wmma.mma or wgmma)", (("tensor_core",),),
+              coverage=True),
     Technique("shared_memory", "shared memory written and read back (st.shared or cp.async, then ld.shared or "
-                               "ldmatrix) in its PTX",
-              all_of=(r"\b(?:st\.shared|cp\.async[.\w]*\.shared)", r"\b(?:ld\.shared|ldmatrix)")),
-    Technique("reduction", "warp shuffles (shfl.sync), or shared memory read back after a barrier, in its PTX",
-              any_of=((r"\bshfl\.sync",), (r"\bst\.shared", r"\bbar\.sync", r"\bld\.shared"))),
+                               "ldmatrix)", (("shared_store", "shared_load"),)),
+    Technique("reduction", "warp shuffles (shfl.sync), or shared memory read back after a barrier",
+              (("shuffle",), ("shared_store", "barrier", "shared_load"))),
     Technique("flash", "exponentials in a kernel that writes and reads shared memory (ex2 with st.shared and "
-                       "ld.shared in one kernel's PTX): the softmax happens where the tiles are, so no "
-                       "probabilities leave the kernel",
-              all_of=(r"\bex2\.approx", r"\bst\.shared", r"\bld\.shared")),
-    Technique("split_k", "float atomic adds to global memory (red or atom .global.add.f32) in its PTX: blocks "
-                         "that each summed a slice of K adding into out",
-              all_of=(r"\b(?:red|atom)\.global\.add\.f32\b",)),
+                       "ld.shared in one kernel): the softmax happens where the tiles are, so no probabilities "
+                       "leave the kernel", (("exponential", "shared_store", "shared_load"),)),
+    Technique("split_k", "float atomic adds to global memory (red or atom .global.add.f32): blocks that each "
+                         "summed a slice of K adding into out", (("float_atomic_add",),)),
     Technique("cublas", "cuBLAS call (through cupy.cublas)", library="cublas"),
     Technique("fused", "one kernel launched per call (the layernorm, GELU or residual add inside the matmul's "
                        "kernel)", one_launch=True),
 )}
 
 
-def kernel_instructions(kernels: list[CudaKernel]) -> list[tuple[str, str]]:
-    """(name, PTX instructions) of each of `kernels` (one compilation per distinct source and options)."""
-    found = []
-    for named in by_compilation(kernels).values():
-        ptx = compile_ptx(named[0], ARCH)
-        functions = dict(re.findall(r"\.func\s+(?:\([^)]*\)\s*)?(\w+)\s*\((.*?\n}\n)", ptx, flags=re.S))
-        wanted = {k.name for k in named}
-        for name, body in re.findall(r"\.entry\s+(\w+)\s*\((.*?\n}\n)", ptx, flags=re.S):
-            if name in wanted:
-                found.append((name, body + "".join(functions[f] for f in _called(body, functions))))
+def classes_in_ptx(ptx: str, entry: str) -> set[str]:
+    """The instruction classes in `entry`'s PTX, with the device functions it calls."""
+    spans = functions_of(ptx)
+    if entry not in spans:
+        return set()
+    bodies = [ptx[slice(*spans[f])] for f in (entry, *reachable(entry, _calls(ptx, spans))) if f in spans]
+    statements = [s.strip().lstrip("{").strip() for body in bodies for line in body.split("\n")
+                  for s in line.split("//", 1)[0].split(";")]
+    statements = [re.sub(r"^@!?%?\w+\s+", "", s) for s in statements]
+    return {c.name for c in INSTRUCTION_CLASSES if any(re.search(c.pattern, s) for s in statements)}
+
+
+def _calls(ptx: str, spans: dict) -> dict[str, set[str]]:
+    return {f: set(re.findall(r"\bcall(?:\.uni)?\s+(?:\([^)]*\)\s*,\s*)?(\w+)", ptx[slice(*span)]))
+            for f, span in spans.items()}
+
+
+def static_classes(launched) -> dict[str, set[str]]:
+    """kernel name -> instruction classes in its compiled code, for each (program, kernel) of `launched`
+    (compiled for ARCH; kernel None: every kernel of the program; a kernel launched from several programs
+    shows a class only if all of them have it)."""
+    found, compiled = {}, {}
+    for program, kernel in launched:
+        if program not in compiled:
+            compiled[program] = compile_ptx(program, ARCH)
+        ptx, lowered = compiled[program]
+        for name in ([kernel] if kernel is not None else re.findall(r"\.entry\s+(\w+)", ptx)):
+            classes = classes_in_ptx(ptx, lowered.get(name, name))
+            found[name] = found[name] & classes if name in found else classes
     return found
 
 
-_CALL = re.compile(r"\bcall(?:\.uni)?\s+(?:\([^)]*\)\s*,\s*)?(\w+)")
-
-
-def _called(body: str, functions: dict[str, str]) -> list[str]:
-    """The device functions (not inlined) that `body` calls, directly or through each other."""
-    called, pending = [], _CALL.findall(body)
-    while pending:
-        name = pending.pop()
-        if name in functions and name not in called:
-            called.append(name)
-            pending += _CALL.findall(functions[name])
-    return called
-
-
-def evidence(kernels: list[CudaKernel], technique: str) -> dict[str, bool]:
-    """Each of `kernels` by name -> whether its compiled code shows `technique` (a PTX one of TECHNIQUES).
-    Where kernels of different sources share a name, the name shows it only if all of them do: a
-    launch names its kernel, not which of them it was."""
-    shown_by, shown = TECHNIQUES[technique].shown_by, {}
-    for name, ptx in kernel_instructions(kernels):
-        shown[name] = shown.get(name, True) and shown_by(ptx)
-    return shown
-
-
-def missing_evidence(kernels: list[CudaKernel], technique: str) -> str | None:
-    """None when one of `kernels` shows `technique` in its compiled code, else why not."""
-    shown = evidence(kernels, technique)
-    if any(shown.values()):
-        return None
-    return (f"no evidence of {technique.replace('_', ' ')}: none of {', '.join(shown) or 'no kernels'} "
-            f"has {TECHNIQUES[technique].shows_as}")
-
-
-def launched_kernels(names) -> tuple[list[CudaKernel], list[str]]:
-    """Every CudaKernel named one of `names` that a loaded module defines at its top level (each distinct
-    compilation once), and the names not found."""
-    found = {}
-    for module in list(sys.modules.values()):
-        for kernel in kernels_in(module):
-            if kernel.name in names:
-                found.setdefault((kernel.name, kernel.source, kernel.options), kernel)
-    seen = {kernel.name for kernel in found.values()}
-    return list(found.values()), [name for name in names if name not in seen]
-
-
-def missing_technique(technique: str, executions) -> str | None:
-    """None when the calls recorded in `executions` (reference.execution, one per case) show
-    `technique`, else why not. Run where those calls ran: the kernels must be loaded."""
+def missing_technique(technique: str, executions, counts: dict | None = None, products: int = 0) -> str | None:
+    """None when the calls recorded in `executions` (reference.execution, one per case, with their tapes) show
+    `technique`, else why not. `counts` is what their replays executed (kernel -> class -> count, summed over
+    the cases; None: not counted, the compiled code alone is judged), `products` the multiply-adds of the cases."""
     shows = TECHNIQUES[technique]
     if shows.one_launch:
         apart = [e for e in executions if e.launches != 1]
@@ -154,9 +148,48 @@ def missing_technique(technique: str, executions) -> str | None:
         without = [e.case_id for e in executions if not e.library_calls]
         return (f"no evidence of {technique}: {len(without)} of {len(executions)} cases made no {shows.shows_as}, "
                 f"first {without[0]}") if without else None
-    names = list(dict.fromkeys(name for e in executions for name in (e.kernels_launched or [])))
-    kernels, unknown = launched_kernels(names)
-    if unknown:
-        return (f"cannot inspect the compiled code of {', '.join(unknown)}: write each kernel as a "
-                f"kernel_runtime.CudaKernel at the top level of its module")
-    return missing_evidence(kernels, technique)
+    launched = list(dict.fromkeys(pair for e in executions if e.tape is not None for pair in e.tape.kernels_launched()))
+    static = static_classes(launched)
+    if not any(shows.shown_by(classes) for classes in static.values()):
+        return (f"no evidence of {technique.replace('_', ' ')}: none of {', '.join(static) or 'no kernels'} "
+                f"has {shows.shows_as} in its compiled code")
+    if counts is None:
+        return None
+    if not any(shows.shown_by(kernel_counts) for kernel_counts in counts.values()):
+        return (f"no evidence of {technique.replace('_', ' ')}: {shows.shows_as} are in the compiled code, but "
+                f"the graded cases never executed them in one kernel (code that does not run shows nothing)")
+    done = sum(kernel_counts.get("tensor_core", 0) for kernel_counts in counts.values())
+    if shows.coverage and products and done < COVERAGE * products:
+        return (f"no evidence of {technique.replace('_', ' ')}: its tensor-core instructions did {done:,} of the "
+                f"{products:,} multiply-adds of the graded cases ({100 * done / products:.1f}%; at least "
+                f"{100 * COVERAGE:.0f}% must be theirs)")
+    return None
+
+
+def add_counts(total: dict, counts: dict) -> dict:
+    """`total` (kernel -> class -> count) with `counts` added in."""
+    for kernel, by_class in counts.items():
+        into = total.setdefault(kernel, {})
+        for name, value in by_class.items():
+            into[name] = into.get(name, 0) + value
+    return total
+
+
+def products_of(function: str, cases) -> int:
+    """The multiply-adds of `function`'s spec (half its flops) over `cases`; 0 when the spec counts none."""
+    flops = spec(function).flops
+    return sum(flops(case.size) // 2 for case in cases) if flops else 0
+
+
+def missing_technique_here(technique: str, executions, problems) -> str | None:
+    """missing_technique for calls recorded in this process (reference.execution.execute, one per problem):
+    their tapes replayed here with their programs instrumented, on their own problems' inputs, counted as
+    the grader's replayer counts them."""
+    counts = None
+    if TECHNIQUES[technique].in_ptx:
+        counts = {}
+        for execution, problem in zip(executions, problems):
+            if execution.tape is not None and execution.error is None:
+                add_counts(counts, count_executed(execution.tape, problem, INSTRUCTION_CLASSES))
+    products = products_of(problems[0].spec.function, [p.case for p in problems]) if problems else 0
+    return missing_technique(technique, executions, counts, products)

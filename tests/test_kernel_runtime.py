@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from kernel_runtime import CudaKernel, KernelArgumentError, KernelCompileError, check_array, recording
-from kernel_runtime.compiler import (SourceOrigin, compile_report, describe_compile_log, kernels_in,
+from kernel_runtime.compiler import (SourceOrigin, compile_report, describe_compile_log, programs_in,
                                      parse_ptxas_log)
 from kernel_runtime.device import INSTALL_CUPY, cupy
 
@@ -209,12 +209,20 @@ def test_outside_a_recording_cupy_is_itself():
         cupy.matmul(np.zeros((2, 2)), np.zeros((2, 2)))
 
 
-def test_kernels_in_finds_kernels_alone_and_in_top_level_tuples():
+def test_programs_in_finds_every_kind_of_kernel_a_module_keeps():
     source = 'extern "C" __global__ void k(float* x) { x[0] = TILE; }'
     alone = CudaKernel(source, "k", defines={"TILE": 1})
     several = tuple(alone.with_defines(TILE=n) for n in (2, 4))
-    module = types.SimpleNamespace(alone=alone, several=several, nested=[alone.with_defines(TILE=8)], other=(1, "k"))
-    assert kernels_in(module) == [alone, *several]
+    module = types.SimpleNamespace(alone=alone, several=several, listed=[alone.with_defines(TILE=8)],
+                                   by_name={"k": alone.with_defines(TILE=16)}, again=alone, other=(1, "k"),
+                                   nested=[[alone.with_defines(TILE=32)]])  # too deep to be seen
+    found = [p.program.options for p in programs_in(module)]
+    assert found == [("-DTILE=1",), ("-DTILE=2",), ("-DTILE=4",), ("-DTILE=8",), ("-DTILE=16",)]
+    raw = types.SimpleNamespace(kernel=cupy.RawKernel(source, "k", options=("-DTILE=3",)),
+                                module=cupy.RawModule(code=source, options=("-DTILE=5",)))
+    assert [p.program.options for p in programs_in(raw)] == [("-DTILE=3",), ("-DTILE=5",)]
+    lazy = types.SimpleNamespace(SOURCE=source.replace("TILE", "1"), name="k")  # its kernels made when first called
+    assert [p.program.source for p in programs_in(lazy)] == [lazy.SOURCE]
 
 
 @pytest.mark.nvrtc
@@ -228,8 +236,8 @@ def test_a_kernel_that_waits_for_the_previous_compiles_on_both_architectures_and
     }"""
     kernel = CudaKernel(source, "copy")
     assert kernel.waits_for_previous and not CudaKernel(source.replace("wait_for", "no_wait_for"), "copy").waits_for_previous
-    assert "griddepcontrol.wait" in compile_ptx(kernel, "sm_90")
-    assert "griddepcontrol" not in compile_ptx(kernel, "sm_86")  # nothing to wait for before sm_90
+    assert "griddepcontrol.wait" in compile_ptx(kernel.program, "sm_90")[0]
+    assert "griddepcontrol" not in compile_ptx(kernel.program, "sm_86")[0]  # nothing to wait for before sm_90
     path = tmp_path / "waiting_kernel.py"
     path.write_text(BROKEN_MODULE.replace("void broken(float* out) {", "void broken(float* out) {  // wait_for_previous_kernel()"))
     with pytest.raises(KernelCompileError, match=r"waiting_kernel\.py:5: error"):

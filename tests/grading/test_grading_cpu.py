@@ -14,16 +14,17 @@ import numpy as np
 import pytest
 
 from grading import reports
-from grading.grade import ItemGrade, SubmissionGrade, score_item
+from grading.grade import ItemGrade, Replayed, SubmissionGrade, score_item
 from grading.handout import LEFTOVER_MARKER, MILESTONE_FILES, make_handout, strip_solutions
 from grading.items import SchemeError, load_scheme, scheme_for
-from grading.worker import TECHNIQUE_FILE
 from kernel_runtime.device import gpu_unavailable_reason, nvrtc_unavailable_reason
 from reference import gold
-from reference.execution import Execution, execute
+from kernel_runtime.tape import Launch, Program, Tape
+from reference.execution import Execution, execute, save_records
 from reference.registry import build, cases
 from reference.variants import DECLARED, VARIANTS
 from tests.readme import bash_blocks
+from tests.reference.test_techniques import SAMPLES
 
 ROOT = Path(__file__).parents[2]
 SEED = 123
@@ -103,14 +104,25 @@ def test_a_milestone_without_a_scheme_is_one_line():
     assert done.returncode == 2 and done.stderr.count("\n") == 1 and "--milestone: invalid choice: 4" in done.stderr
 
 
-def worker_records(out: Path, implementation, functions, launches=1, variant=None):
-    """What a worker would leave behind after running `implementation(function)` on every case (on NumPy
-    arrays), in the directory of `variant` (default: the function, as milestone 1's plain variant)."""
+def worker_records(out: Path, implementation, functions, launches=1, variant=None, kernel="plain_matmul",
+                   replayed=None) -> Replayed:
+    """What a worker and the replayer would leave behind for `implementation(function)` (on NumPy arrays): in
+    the directory of `variant` (default: the function, as milestone 1's plain variant), a record per case whose
+    tape launches `kernel` of the samples `launches` times; and each case's outputs on the secret seed's two
+    input sets, as the replayer would send them."""
+    replayed = replayed or Replayed()
+    tape = Tape(programs=[Program(SAMPLES)], steps=[Launch(0, kernel, (1, 1, 1), (32, 1, 1), 0, ())] * launches)
     for function in functions:
-        (out / (variant or function)).mkdir(parents=True, exist_ok=True)
+        name = variant or function
+        (out / name).mkdir(parents=True, exist_ok=True)
         for case in cases(function, SEED):
             execution = execute(implementation(function), build(case), device="cpu")
-            dataclasses.replace(execution, launches=launches).save(out / (variant or function))
+            save_records([Execution(function, case.shape_id, tape=tape)], out / name)
+            arrays = ({f"out_{k}": v for k, v in execution.outputs.items()}
+                      | {f"in_{k}": v for k, v in execution.inputs_after.items()}
+                      | {f"replay_{k}": v for k, v in execution.replay_outputs.items()})
+            replayed.frames[(name, case.shape_id)] = ({"variant": name, "case": case.shape_id}, arrays)
+    return replayed
 
 
 def honest(function):
@@ -122,8 +134,8 @@ def item(name):
 
 
 def test_every_case_passing_scores_the_weight(tmp_path):
-    worker_records(tmp_path, honest, ["attention_forward", "softmax_forward"])
-    grade = score_item(item("attention"), load_scheme(), SEED, tmp_path)
+    replayed = worker_records(tmp_path, honest, ["attention_forward", "softmax_forward"])
+    grade = score_item(item("attention"), load_scheme(), SEED, tmp_path, replayed)
     assert grade.score == 3 and grade.cases_passed == grade.cases_run == 11
 
 
@@ -136,44 +148,47 @@ def wrong_when_large(function):
 
 
 def test_a_wrong_element_costs_the_item_under_none_and_a_share_under_fraction(tmp_path):
-    worker_records(tmp_path, wrong_when_large, ["gelu_forward"])
+    replayed = worker_records(tmp_path, wrong_when_large, ["gelu_forward"])
     scheme = load_scheme()
-    none = score_item(item("gelu"), scheme, SEED, tmp_path)
+    none = score_item(item("gelu"), scheme, SEED, tmp_path, replayed)
     assert none.score == 0 and "cases fail" in none.reason
-    fraction = score_item(item("gelu"), dataclasses.replace(scheme, partial_credit="fraction"), SEED, tmp_path)
+    fraction = score_item(item("gelu"), dataclasses.replace(scheme, partial_credit="fraction"), SEED, tmp_path,
+                          replayed)
     assert (fraction.cases_passed, fraction.cases_run) == (3, 5) and fraction.score == pytest.approx(0.6)
 
 
 def test_no_custom_kernel_scores_zero(tmp_path):
-    worker_records(tmp_path, honest, ["residual_forward"], launches=0)
-    grade = score_item(item("residual"), load_scheme(), SEED, tmp_path)
+    replayed = worker_records(tmp_path, honest, ["residual_forward"], launches=0)
+    grade = score_item(item("residual"), load_scheme(), SEED, tmp_path, replayed)
     assert grade.score == 0 and "no custom kernel launched" in grade.reason
 
 
 def test_a_cuda_error_scores_zero_with_the_reason(tmp_path):
     case = cases("encoder_forward", SEED)[0]
     (tmp_path / "encoder_forward").mkdir()
-    Execution("encoder_forward", case.id, launches=1,
-              error="CUDARuntimeError: cudaErrorIllegalAddress: an illegal memory access was encountered").save(
-        tmp_path / "encoder_forward")
-    grade = score_item(item("encoder"), load_scheme(), SEED, tmp_path)
+    save_records([Execution("encoder_forward", case.shape_id, tape=Tape(),
+                            error="CUDARuntimeError: cudaErrorIllegalAddress: an illegal memory access was "
+                                  "encountered")], tmp_path / "encoder_forward")
+    grade = score_item(item("encoder"), load_scheme(), SEED, tmp_path, Replayed())
     assert grade.score == 0 and "cudaErrorIllegalAddress" in grade.reason
 
 
 def test_forged_and_repeated_records_do_not_count(tmp_path):
-    worker_records(tmp_path, honest, ["layernorm_forward"])
+    replayed = worker_records(tmp_path, honest, ["layernorm_forward"])
     log = tmp_path / "layernorm_forward" / "records.jsonl"
     records = log.read_text().splitlines()
     first = json.loads(records[0])
-    forged = ([json.dumps(first)] * 20 + [json.dumps(first | {"case_id": "made-up-case"})]
-              + [json.dumps(json.loads(r) | {"function": "gelu_forward"}) for r in records[1:]])
+    forged = ([json.dumps(first)] * 20 + [json.dumps(first | {"case": "made-up-case"})]
+              + [json.dumps(json.loads(r) | {"function": "gelu_forward"}) for r in records[1:]]
+              + ["not json", json.dumps(first | {"tape": '{"buffers": "many"}', "case": "bad-tape"})])
     log.write_text("\n".join(forged) + "\n")
-    grade = score_item(item("layernorm"), load_scheme(), SEED, tmp_path)
+    grade = score_item(item("layernorm"), load_scheme(), SEED, tmp_path, replayed)
     assert grade.score == 0 and "only 1 of" in grade.reason
 
 
 def test_a_crash_scores_zero_with_the_reason(tmp_path):
-    grade = score_item(item("matmul"), load_scheme(), SEED, tmp_path, crash="the worker process was killed by SIGSEGV")
+    grade = score_item(item("matmul"), load_scheme(), SEED, tmp_path, Replayed(),
+                       crash="the worker process was killed by SIGSEGV")
     assert grade.score == 0 and "SIGSEGV" in grade.reason
 
 
@@ -181,18 +196,28 @@ def m2_item(name):
     return scheme_for(2).item(name)
 
 
-def technique_evidence(out: Path, variant: str, technique: str, missing: str | None) -> None:
-    (out / variant / TECHNIQUE_FILE).write_text(json.dumps({"technique": technique, "missing": missing}))
+def counted(replayed: Replayed, variant: str, counts: dict | None, error: str | None = None) -> Replayed:
+    """`replayed` with what the replayer counted of `variant`'s kernels (counts None: it sent no counts)."""
+    if counts is not None or error is not None:
+        replayed.counts[variant] = (counts or {}, error)
+    return replayed
 
 
+def all_products(function: str) -> int:
+    from reference.techniques import products_of
+    return products_of(function, cases(function, SEED))
+
+
+@pytest.mark.nvrtc
 def test_a_variant_scores_under_its_profile_and_with_its_technique_shown(tmp_path):
-    worker_records(tmp_path, lambda f: tf32_matmul, ["matmul_forward"], variant="matmul_tf32")
-    technique_evidence(tmp_path, "matmul_tf32", "tensor_cores", None)
-    grade = score_item(m2_item("tf32"), scheme_for(2), SEED, tmp_path)
+    replayed = worker_records(tmp_path, lambda f: tf32_matmul, ["matmul_forward"], variant="matmul_tf32",
+                              kernel="tensor_core_tile")
+    counted(replayed, "matmul_tf32", {"tensor_core_tile": {"tensor_core": all_products("matmul_forward")}})
+    grade = score_item(m2_item("tf32"), scheme_for(2), SEED, tmp_path, replayed)
     assert grade.score == 5, grade.reason
     as_fp32 = dataclasses.replace(m2_item("tf32"), variants=(dataclasses.replace(
         m2_item("tf32").variants[0], profile_name="fp32"),))
-    assert score_item(as_fp32, scheme_for(2), SEED, tmp_path).score == 0  # the profile is what lets TF32 pass
+    assert score_item(as_fp32, scheme_for(2), SEED, tmp_path, replayed).score == 0  # the profile lets TF32 pass
 
 
 def tf32_matmul(out, inp, weight, bias, B, T, C, OC):
@@ -203,26 +228,38 @@ def tf32_matmul(out, inp, weight, bias, B, T, C, OC):
     out[...] = (result + (bias if bias is not None else 0.0)).reshape(out.shape)
 
 
-@pytest.mark.parametrize("missing", ["no evidence of tensor cores: none of matmul_forward_kernel has tensor-core "
-                                     "instructions (mma.sync, wmma.mma or wgmma) in its PTX", "absent"])
-def test_a_variant_passing_every_case_without_its_technique_scores_zero_with_the_reason(tmp_path, missing):
-    worker_records(tmp_path, honest, ["matmul_forward"], variant="matmul_tf32")
-    if missing != "absent":
-        technique_evidence(tmp_path, "matmul_tf32", "tensor_cores", missing)
-    grade = score_item(m2_item("tf32"), scheme_for(2), SEED, tmp_path)
+@pytest.mark.nvrtc
+@pytest.mark.parametrize("kernel, counts, error, expected", [
+    ("plain_matmul", {"plain_matmul": {}}, None, "no evidence of tensor cores: none of plain_matmul has tensor-core "
+                                                 "instructions (mma.sync, wmma.mma or wgmma) in its compiled code"),
+    ("tensor_core_tile", {"tensor_core_tile": {"tensor_core": 0}}, None, "tensor-core instructions (mma.sync, wmma.mma "
+     "or wgmma) are in the compiled code, but the graded cases never executed them"),
+    ("tensor_core_tile", {"tensor_core_tile": {"tensor_core": 1000}}, None, "its tensor-core instructions did 1,000 "
+                                                                            "of the"),
+    ("tensor_core_tile", None, None, "no evidence of tensor_cores could be counted: the replay sent no counts"),
+    ("tensor_core_tile", None, "KernelCompileError: ...", "no evidence of tensor_cores could be counted: "
+                                                          "KernelCompileError: ..."),
+], ids=["not-in-the-code", "never-executed", "too-few-products", "no-counts", "counting-failed"])
+def test_a_variant_passing_every_case_without_its_technique_scores_zero_with_the_reason(tmp_path, kernel, counts,
+                                                                                        error, expected):
+    replayed = counted(worker_records(tmp_path, honest, ["matmul_forward"], variant="matmul_tf32", kernel=kernel),
+                       "matmul_tf32", counts, error)
+    grade = score_item(m2_item("tf32"), scheme_for(2), SEED, tmp_path, replayed)
     assert grade.score == 0 and grade.cases_passed == grade.cases_run
-    expected = missing if missing != "absent" else "no evidence of tensor_cores was recorded"
-    assert grade.reason.endswith(f"cases pass, but matmul_tf32: {expected}")
+    assert f"cases pass, but matmul_tf32: " in grade.reason and expected in grade.reason, grade.reason
 
 
+@pytest.mark.nvrtc
 def test_an_item_of_two_variants_needs_both(tmp_path):
-    worker_records(tmp_path, honest, ["layernorm_forward"], variant="layernorm_reduction")
-    worker_records(tmp_path, honest, ["softmax_forward"], variant="softmax_reduction")
-    technique_evidence(tmp_path, "layernorm_reduction", "reduction", None)
-    technique_evidence(tmp_path, "softmax_reduction", "reduction", None)
-    assert score_item(m2_item("reduction"), scheme_for(2), SEED, tmp_path).score == 3
-    technique_evidence(tmp_path, "softmax_reduction", "reduction", "no evidence of reduction: ...")
-    grade = score_item(m2_item("reduction"), scheme_for(2), SEED, tmp_path)
+    replayed = worker_records(tmp_path, honest, ["layernorm_forward"], variant="layernorm_reduction",
+                              kernel="shuffled_row_sum")
+    worker_records(tmp_path, honest, ["softmax_forward"], variant="softmax_reduction", kernel="shuffled_row_sum",
+                   replayed=replayed)
+    for variant in ("layernorm_reduction", "softmax_reduction"):
+        counted(replayed, variant, {"shuffled_row_sum": {"shuffle": 64}})
+    assert score_item(m2_item("reduction"), scheme_for(2), SEED, tmp_path, replayed).score == 3
+    counted(replayed, "softmax_reduction", {"shuffled_row_sum": {"shuffle": 0}})
+    grade = score_item(m2_item("reduction"), scheme_for(2), SEED, tmp_path, replayed)
     assert grade.score == 0 and "softmax_reduction: no evidence of reduction" in grade.reason
 
 

@@ -1,17 +1,18 @@
 """The milestone variants (reference.variants): each on every case of its host function,
 judged under its own precision profile, and its calls showing its technique: the
-compiled code of the kernels it launched, or its cuBLAS calls.
+compiled code of the kernels it launched and what they executed, or its cuBLAS calls,
+judged as the grader judges them (reference.techniques).
 
     pytest tests/kernels/test_variants.py -k tf32
 """
 
 import pytest
 
-from kernel_runtime.compiler import kernels_in
+from kernel_runtime.compiler import programs_in
 from reference.execution import execute
 from reference.judging import run_case
 from reference.registry import SPECS, build, cases, host_function, kernel_module
-from reference.techniques import TECHNIQUES, missing_evidence, missing_technique
+from reference.techniques import TECHNIQUES, missing_technique_here, static_classes
 from reference.variants import VARIANTS
 
 
@@ -38,13 +39,14 @@ WITH_TECHNIQUE = [v for v in VARIANTS.values() if v.technique]  # the KV cache's
 @pytest.mark.parametrize("variant", WITH_TECHNIQUE, ids=lambda v: v.name)
 def test_variant_calls_show_its_technique(variant, pytestconfig):
     function = host_function(variant.function, variant.module)
-    executions = [execute(function, build(case), permit=variant.permit)
-                  for case in cases(variant.function, pytestconfig.getoption("seed"))]
-    assert missing_technique(variant.technique, executions) is None
+    problems = [build(case) for case in cases(variant.function, pytestconfig.getoption("seed"))]
+    executions = [execute(function, problem, permit=variant.permit) for problem in problems]
+    assert missing_technique_here(variant.technique, executions, problems) is None
 
 
 @pytest.mark.nvrtc
 @pytest.mark.parametrize("variant", [v for v in WITH_TECHNIQUE if TECHNIQUES[v.technique].in_ptx],
                          ids=lambda v: v.name)
 def test_variant_module_compiles_to_its_technique(variant):
-    assert missing_evidence(kernels_in(kernel_module(variant.module)), variant.technique) is None
+    found = static_classes([(m.program, None) for m in programs_in(kernel_module(variant.module))])
+    assert any(TECHNIQUES[variant.technique].shown_by(classes) for classes in found.values()), found

@@ -8,12 +8,14 @@
 """
 
 import dataclasses
+import json
 
 import numpy as np
 import pytest
 
 from reference import gold
-from reference.execution import Execution, execute
+from kernel_runtime.tape import Buffer, Launch, Library, Pointer, Program, Region, Scalar, Tape, TapeError, Write
+from reference.execution import Execution, execute, load_records, save_records
 from reference.judging import allowed_errors, expected_outputs, judge, run_case
 from reference.registry import SPECS, build, cases
 
@@ -82,7 +84,7 @@ def test_outputs_that_do_not_follow_other_inputs_fail():
 
 
 @pytest.mark.parametrize("record, message", [
-    (dict(launches=0), "no custom kernel launched"),
+    (dict(tape=Tape()), "no custom kernel launched"),
     (dict(refused="computed with cupy.matmul"), "refused: computed with cupy.matmul"),
     (dict(replay_error="CUDARuntimeError: boom"), "replaying its kernel launches on other inputs failed"),
 ])
@@ -95,18 +97,36 @@ def test_a_record_that_breaks_a_rule_fails(record, message):
 
 
 def test_records_survive_their_storage(tmp_path):
-    problem = build(cases("layernorm_forward")[0])
-    saved = dataclasses.replace(execute(gold.layernorm_forward, problem, device="cpu"), launches=3)
-    saved.save(tmp_path)
-    Execution("matmul_forward", None, error="cannot load kernels/matmul.py").save(tmp_path)
+    tape = Tape([Buffer(16, "out"), Buffer(8)], [Program("source", ("-DTILE=4",))],
+                [Launch(0, "k", (2, 1, 1), (32, 1, 1), 128, (Pointer(0, 4), Scalar.of(np.int32(7)))),
+                 Write(Region(1, 0, (2,), (4,), "float32"), np.float32([1, 2]).tobytes()),
+                 Library("cupy.cublas.gemm", ("N", Region(0, 0, (2, 2), (8, 4), "float32")), (("alpha", 1.0),),
+                         Region(1, 0, (2,), (4,), "float32"))], {"N": 4, "scale": 0.5, "bias": None})
+    saved = Execution("layernorm_forward", "B1-T1-C3", refused="computed with cupy.exp", tape=tape)
+    save_records([saved, Execution("matmul_forward", None, error="cannot load kernels/matmul.py")], tmp_path)
     (tmp_path / "records.jsonl").open("a").write("not json\n")
-    loaded, load_error = Execution.load_all(tmp_path)
-    assert (loaded.function, loaded.case_id, loaded.launches, loaded.error) == ("layernorm_forward", problem.case.id, 3, None)
-    for field in ("outputs", "inputs_after", "replay_outputs"):
-        assert getattr(loaded, field).keys() == getattr(saved, field).keys()
-        for name, array in getattr(saved, field).items():
-            np.testing.assert_array_equal(getattr(loaded, field)[name], array)
+    loaded, load_error = load_records(tmp_path)
+    assert (loaded.function, loaded.case_id, loaded.refused, loaded.error) == (
+        "layernorm_forward", "B1-T1-C3", "computed with cupy.exp", None)
+    assert loaded.tape == tape and loaded.launches == 1 and loaded.library_calls == 1
     assert load_error.case_id is None and load_error.error == "cannot load kernels/matmul.py"
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda t: t | {"buffers": [[16, "out"], [8, "out"]]}, "two buffers with one name"),
+    (lambda t: t | {"steps": [{"launch": [5, "k", [1], [1], 0, []]}]}, "program index 5"),
+    (lambda t: t | {"steps": [{"launch": [0, "k", [1], [1], 0, [{"pointer": [0, 17]}]]}]}, "pointer offset 17"),
+    (lambda t: t | {"steps": [{"launch": [0, "k", [0], [1], 0, []]}]}, "grid or block size 0"),
+    (lambda t: t | {"steps": [{"launch": [0, "k", [1], [1], 0, [{"scalar": ["object", "00"]}]]}]}, "dtype 'object'"),
+    (lambda t: t | {"steps": [{"write": [{"region": [0, 8, [4], [4], "float32"]}, "AAAA", False]}]},
+     "outside buffer 0"),
+    (lambda t: t | {"steps": [{"library": ["cupy.matmul", [], [], None]}]}, "not a library operation"),
+    (lambda t: t | {"programs": [{"source": 3}]}, "needs a source string"),
+])
+def test_a_tape_is_checked_as_it_is_read(edit, message):
+    good = json.loads(Tape([Buffer(16, "out")], [Program("source")]).to_json())
+    with pytest.raises(TapeError, match=message):
+        Tape.from_json(json.dumps(edit(good)))
 
 
 def test_case_ids_carry_their_seed_and_seeds_differ():

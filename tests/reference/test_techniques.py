@@ -1,14 +1,14 @@
 """Technique checks on compiled code (NVRTC, no GPU): each technique shows in a kernel that
-uses it and not in one that only claims it. The samples are small kernels written for
-this test, all in one source, as a kernel module with several kernels has them."""
+uses it and not in one that only claims it, and only the kernels the calls' tapes launched
+are looked at. The samples are small kernels written for this test, all in one source, as
+a kernel module with several kernels has them."""
 
-import sys
 import types
 
 import pytest
 
-from kernel_runtime import CudaKernel
-from reference.techniques import TECHNIQUES, evidence, launched_kernels, missing_evidence, missing_technique
+from kernel_runtime.tape import Launch, Library, Program, Tape
+from reference.techniques import TECHNIQUES, classes_in_ptx, missing_technique, static_classes
 
 pytestmark = pytest.mark.nvrtc
 
@@ -63,9 +63,7 @@ extern "C" __global__ void shuffled_row_sum(float* out, const float* in, int C) 
 """
 
 NAMES = ("plain_matmul", "tensor_core_tile", "staged_tile", "serial_row_sum", "shuffled_row_sum")
-# at the top level, as a kernel module defines them: where the calls' launched kernels are looked up
-plain_matmul, tensor_core_tile, staged_tile, serial_row_sum, shuffled_row_sum = (CudaKernel(SAMPLES, n) for n in NAMES)
-KERNELS = [plain_matmul, tensor_core_tile, staged_tile, serial_row_sum, shuffled_row_sum]
+SAMPLES_PROGRAM = Program(SAMPLES)
 
 SHOWN = {  # sample -> the techniques its code shows
     "plain_matmul": set(),
@@ -81,35 +79,53 @@ PTX_TECHNIQUES = sorted(name for name, t in TECHNIQUES.items() if t.in_ptx)
 
 @pytest.mark.parametrize("technique", PTX_TECHNIQUES)
 def test_each_technique_shows_where_it_is_used_only(technique):
-    found = evidence(KERNELS, technique)
-    assert found == {name: technique in SHOWN[name] for name in NAMES}
+    found = static_classes([(SAMPLES_PROGRAM, name) for name in NAMES])
+    assert {name: TECHNIQUES[technique].shown_by(classes) for name, classes in found.items()} == {
+        name: technique in SHOWN[name] for name in NAMES}
 
 
-def named(*names):
-    return [k for k in KERNELS if k.name in names]
+def launched(*names, program=SAMPLES_PROGRAM, library_calls=0):
+    """A recorded call whose tape launched kernels `names` of `program` (and made library calls)."""
+    steps = [Launch(0, name, (1, 1, 1), (32, 1, 1), 0, ()) for name in names]
+    steps += [Library("cupy.cublas.gemm", (), ())] * library_calls
+    tape = Tape(programs=[program], steps=steps)
+    return types.SimpleNamespace(case_id=f"case-{len(names)}", tape=tape, launches=len(names),
+                                 library_calls=library_calls)
 
 
 def test_missing_evidence_names_the_kernels_and_what_was_looked_for():
-    assert missing_evidence(named("tensor_core_tile", "plain_matmul"), "tensor_cores") is None
-    assert missing_evidence(named("plain_matmul"), "tensor_cores") == (
+    assert missing_technique("tensor_cores", [launched("tensor_core_tile", "plain_matmul")]) is None
+    assert missing_technique("tensor_cores", [launched("plain_matmul")]) == (
         "no evidence of tensor cores: none of plain_matmul has tensor-core instructions (mma.sync, wmma.mma or "
-        "wgmma) in its PTX")
-
-
-def launched(*names, library_calls=0):
-    return types.SimpleNamespace(case_id=f"case-{len(names)}", kernels_launched=list(names),
-                                 library_calls=library_calls)
+        "wgmma) in its compiled code")
 
 
 def test_the_kernels_looked_at_are_the_ones_the_calls_launched():
     assert missing_technique("tensor_cores", [launched("plain_matmul"), launched("tensor_core_tile")]) is None
     assert missing_technique("tensor_cores", [launched("plain_matmul"), launched("staged_tile")]).startswith(
         "no evidence of tensor cores: none of plain_matmul, staged_tile has")
-    assert missing_technique("reduction", [launched("made_elsewhere")]) == (
-        "cannot inspect the compiled code of made_elsewhere: write each kernel as a kernel_runtime.CudaKernel at the "
-        "top level of its module")
-    found, unknown = launched_kernels(["shuffled_row_sum", "made_elsewhere"])
-    assert [k.name for k in found] == ["shuffled_row_sum"] and unknown == ["made_elsewhere"]
+
+
+def test_a_kernel_defined_beside_the_launched_one_shows_nothing():
+    # the source holds a tensor-core kernel, but the call launched the plain one only
+    assert missing_technique("tensor_cores", [launched("plain_matmul")]) is not None
+
+
+def test_executed_counts_decide_once_the_code_shows_the_technique():
+    calls = [launched("tensor_core_tile")]
+    assert missing_technique("tensor_cores", calls, {"tensor_core_tile": {"tensor_core": 0}}) == (
+        "no evidence of tensor cores: tensor-core instructions (mma.sync, wmma.mma or wgmma) are in the compiled "
+        "code, but the graded cases never executed them in one kernel (code that does not run shows nothing)")
+    assert missing_technique("tensor_cores", calls, {"tensor_core_tile": {"tensor_core": 32}}, products=100) == (
+        "no evidence of tensor cores: its tensor-core instructions did 32 of the 100 multiply-adds of the graded "
+        "cases (32.0%; at least 50% must be theirs)")
+    assert missing_technique("tensor_cores", calls, {"tensor_core_tile": {"tensor_core": 64}}, products=100) is None
+    # a reduction shows in one kernel: a shuffle here and shared memory there is not one
+    reductions = [launched("staged_tile", "shuffled_row_sum")]
+    assert missing_technique("reduction", reductions, {"staged_tile": {"shared_store": 5, "barrier": 0,
+                                                                       "shared_load": 5},
+                                                       "shuffled_row_sum": {"shuffle": 0}}) is not None
+    assert missing_technique("reduction", reductions, {"staged_tile": {}, "shuffled_row_sum": {"shuffle": 5}}) is None
 
 
 def test_cublas_shows_in_the_calls_of_every_case():
@@ -146,8 +162,8 @@ extern "C" __global__ void calls_nothing(float* out, const float* in) { out[thre
 
 
 def test_a_device_function_counts_for_the_kernels_that_call_it_only():
-    kernels = [CudaKernel(CALLS, "calls_a_reduction"), CudaKernel(CALLS, "calls_nothing")]
-    assert evidence(kernels, "reduction") == {"calls_a_reduction": True, "calls_nothing": False}
+    found = static_classes([(Program(CALLS), "calls_a_reduction"), (Program(CALLS), "calls_nothing")])
+    assert "shuffle" in found["calls_a_reduction"] and "shuffle" not in found["calls_nothing"]
 
 
 DECOY = r"""
@@ -161,12 +177,25 @@ extern "C" __global__ void shuffled_row_sum(float* out, const float* in, int C) 
 """
 
 
-def test_a_launched_name_two_kernels_share_shows_a_technique_only_if_both_do(monkeypatch):
-    decoys = types.ModuleType("decoys")
-    decoys.shuffled_row_sum = CudaKernel(DECOY, "shuffled_row_sum")
-    monkeypatch.setitem(sys.modules, "decoys", decoys)
-    found, _ = launched_kernels(["shuffled_row_sum"])
-    assert len(found) == 2
-    assert missing_technique("reduction", [launched("shuffled_row_sum")]) is not None
-    monkeypatch.delitem(sys.modules, "decoys")
+def test_the_launched_program_is_judged_not_another_of_the_same_name():
+    assert missing_technique("reduction", [launched("shuffled_row_sum", program=Program(DECOY))]) is not None
     assert missing_technique("reduction", [launched("shuffled_row_sum")]) is None
+
+
+def test_classes_are_read_from_instructions_not_comments_or_names():
+    ptx = """.version 8.0
+.target sm_86
+.address_size 64
+
+.visible .entry k(
+\t.param .u64 k_param_0
+)
+{
+\t.reg .pred %p<2>;
+\t// shfl.sync in a comment, and a label named after ex2.approx
+$L_ex2:
+\t@%p1 st.shared.f32 [%r1], %f1;
+\tret;
+}
+"""
+    assert classes_in_ptx(ptx, "k") == {"shared_store"}

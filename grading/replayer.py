@@ -1,0 +1,121 @@
+"""Replays a worker's tapes on inputs only the grader knows: the outputs that are judged.
+
+    python -m grading.replayer --records DIR --weights FILE --item NAME     (the seed comes on stdin)
+
+The grader (grading.grade) starts it after the item's worker has ended, in a fresh
+directory of its own, with Python's -P and -s (neither the working directory nor the
+user's site-packages on its path), CuPy's kernel cache kept in memory and the
+driver's JIT cache off, so that nothing a submission left on disk is read back as
+code. It never imports the submission's Python, nor anything under its directory:
+it reads the worker's records (reference.execution.load_records: every tape checked
+as it is read) and compiles each tape's programs itself (kernel_runtime.replay).
+
+Its first line of standard input is `{"seed": N}`: the secret base seed of the
+inputs, never on a command line, in an environment or in a file. For every case of
+every variant of the item it replays the case's tape on the case's inputs for that
+seed and on the case's other inputs, and, for a variant whose technique shows in
+compiled code, replays it once more with the programs instrumented
+(kernel_runtime.replay.count_instructions) to count what their kernels execute.
+
+It writes frames to standard output, each a JSON header line, then as many bytes of
+an .npz as the header's "bytes" says:
+    {"variant", "case": shape id, "replay_error", "bytes"}   per case; arrays out_*, in_*, replay_*
+    {"variant", "counts": {kernel: {class: count}}, "error", "bytes": 0}   per variant with a technique
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from grading.items import load_scheme
+from reference.execution import CUDA_CONTEXT_LOST, count_executed, describe, load_records, replay_on
+from reference.registry import build, cases
+from reference.techniques import INSTRUCTION_CLASSES, TECHNIQUES, add_counts
+
+ARRAYS = {"out_": 0, "in_": 1, "replay_": 2}  # prefix of each array -> which of the three dicts it is
+
+
+def write_frame(stream, header: dict, arrays: dict | None = None) -> None:
+    data = b""
+    if arrays:
+        buffer = io.BytesIO()
+        np.savez(buffer, **arrays)
+        data = buffer.getvalue()
+    stream.write((json.dumps(header | {"bytes": len(data)}) + "\n").encode())
+    stream.write(data)
+    stream.flush()
+
+
+def read_frames(stream):
+    """(header, arrays) of each frame a replayer wrote to `stream`, as they come."""
+    while line := stream.readline():
+        header = json.loads(line)
+        data = stream.read(header["bytes"]) if header["bytes"] else b""
+        arrays = {}
+        if data:
+            with np.load(io.BytesIO(data)) as saved:
+                arrays = {name: saved[name] for name in saved.files}
+        yield header, arrays
+
+
+def split_arrays(arrays: dict) -> tuple[dict, dict, dict]:
+    """A case frame's arrays as (outputs, inputs after, replay outputs)."""
+    parts = ({}, {}, {})
+    for name, array in arrays.items():
+        for prefix, index in ARRAYS.items():
+            if name.startswith(prefix):
+                parts[index][name[len(prefix):]] = array
+                break
+    return parts
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m grading.replayer")
+    parser.add_argument("--records", required=True, type=Path)
+    parser.add_argument("--weights", required=True, type=Path)
+    parser.add_argument("--item", required=True)
+    args = parser.parse_args(argv)
+    seed = int(json.loads(sys.stdin.readline())["seed"])
+    out = sys.stdout.buffer
+
+    for variant in load_scheme(args.weights).item(args.item).variants:
+        records = load_records(args.records / variant.name)
+        tapes = {}
+        for record in records:
+            if record.case_id is not None and record.tape is not None and record.error is None:
+                tapes.setdefault(record.case_id, record.tape)
+        counting = variant.technique is not None and TECHNIQUES[variant.technique].in_ptx
+        counted, count_error = {}, None
+        for case in cases(variant.function, seed):
+            tape = tapes.get(case.shape_id)
+            if tape is None:
+                continue
+            problem, header, arrays = build(case), {"variant": variant.name, "case": case.shape_id}, {}
+            try:
+                outputs, inputs_after = replay_on(tape, problem)
+                replayed, _ = replay_on(tape, build(case.other_inputs()))
+                arrays = ({f"out_{k}": v for k, v in outputs.items()} | {f"in_{k}": v for k, v in inputs_after.items()}
+                          | {f"replay_{k}": v for k, v in replayed.items()})
+            except Exception as err:  # a tape that does not replay fails its case, with the reason
+                header["replay_error"] = describe(err)
+            if counting and count_error is None and "replay_error" not in header:
+                try:
+                    add_counts(counted, count_executed(tape, problem, INSTRUCTION_CLASSES))
+                except Exception as err:  # evidence that cannot be counted is no evidence
+                    count_error = describe(err)
+            write_frame(out, header, arrays)
+            if "cudaError" in header.get("replay_error", "") or "CUDA_ERROR" in header.get("replay_error", ""):
+                return CUDA_CONTEXT_LOST  # nothing later in this process can run
+        if counting:
+            write_frame(out, {"variant": variant.name, "counts": counted, "error": count_error})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
