@@ -1,11 +1,13 @@
 """The grader's logic on the CPU: the scheme, scoring, reports, the handout, no-GPU exit."""
 
+import ast
 import csv
 import dataclasses
 import json
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -15,7 +17,7 @@ import pytest
 
 from grading import reports
 from grading.grade import ItemGrade, SubmissionGrade, score_item
-from grading.handout import LEFTOVER_MARKER, MILESTONE_FILES, make_handout, strip_solutions
+from grading.handout import LEFTOVER_MARKER, MILESTONE_FILES, HandoutError, make_handout, strip_solutions
 from grading.items import SchemeError, load_scheme, scheme_for
 from grading.worker import TECHNIQUE_FILE
 from kernel_runtime.device import gpu_unavailable_reason, nvrtc_unavailable_reason
@@ -364,7 +366,6 @@ def test_milestone_3_handout_adds_flash_and_local_attention_stubbed(handout_m3, 
     assert (destination / "reference/specs/flash_attention.py").exists()
     assert (destination / "reference/specs/local_attention.py").exists()
     assert "BEGIN SOLUTION" not in (destination / "kernels/flash_attention.py").read_text()
-    assert (destination / "kernels/decode.py").read_text() == (ROOT / "kernels/decode.py").read_text()
     readme = (destination / "README.md").read_text()
     assert "## Milestone 3" in readme and "## Milestone 2" in readme and "<!--" not in readme
     assert "## Milestone 3" not in (handout_m2[0] / "README.md").read_text()
@@ -402,7 +403,7 @@ def test_milestone_2_handout_stubs_compile_and_show_no_technique(handout_m2):
 
 def test_handout_stubs_every_solution_and_leaves_out_staff_files(handout):
     destination, stubbed = handout
-    assert len(stubbed) == 6
+    assert len(stubbed) == 7  # milestone 1's six kernel modules and the KV cache's decode.py
     for path in (destination / "kernels").glob("*.py"):
         assert LEFTOVER_MARKER.search(path.read_text()) is None, path
     assert "TODO: write this kernel" in (destination / "kernels" / "layernorm.py").read_text()
@@ -410,7 +411,8 @@ def test_handout_stubs_every_solution_and_leaves_out_staff_files(handout):
     assert (ROOT / "kernels/matmul_tf32.py").exists()  # milestone 2's: not in milestone 1's handout
     assert not (destination / "kernels/matmul_tf32.py").exists()
     assert not (destination / "tests/kernels/test_variants.py").exists()
-    assert (destination / "kernels" / "decode.py").read_text() == (ROOT / "kernels" / "decode.py").read_text()
+    decode = (destination / "kernels" / "decode.py").read_text()
+    assert "kernels/decode.py (4 blocks)" in stubbed and "__shfl" not in decode  # its block reduction too
     readme = (destination / "README.md").read_text()
     assert "## Grading (for TAs)" not in readme and "## On Delta" in readme and "staff only" not in readme
 
@@ -487,6 +489,117 @@ def test_earlier_kits_leave_out_later_milestones_host_functions(kit, request):
     later = [path for milestone, paths in MILESTONE_FILES.items() if milestone > 2 for path in paths]
     assert "kernels/flash_attention.py" in later
     assert not [path for path in later if (destination / path).exists()]
+
+
+def launched_kernels(source: str, function: str) -> set[str]:
+    """The kernels (by name) that host function `function` of a kernel module's source launches: the
+    CudaKernel objects it reaches through the names it uses, following the module's own functions and
+    variables (a kernel made by a factory function included)."""
+    tree = ast.parse(source)
+    functions = {node.name: node for node in tree.body if isinstance(node, ast.FunctionDef)}
+    variables = {target.id: node.value for node in tree.body if isinstance(node, ast.Assign)
+                 for target in node.targets if isinstance(target, ast.Name)}
+    kernels, seen, reach = set(), {function}, [functions[function]]
+    while reach:
+        for node in ast.walk(reach.pop()):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "CudaKernel":
+                kernels.add(node.args[1].value)
+            elif isinstance(node, ast.Name) and node.id not in seen and (node.id in functions or node.id in variables):
+                seen.add(node.id)
+                reach.append(functions.get(node.id) or variables[node.id])
+    return kernels
+
+
+def kernel_body(source: str, kernel: str) -> str:
+    """The body of CUDA kernel `kernel` in a kernel module's source, between its braces."""
+    head = re.search(rf"__global__[^{{;]*?\b{kernel}\s*\(", source)
+    assert head, f"no kernel {kernel}"
+    depth, start = 0, source.index("{", head.end())
+    for end in range(start, len(source)):
+        depth += {"{": 1, "}": -1}.get(source[end], 0)
+        if depth == 0:
+            return source[start + 1:end]
+    raise AssertionError(f"kernel {kernel} has no closing brace")
+
+
+def words(text: str) -> str:
+    return " ".join(text.split())
+
+
+@pytest.mark.parametrize("kit, milestone", [("handout", 1), ("handout_m2", 2), ("handout_m3", 3)])
+def test_a_handout_ships_no_graded_kernel_whole(kit, milestone, request):
+    """Every kernel that a host function or variant graded by the milestone's weights launches is stubbed in
+    that milestone's kit (or its module left out), and no file of the kit holds the kit's body of one."""
+    destination, _ = request.getfixturevalue(kit)
+    graded = {}  # kernel name -> the kit's body
+    for variant in (v for item in scheme_for(milestone).items for v in item.variants):
+        module = f"kernels/{variant.module}.py"
+        kernels = launched_kernels((ROOT / module).read_text(), variant.function)
+        assert kernels, f"{variant.name}: {variant.function} launches no kernel of {module}"
+        if not (destination / module).exists():
+            continue
+        for kernel in kernels:
+            body = kernel_body((ROOT / module).read_text(), kernel)
+            assert kernel_body((destination / module).read_text(), kernel) != body, \
+                f"milestone {milestone}'s kit ships {kernel} ({module}, graded as {variant.name}) whole"
+            graded[kernel] = words(body)
+    for path in (p for p in destination.rglob("*") if p.is_file() and p.suffix in (".py", ".md", ".cu", ".cuh")):
+        text = words(path.read_text())
+        shipped = [kernel for kernel, body in graded.items() if body in text]
+        assert not shipped, f"{path.relative_to(destination)} holds the body of {shipped}"
+
+
+def test_the_graded_kernel_check_can_fail():
+    """The check above sees a graded kernel shipped whole, in a helper's reach as in the host function's."""
+    source = (ROOT / "kernels/fused_gemv.py").read_text()
+    assert launched_kernels(source, "layernorm_matmul_forward") == {"fused_gemv_kernel"}  # through a factory
+    stubbed, _ = strip_solutions(source)
+    assert kernel_body(stubbed, "fused_gemv_kernel") != kernel_body(source, "fused_gemv_kernel")
+    assert launched_kernels((ROOT / "kernels/decode.py").read_text(), "decode_attention_forward") == {
+        "decode_attention_kernel"}
+
+
+def fake_kit(root: Path) -> Path:
+    """A git checkout holding a kernel module and a README, tracked, beside what a TA's checkout holds
+    untracked: a student's submission, a class list, the leaderboard's results."""
+    tracked = {"README.md": "# kit\n", "kernels/gelu.py": "// BEGIN SOLUTION\nanswer;\n// END SOLUTION\n"}
+    untracked = ["submissions/alice/kernels/gelu.py", "class.txt", "leaderboard-results/alice/leaderboard.json"]
+    for path in [*tracked, *untracked]:
+        (root / path).parent.mkdir(parents=True, exist_ok=True)
+        (root / path).write_text(tracked.get(path, "not the kit's\n"))
+    for command in (["git", "init", "-q"], ["git", "add", *tracked]):
+        subprocess.run(command, cwd=root, check=True, capture_output=True)
+    return root
+
+
+def test_a_handout_holds_only_the_files_git_tracks(tmp_path):
+    kit = fake_kit(tmp_path / "kit")
+    make_handout(tmp_path / "handout", root=kit)
+    handed_out = sorted(p.relative_to(tmp_path / "handout").as_posix() for p in (tmp_path / "handout").rglob("*")
+                        if p.is_file())
+    assert handed_out == ["README.md", "kernels/gelu.py"]
+    assert "answer" not in (tmp_path / "handout/kernels/gelu.py").read_text()
+
+
+def test_a_handout_from_a_directory_that_is_not_a_git_checkout_is_refused(tmp_path):
+    kit = fake_kit(tmp_path / "kit")
+    shutil.rmtree(kit / ".git")
+    with pytest.raises(HandoutError, match=f"^{re.escape(str(kit))} is not a git checkout of the kit: run it from "
+                                           "a git clone of the kit, installed with pip install -e$"):
+        make_handout(tmp_path / "handout", root=kit)
+    assert not (tmp_path / "handout").exists()
+
+
+def test_a_handout_from_an_installed_copy_is_one_line(tmp_path):
+    """As from `pip install .`: the kit's packages in a directory of their own, no git work tree around them."""
+    site = tmp_path / "site-packages"
+    for package in ("kernel_runtime", "kernels", "reference", "gpt2", "grading"):
+        shutil.copytree(ROOT / package, site / package, ignore=shutil.ignore_patterns("__pycache__"))
+    done = subprocess.run([sys.executable, "-m", "grading", "handout", str(tmp_path / "kit")], capture_output=True,
+                          text=True, cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(site)})
+    assert done.returncode == 2 and not (tmp_path / "kit").exists()
+    assert done.stderr.splitlines() == [f"grading: {site} is not a git checkout of the kit: run it from a git clone "
+                                        "of the kit, installed with pip install -e"]
 
 
 def test_every_declared_variant_has_its_host_function_here():
