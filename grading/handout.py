@@ -104,7 +104,9 @@ def kit_files(root: Path) -> list[Path]:
     try:
         top = subprocess.run(["git", "rev-parse", "--show-toplevel"], cwd=root, capture_output=True, text=True)
         if top.returncode != 0 or Path(top.stdout.strip()).resolve() != root.resolve():
-            raise HandoutError(f"{root} is not a git checkout of the kit: {fix}")
+            why = ((top.stderr.strip().splitlines() or ["git rev-parse failed"])[0] if top.returncode
+                   else f"its work tree is {top.stdout.strip()}")
+            raise HandoutError(f"{root} is not a git checkout of the kit ({why}): {fix}")
         listed = subprocess.run(["git", "ls-files", "-z"], cwd=root, capture_output=True, check=True).stdout
     except OSError as err:
         raise HandoutError(f"cannot run git to list the kit's files ({err.strerror or err}): {fix}") from None

@@ -10,11 +10,13 @@ import shlex
 import shutil
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from gpt2.decoding import kv_cache_stubs
 from grading import reports
 from grading.grade import ItemGrade, SubmissionGrade, score_item
 from grading.handout import LEFTOVER_MARKER, MILESTONE_FILES, HandoutError, make_handout, strip_solutions
@@ -23,7 +25,7 @@ from grading.worker import TECHNIQUE_FILE
 from kernel_runtime.device import gpu_unavailable_reason, nvrtc_unavailable_reason
 from reference import gold
 from reference.execution import Execution, execute
-from reference.registry import build, cases
+from reference.registry import SPECS, build, cases, unwritten
 from reference.variants import DECLARED, VARIANTS
 from tests.readme import bash_blocks
 
@@ -559,6 +561,43 @@ def test_the_graded_kernel_check_can_fail():
         "decode_attention_kernel"}
 
 
+FALLBACK = """
+import types
+from gpt2.decoding import DecoderError, decoder_or_recompute, make_decoder
+from reference.registry import SPECS, unwritten
+model = types.SimpleNamespace(backend=types.SimpleNamespace(name="kernels"))  # all a decoder's choice reads
+print([function for function in SPECS if unwritten(function)])
+said = []
+print(type(decoder_or_recompute(model, "graph", 1, said.append)).__name__, said)
+try:
+    make_decoder(model, "launched", 1)
+except DecoderError as err:
+    print(err)
+"""
+
+
+def test_a_kit_without_its_kv_cache_written_generates_by_recomputing_and_says_so(handout):
+    """In a fresh handout every host function is a stub; generation's decoder is then the recomputing one,
+    with one line saying why, and a cached decoder is refused in one line, instead of NaN logits."""
+    destination, _ = handout
+    done = subprocess.run([sys.executable, "-c", FALLBACK], capture_output=True, text=True, cwd=destination)
+    assert done.returncode == 0, done.stderr
+    unwritten, fallback, refusal = done.stdout.splitlines()
+    assert unwritten == str([function for function, spec in SPECS.items() if spec.milestone == 1])
+    stubs = ("encoder_at_positions_forward, kv_cache_append_forward, decode_attention_forward: not written yet "
+             "(kernels/decode.py)")
+    assert fallback == "RecomputeDecoder " + str([f"{stubs}; generating without the KV cache (each step recomputes "
+                                                  "the whole sequence)"])
+    assert refusal == f"{stubs}: the launched decoder needs the KV cache they keep (write them, or generate without " \
+                      "the cache)"
+
+
+def test_the_kit_itself_holds_no_stub():
+    """The kit's own kernels are written: its decoders run the KV cache as they always have."""
+    assert [function for function in SPECS if unwritten(function)] == []
+    assert kv_cache_stubs(types.SimpleNamespace(backend=types.SimpleNamespace(name="kernels")), "graph") is None
+
+
 def fake_kit(root: Path) -> Path:
     """A git checkout holding a kernel module and a README, tracked, beside what a TA's checkout holds
     untracked: a student's submission, a class list, the leaderboard's results."""
@@ -584,9 +623,14 @@ def test_a_handout_holds_only_the_files_git_tracks(tmp_path):
 def test_a_handout_from_a_directory_that_is_not_a_git_checkout_is_refused(tmp_path):
     kit = fake_kit(tmp_path / "kit")
     shutil.rmtree(kit / ".git")
-    with pytest.raises(HandoutError, match=f"^{re.escape(str(kit))} is not a git checkout of the kit: run it from "
-                                           "a git clone of the kit, installed with pip install -e$"):
+    with pytest.raises(HandoutError, match=f"^{re.escape(str(kit))} is not a git checkout of the kit \\(.*not a git "
+                                           "repository.*\\): run it from a git clone of the kit, installed with pip "
+                                           "install -e$"):
         make_handout(tmp_path / "handout", root=kit)
+    subprocess.run(["git", "init", "-q"], cwd=kit, check=True)  # now a directory inside a checkout, not its top
+    with pytest.raises(HandoutError, match=f"^{re.escape(str(kit / 'kernels'))} is not a git checkout of the kit "
+                                           f"\\(its work tree is {re.escape(str(kit))}\\)"):
+        make_handout(tmp_path / "handout", root=kit / "kernels")
     assert not (tmp_path / "handout").exists()
 
 
@@ -598,8 +642,19 @@ def test_a_handout_from_an_installed_copy_is_one_line(tmp_path):
     done = subprocess.run([sys.executable, "-m", "grading", "handout", str(tmp_path / "kit")], capture_output=True,
                           text=True, cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(site)})
     assert done.returncode == 2 and not (tmp_path / "kit").exists()
-    assert done.stderr.splitlines() == [f"grading: {site} is not a git checkout of the kit: run it from a git clone "
-                                        "of the kit, installed with pip install -e"]
+    [line] = done.stderr.splitlines()
+    assert line.startswith(f"grading: {site} is not a git checkout of the kit (")
+    assert line.endswith("): run it from a git clone of the kit, installed with pip install -e")
+
+
+def test_a_handout_without_git_is_one_line(tmp_path):
+    no_git = tmp_path / "bin"  # a PATH where git is not
+    no_git.mkdir()
+    done = subprocess.run([sys.executable, "-m", "grading", "handout", str(tmp_path / "kit")], capture_output=True,
+                          text=True, cwd=ROOT, env={**os.environ, "PATH": str(no_git)})
+    assert done.returncode == 2 and not (tmp_path / "kit").exists()
+    assert done.stderr.splitlines() == ["grading: cannot run git to list the kit's files (No such file or directory): "
+                                        "run it from a git clone of the kit, installed with pip install -e"]
 
 
 def test_every_declared_variant_has_its_host_function_here():
