@@ -29,6 +29,7 @@ The README loses what it says of what the kit leaves out: each section between
 `<!-- staff -->`, and each section between `<!-- milestone N -->` and
 `<!-- end milestone N -->` for a later milestone N.
 """
+
 from __future__ import annotations
 
 import re
