@@ -21,7 +21,7 @@ import dataclasses
 
 import numpy as np
 
-from gpt2.decoding import make_decoder
+from gpt2.decoding import decoder_or_recompute
 from gpt2.model import GPT2, TokenError
 from gpt2.tokenizer import END_OF_TEXT
 
@@ -53,7 +53,8 @@ def beam_search(model: GPT2, prompts: list[list[int]], max_new_tokens: int, sear
                 decoder="launched", end_of_text: int = END_OF_TEXT, clock=None) -> Hypotheses:
     """Beam search from each prompt (all of one length) for at most max_new_tokens new tokens.
 
-    decoder: a kind of gpt2.decoding, or a decoder of prompts * num_beams rows to run on.
+    decoder: a kind of gpt2.decoding (recompute, saying so on stderr, while the KV cache's kernels are
+    TODO stubs), or a decoder of prompts * num_beams rows to run on.
     clock: when given, clock.mark(stage) is called as each stage begins (InputPrep: the
     cache's reordering; Model: the step; BeamSearch: choosing on the host)."""
     prompts = equal_length_prompts(prompts)
@@ -61,7 +62,7 @@ def beam_search(model: GPT2, prompts: list[list[int]], max_new_tokens: int, sear
     K = search.num_beams
     max_length = prompt_length + max_new_tokens
     if isinstance(decoder, str):
-        decoder = make_decoder(model, decoder, batch_size=P * K)
+        decoder = decoder_or_recompute(model, decoder, P * K)
     mark = clock.mark if clock is not None else lambda stage: None
     mark("Model")
     logits = decoder.prefill(np.repeat(prompts, K, axis=0))

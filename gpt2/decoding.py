@@ -27,15 +27,31 @@ device-side `lengths`, which the step itself advances. So one graph serves every
 step. Capture records launches without running them, and a kernel cannot be
 compiled or loaded while a capture is open, so the first step is launched and the
 capture comes after it.
+
+In a starter kit the KV cache's kernels (kernels/decode.py) are TODO stubs until the
+student writes them (reference.registry.unwritten). A cached decoder would then
+compute nothing, so make_decoder refuses one with a line that names the stubs, and
+generation (decoder_or_recompute) falls back to the recomputing decoder, saying so
+in one line on stderr: the model still completes text on the student's own kernels.
 """
 
 from __future__ import annotations
 
 import contextlib
+import sys
 
 import numpy as np
 
 from gpt2.model import GPT2, KVCache
+from kernel_runtime import KitError
+from reference.registry import spec, unwritten
+
+KV_CACHE_FUNCTIONS = ("encoder_at_positions_forward", "kv_cache_append_forward", "decode_attention_forward")
+
+
+class DecoderError(KitError):
+    """A decoder that cannot run on this model's kernels."""
+
 
 def captured(stream, launch):
     """launch()'s launches captured on `stream` as a CUDA graph, not run: (the graph, what launch returned).
@@ -203,8 +219,37 @@ DECODERS = {"recompute": RecomputeDecoder, "launched": LaunchedDecoder, "graph":
 KINDS = tuple(DECODERS)
 
 
+def print_on_stderr(line: str) -> None:
+    print(line, file=sys.stderr)
+
+
 def make_decoder(model: GPT2, kind: str, batch_size: int):
     """A decoder of `kind` (one of KINDS) for `batch_size` rows."""
     if kind not in DECODERS:
         raise ValueError(f"no decoder {kind!r}; the kinds are {', '.join(KINDS)}")
+    stubs = kv_cache_stubs(model, kind)
+    if stubs:
+        raise DecoderError(f"{stubs}: the {kind} decoder needs the KV cache they keep (write them, or generate "
+                           "without the cache)")
     return DECODERS[kind](model, batch_size)
+
+
+def decoder_or_recompute(model: GPT2, kind: str, batch_size: int, say=print_on_stderr):
+    """make_decoder's decoder, or the recomputing one when `kind` needs the KV cache and the model's kernels
+    directory has not written the cache's host functions yet; say(line) then tells why."""
+    stubs = kv_cache_stubs(model, kind)
+    if stubs:
+        say(f"{stubs}; generating without the KV cache (each step recomputes the whole sequence)")
+        kind = "recompute"
+    return make_decoder(model, kind, batch_size)
+
+
+def kv_cache_stubs(model: GPT2, kind: str) -> str | None:
+    """When a decoder of `kind` needs the KV cache and the model's kernels directory still has some of its
+    host functions as TODO stubs: those functions and their file ("...: not written yet (kernels/decode.py)").
+    Else None (always on gold and the reference, which run no kernels directory)."""
+    if kind == "recompute" or model.backend.name != "kernels":
+        return None
+    stubs = [function for function in KV_CACHE_FUNCTIONS if unwritten(function)]
+    files = sorted({f"kernels/{spec(function).module}.py" for function in stubs})
+    return f"{', '.join(stubs)}: not written yet ({', '.join(files)})" if stubs else None

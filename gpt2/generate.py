@@ -5,6 +5,8 @@ costs one decode step against the cached keys and values; on the kernels backend
 that step is captured once as a CUDA graph and replayed (gpt2.decoding). Without it, every new
 token re-runs the whole sequence: slower, and the yardstick the cache is tested
 against (under greedy decoding both must give the same tokens).
+Where the kernels directory's KV-cache kernels are still a starter kit's TODO stubs,
+generation recomputes instead, and warn() says so in one line (gpt2.decoding).
 
 A prompt too long to leave room for the new tokens in the model's context is cut
 from the left, keeping its end, with a warning that says how many tokens were
@@ -20,7 +22,7 @@ from typing import Callable
 
 import numpy as np
 
-from gpt2.decoding import make_decoder
+from gpt2.decoding import decoder_or_recompute
 from gpt2.model import GPT2, TokenError
 from gpt2.tokenizer import END_OF_TEXT
 from kernel_runtime import KitError
@@ -125,7 +127,8 @@ def generate_batch(model: GPT2, prompts: list[list[int]], max_new_tokens: int, s
     prompts = [fit_prompt(list(prompt), max_new_tokens, model.config.max_T, warn) for prompt in prompts]
     if max_new_tokens == 0:
         return [[] for _ in prompts]
-    decoder = decoder or make_decoder(model, decoder_kind(model, use_cache, use_graph), batch_size=len(prompts))
+    decoder = decoder or decoder_or_recompute(model, decoder_kind(model, use_cache, use_graph), len(prompts),
+                                            warn)
     rng = np.random.default_rng(sampling.seed)
     new: list[list[int]] = [[] for _ in prompts]
     running = list(range(len(prompts)))

@@ -1,22 +1,28 @@
 """The students' starter kit of a milestone, generated from this repository.
 
+A kit is made of the files git tracks in the kit's checkout, nothing else: never a
+file the TA's checkout holds untracked (submissions, class lists, grading results),
+never an installed copy's neighbours. So the handout runs from a git clone of the kit
+(installed with pip install -e); from anywhere else it refuses in one line.
+
 Every solution block in kernels/ (a kernel body between `// BEGIN SOLUTION` and
 `// END SOLUTION`, or Python between `# BEGIN SOLUTION` and `# END SOLUTION`) becomes
-a TODO stub: it compiles, writes nothing, and so fails its tests cleanly (the outputs
-stay NaN). Everything else is kept, except what only the staff use: the grader and
-its tests, the known-wrong implementations and the tests that run them, the Slurm
-job tests and the CI setup; and what belongs to later milestones (a later milestone's
-variant modules, such as milestone 2's TF32 matmul or milestone 3's split-K one, and
-milestone 2's test of variants; a later milestone's host functions, their spec and
-kernel module).
+a TODO stub (kernel_runtime.stubs): it compiles, writes nothing, and so fails its
+tests cleanly (the outputs stay NaN). Everything else is kept, except what only the
+staff use: the grader and its tests, the known-wrong implementations and the tests
+that run them, the Slurm job tests and the CI setup; and what belongs to later
+milestones (a later milestone's variant modules, such as milestone 2's TF32 matmul or
+milestone 3's split-K one, and milestone 2's test of variants; a later milestone's
+host functions, their spec and kernel module).
 
-Milestone 2's kit stubs milestone 1's kernels too: the course's students carry their
-own milestone-1 kernels forward (copying their kernels/*.py over the stubs), and the
-kit's would hand them the tiling and reduction items, which are those same kernels.
-Milestone 3's kit does the same and adds flash and local attention, the fused
-matmuls and the split-K matmul (stubbed). Every
-kit holds the KV cache's kernels (decode.py) whole: the model generates with them
-from milestone 1 on, so milestone 3's KV-cache item grades a student's own copy.
+Every kit stubs every kernel of kernels/, milestone 1's included: the course's
+students carry their own kernels forward (copying their kernels/*.py over the stubs),
+and a kit's solutions would hand them later items (milestone 2's tiling and reduction
+items are milestone 1's kernels; milestone 3's KV-cache item is decode.py, whose
+kernels and block reduction also answer milestone 1's encoder and milestone 2's
+reduction). Milestone 3's kit adds flash and local attention, the fused matmuls and
+the split-K matmul, stubbed. Until a student writes decode.py, generation recomputes
+every step instead of using the KV cache, and says so (gpt2.decoding).
 
 The README loses what it says of what the kit leaves out: each section between
 `<!-- staff only -->` and `<!-- end staff only -->`, each line that ends with
@@ -33,6 +39,7 @@ from pathlib import Path
 
 from grading.items import WEIGHTS_FILES
 from kernel_runtime import KitError
+from kernel_runtime.stubs import STUB_LINES
 from reference.registry import SPEC_FILES, SPECS
 from reference.variants import new_modules
 
@@ -66,8 +73,6 @@ SOLUTION = re.compile(r"^([ \t]*)(//|#) BEGIN SOLUTION\n.*?^[ \t]*\2 END SOLUTIO
 LEFTOVER_MARKER = re.compile(r"^[ \t]*(//|#) (BEGIN|END) SOLUTION", re.MULTILINE)
 STAFF_SECTION = re.compile(r"^<!-- staff only.*?^<!-- end staff only -->\n\n?", re.MULTILINE | re.DOTALL)
 STAFF_LINE = re.compile(r"^.*<!-- staff -->\n", re.MULTILINE)
-STUBS = {"//": "{indent}// TODO: write this kernel (the comment at the top of this file says what it computes)\n",
-         "#": "{indent}pass  # TODO: write this (the comment at the top of this file says what it computes)\n"}
 
 
 class HandoutError(KitError):
@@ -81,7 +86,7 @@ def left_out(milestone: int) -> tuple[str, ...]:
 
 def strip_solutions(text: str) -> tuple[str, int]:
     """`text` with every solution block replaced by a stub, and how many there were."""
-    return SOLUTION.subn(lambda m: STUBS[m.group(2)].format(indent=m.group(1)), text)
+    return SOLUTION.subn(lambda m: f"{m.group(1)}{STUB_LINES[m.group(2)]}\n", text)
 
 
 def students_readme(text: str, milestone: int = 1) -> str:
@@ -93,23 +98,23 @@ def students_readme(text: str, milestone: int = 1) -> str:
                   flags=re.MULTILINE)
 
 
-def repository_files(root: Path) -> list[Path]:
-    """The files of the working tree that git does not ignore (tracked or not), when `root` is a
-    git checkout; else every file but caches and builds."""
-    if (root / ".git").exists():
-        try:
-            listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-                                    cwd=root, capture_output=True, check=True).stdout
-            return sorted({Path(p) for p in listed.decode().split("\0") if p})
-        except (OSError, subprocess.CalledProcessError):
-            pass  # no git here: walk the tree instead
-    skip = {".git", ".venv", "__pycache__", ".pytest_cache", ".kitcache", "build"}
-    files = []
-    for path in root.rglob("*"):
-        parts = path.relative_to(root).parts
-        if path.is_file() and not skip & set(parts) and not any(p.endswith(".egg-info") for p in parts):
-            files.append(path.relative_to(root))
-    return files
+def kit_files(root: Path) -> list[Path]:
+    """The files git tracks in the kit checkout at `root`; HandoutError unless `root` is the top of a git
+    work tree."""
+    fix = "run it from a git clone of the kit, installed with pip install -e"
+    try:
+        top = subprocess.run(["git", "rev-parse", "--show-toplevel"], cwd=root, capture_output=True, text=True)
+        if top.returncode != 0 or Path(top.stdout.strip()).resolve() != root.resolve():
+            why = ((top.stderr.strip().splitlines() or ["git rev-parse failed"])[0] if top.returncode
+                   else f"its work tree is {top.stdout.strip()}")
+            raise HandoutError(f"{root} is not a git checkout of the kit ({why}): {fix}")
+        listed = subprocess.run(["git", "ls-files", "-z"], cwd=root, capture_output=True, check=True).stdout
+    except OSError as err:
+        raise HandoutError(f"cannot run git to list the kit's files ({err.strerror or err}): {fix}") from None
+    except subprocess.CalledProcessError as err:
+        reason = (err.stderr.decode(errors="replace").strip().splitlines() or ["git ls-files failed"])[0]
+        raise HandoutError(f"cannot list the kit's files in {root}: {reason}") from None
+    return sorted(Path(p) for p in listed.decode().split("\0") if p)
 
 
 def make_handout(destination: Path, root: Path = REPO_ROOT, milestone: int = 1) -> list[str]:
@@ -127,7 +132,7 @@ def make_handout(destination: Path, root: Path = REPO_ROOT, milestone: int = 1) 
 
 def _write_handout(destination: Path, root: Path, milestone: int) -> list[str]:
     stubbed, leave_out = [], left_out(milestone)
-    for relative in repository_files(root):
+    for relative in kit_files(root):
         name = relative.as_posix()
         if any(name == left or name.startswith(left) for left in leave_out) or not (root / relative).exists():
             continue

@@ -53,6 +53,7 @@ extern "C" __global__ void encoder_at_positions_kernel(float* out, const int* in
                                                        int T, int C, int V, int max_T) {
     let_next_kernel_start();
     wait_for_previous_kernel();  // on sm_90, the block may have started before the previous kernel finished
+    // BEGIN SOLUTION
     int bt = blockIdx.x, b = bt / T, t = bt % T;
     int token = inp[bt], position = positions[b] + t;
     float* y = out + (long long)bt * C;
@@ -60,6 +61,7 @@ extern "C" __global__ void encoder_at_positions_kernel(float* out, const int* in
     for (int c = threadIdx.x; c < C; c += blockDim.x) {
         y[c] = valid ? wte[(long long)token * C + c] + wpe[(long long)position * C + c] : NAN_FLOAT;
     }
+    // END SOLUTION
 }
 
 // grid (B * T, NH), threads over the head's HS values
@@ -67,6 +69,7 @@ extern "C" __global__ void kv_cache_append_kernel(float* k_cache, float* v_cache
                                                   const int* lengths, int T, int C, int NH, int max_T) {
     let_next_kernel_start();
     wait_for_previous_kernel();
+    // BEGIN SOLUTION
     int bt = blockIdx.x, b = bt / T, t = bt % T, h = blockIdx.y, HS = C / NH;
     if (t < T - max_T) return;  // a ring of max_T slots keeps only the last max_T new tokens
     int slot = (lengths[b] + t) % max_T;
@@ -76,9 +79,13 @@ extern "C" __global__ void kv_cache_append_kernel(float* k_cache, float* v_cache
         k_cache[row + d] = k[d];
         v_cache[row + d] = k[C + d];
     }
+    // END SOLUTION
 }
 
-__device__ float block_reduce(float value, bool is_max, float* reduce) {  // every thread gets the block's
+// The block's max (is_max) or sum of `value`, returned to every thread; reduce: blockDim.x / 32 floats of
+// shared memory.
+__device__ float block_reduce(float value, bool is_max, float* reduce) {
+    // BEGIN SOLUTION
     for (int offset = 16; offset > 0; offset /= 2) {
         float other = __shfl_xor_sync(0xffffffff, value, offset);
         value = is_max ? fmaxf(value, other) : value + other;
@@ -88,6 +95,7 @@ __device__ float block_reduce(float value, bool is_max, float* reduce) {  // eve
     value = reduce[0];
     for (int w = 1; w < blockDim.x / 32; w++) value = is_max ? fmaxf(value, reduce[w]) : value + reduce[w];
     __syncthreads();  // reduce is reused by the next call
+    // END SOLUTION
     return value;
 }
 
@@ -99,6 +107,7 @@ decode_attention_kernel(float* out, const float* qkv, const float* k_cache, cons
                         int C, int NH, int max_T, float scale, int vector, int key_threads, int groups) {
     let_next_kernel_start();
     wait_for_previous_kernel();
+    // BEGIN SOLUTION
     int b = blockIdx.x, h = blockIdx.y, HS = C / NH;
     extern __shared__ __align__(16) float shared[];
     float* partial = shared;              // [groups][HS], float4-aligned rows when vector
@@ -169,6 +178,7 @@ decode_attention_kernel(float* out, const float* qkv, const float* k_cache, cons
     }
     __syncthreads();
     for (int d = threadIdx.x; d < HS; d += blockDim.x) out[(long long)b * C + h * HS + d] = partial[d] / row_sum;
+    // END SOLUTION
 }
 """
 

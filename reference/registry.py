@@ -7,6 +7,7 @@
     build(case)            a Problem: the case's inputs, drawn from its seed
     host_function(name)    the function itself, from the kernels directory this process runs
     kernel_module(name)    kernels/<name>.py of that directory
+    unwritten(name)        whether that file still holds a starter kit's TODO stub
 
 This module holds no oracle: the grader's worker imports it (and reference.execution)
 to run a submission, and never reference.cpu, reference.gold or reference.judging.
@@ -18,12 +19,14 @@ import importlib
 import pkgutil
 import traceback
 import types
+from pathlib import Path
 from typing import Callable
 
 import numpy as np
 
 from kernel_runtime.errors import KernelLoadError, KitError
 from kernel_runtime.loader import bound_directory
+from kernel_runtime.stubs import holds_stub
 from reference import specs as _specs
 from reference.spec import Case, Problem, Spec
 
@@ -86,6 +89,14 @@ def kernel_module(module_name: str) -> types.ModuleType:
         return importlib.import_module(f"kernels.{module_name}")
     except Exception as err:  # a student's file: a syntax error, a missing import, ...
         raise KernelLoadError(f"cannot load {_where(module_name, err)}: {type(err).__name__}: {err}") from None
+
+
+def unwritten(function: str, module_name: str | None = None) -> bool:
+    """Whether `function`'s module (its spec's, or `module_name`) in the kernels directory this process runs
+    still holds a handout's TODO stub (kernel_runtime.stubs): in a starter kit, a host function its student
+    has not written yet, which a tool can name ("gelu_forward: not written yet (kernels/gelu.py)") instead
+    of running it."""
+    return holds_stub(Path(kernel_module(module_name or spec(function).module).__file__).read_text())
 
 
 def host_functions(functions) -> types.SimpleNamespace:

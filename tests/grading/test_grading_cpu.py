@@ -1,27 +1,31 @@
 """The grader's logic on the CPU: the scheme, scoring, reports, the handout, no-GPU exit."""
 
+import ast
 import csv
 import dataclasses
 import json
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from gpt2.decoding import kv_cache_stubs
 from grading import reports
 from grading.grade import ItemGrade, Replayed, SubmissionGrade, score_item
-from grading.handout import LEFTOVER_MARKER, MILESTONE_FILES, make_handout, strip_solutions
+from grading.handout import LEFTOVER_MARKER, MILESTONE_FILES, HandoutError, make_handout, strip_solutions
 from grading.items import SchemeError, load_scheme, scheme_for
 from kernel_runtime.device import gpu_unavailable_reason, nvrtc_unavailable_reason
 from reference import gold
 from kernel_runtime.tape import Launch, Program, Tape
 from reference.execution import Execution, execute, save_records
-from reference.registry import build, cases
+from reference.registry import SPECS, build, cases, unwritten
 from reference.variants import DECLARED, VARIANTS
 from tests.readme import bash_blocks
 from tests.reference.test_techniques import SAMPLES
@@ -401,7 +405,6 @@ def test_milestone_3_handout_adds_flash_and_local_attention_stubbed(handout_m3, 
     assert (destination / "reference/specs/flash_attention.py").exists()
     assert (destination / "reference/specs/local_attention.py").exists()
     assert "BEGIN SOLUTION" not in (destination / "kernels/flash_attention.py").read_text()
-    assert (destination / "kernels/decode.py").read_text() == (ROOT / "kernels/decode.py").read_text()
     readme = (destination / "README.md").read_text()
     assert "## Milestone 3" in readme and "## Milestone 2" in readme and "<!--" not in readme
     assert "## Milestone 3" not in (handout_m2[0] / "README.md").read_text()
@@ -439,7 +442,7 @@ def test_milestone_2_handout_stubs_compile_and_show_no_technique(handout_m2):
 
 def test_handout_stubs_every_solution_and_leaves_out_staff_files(handout):
     destination, stubbed = handout
-    assert len(stubbed) == 6
+    assert len(stubbed) == 7  # milestone 1's six kernel modules and the KV cache's decode.py
     for path in (destination / "kernels").glob("*.py"):
         assert LEFTOVER_MARKER.search(path.read_text()) is None, path
     assert "TODO: write this kernel" in (destination / "kernels" / "layernorm.py").read_text()
@@ -447,7 +450,8 @@ def test_handout_stubs_every_solution_and_leaves_out_staff_files(handout):
     assert (ROOT / "kernels/matmul_tf32.py").exists()  # milestone 2's: not in milestone 1's handout
     assert not (destination / "kernels/matmul_tf32.py").exists()
     assert not (destination / "tests/kernels/test_variants.py").exists()
-    assert (destination / "kernels" / "decode.py").read_text() == (ROOT / "kernels" / "decode.py").read_text()
+    decode = (destination / "kernels" / "decode.py").read_text()
+    assert "kernels/decode.py (4 blocks)" in stubbed and "__shfl" not in decode  # its block reduction too
     readme = (destination / "README.md").read_text()
     assert "## Grading (for TAs)" not in readme and "## On Delta" in readme and "staff only" not in readme
 
@@ -524,6 +528,170 @@ def test_earlier_kits_leave_out_later_milestones_host_functions(kit, request):
     later = [path for milestone, paths in MILESTONE_FILES.items() if milestone > 2 for path in paths]
     assert "kernels/flash_attention.py" in later
     assert not [path for path in later if (destination / path).exists()]
+
+
+def launched_kernels(source: str, function: str) -> set[str]:
+    """The kernels (by name) that host function `function` of a kernel module's source launches: the
+    CudaKernel objects it reaches through the names it uses, following the module's own functions and
+    variables (a kernel made by a factory function included)."""
+    tree = ast.parse(source)
+    functions = {node.name: node for node in tree.body if isinstance(node, ast.FunctionDef)}
+    variables = {target.id: node.value for node in tree.body if isinstance(node, ast.Assign)
+                 for target in node.targets if isinstance(target, ast.Name)}
+    kernels, seen, reach = set(), {function}, [functions[function]]
+    while reach:
+        for node in ast.walk(reach.pop()):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "CudaKernel":
+                kernels.add(node.args[1].value)
+            elif isinstance(node, ast.Name) and node.id not in seen and (node.id in functions or node.id in variables):
+                seen.add(node.id)
+                reach.append(functions.get(node.id) or variables[node.id])
+    return kernels
+
+
+def kernel_body(source: str, kernel: str) -> str:
+    """The body of CUDA kernel `kernel` in a kernel module's source, between its braces."""
+    head = re.search(rf"__global__[^{{;]*?\b{kernel}\s*\(", source)
+    assert head, f"no kernel {kernel}"
+    depth, start = 0, source.index("{", head.end())
+    for end in range(start, len(source)):
+        depth += {"{": 1, "}": -1}.get(source[end], 0)
+        if depth == 0:
+            return source[start + 1:end]
+    raise AssertionError(f"kernel {kernel} has no closing brace")
+
+
+def words(text: str) -> str:
+    return " ".join(text.split())
+
+
+@pytest.mark.parametrize("kit, milestone", [("handout", 1), ("handout_m2", 2), ("handout_m3", 3)])
+def test_a_handout_ships_no_graded_kernel_whole(kit, milestone, request):
+    """Every kernel that a host function or variant graded by the milestone's weights launches is stubbed in
+    that milestone's kit (or its module left out), and no file of the kit holds the kit's body of one."""
+    destination, _ = request.getfixturevalue(kit)
+    graded = {}  # kernel name -> the kit's body
+    for variant in (v for item in scheme_for(milestone).items for v in item.variants):
+        module = f"kernels/{variant.module}.py"
+        kernels = launched_kernels((ROOT / module).read_text(), variant.function)
+        assert kernels, f"{variant.name}: {variant.function} launches no kernel of {module}"
+        if not (destination / module).exists():
+            continue
+        for kernel in kernels:
+            body = kernel_body((ROOT / module).read_text(), kernel)
+            assert kernel_body((destination / module).read_text(), kernel) != body, \
+                f"milestone {milestone}'s kit ships {kernel} ({module}, graded as {variant.name}) whole"
+            graded[kernel] = words(body)
+    for path in (p for p in destination.rglob("*") if p.is_file() and p.suffix in (".py", ".md", ".cu", ".cuh")):
+        text = words(path.read_text())
+        shipped = [kernel for kernel, body in graded.items() if body in text]
+        assert not shipped, f"{path.relative_to(destination)} holds the body of {shipped}"
+
+
+def test_the_graded_kernel_check_can_fail():
+    """The check above sees a graded kernel shipped whole, in a helper's reach as in the host function's."""
+    source = (ROOT / "kernels/fused_gemv.py").read_text()
+    assert launched_kernels(source, "layernorm_matmul_forward") == {"fused_gemv_kernel"}  # through a factory
+    stubbed, _ = strip_solutions(source)
+    assert kernel_body(stubbed, "fused_gemv_kernel") != kernel_body(source, "fused_gemv_kernel")
+    assert launched_kernels((ROOT / "kernels/decode.py").read_text(), "decode_attention_forward") == {
+        "decode_attention_kernel"}
+
+
+FALLBACK = """
+import types
+from gpt2.decoding import DecoderError, decoder_or_recompute, make_decoder
+from reference.registry import SPECS, unwritten
+model = types.SimpleNamespace(backend=types.SimpleNamespace(name="kernels"))  # all a decoder's choice reads
+print([function for function in SPECS if unwritten(function)])
+said = []
+print(type(decoder_or_recompute(model, "graph", 1, said.append)).__name__, said)
+try:
+    make_decoder(model, "launched", 1)
+except DecoderError as err:
+    print(err)
+"""
+
+
+def test_a_kit_without_its_kv_cache_written_generates_by_recomputing_and_says_so(handout):
+    """In a fresh handout every host function is a stub; generation's decoder is then the recomputing one,
+    with one line saying why, and a cached decoder is refused in one line, instead of NaN logits."""
+    destination, _ = handout
+    done = subprocess.run([sys.executable, "-c", FALLBACK], capture_output=True, text=True, cwd=destination)
+    assert done.returncode == 0, done.stderr
+    unwritten, fallback, refusal = done.stdout.splitlines()
+    assert unwritten == str([function for function, spec in SPECS.items() if spec.milestone == 1])
+    stubs = ("encoder_at_positions_forward, kv_cache_append_forward, decode_attention_forward: not written yet "
+             "(kernels/decode.py)")
+    assert fallback == "RecomputeDecoder " + str([f"{stubs}; generating without the KV cache (each step recomputes "
+                                                  "the whole sequence)"])
+    assert refusal == f"{stubs}: the launched decoder needs the KV cache they keep (write them, or generate without " \
+                      "the cache)"
+
+
+def test_the_kit_itself_holds_no_stub():
+    """The kit's own kernels are written: its decoders run the KV cache as they always have."""
+    assert [function for function in SPECS if unwritten(function)] == []
+    assert kv_cache_stubs(types.SimpleNamespace(backend=types.SimpleNamespace(name="kernels")), "graph") is None
+
+
+def fake_kit(root: Path) -> Path:
+    """A git checkout holding a kernel module and a README, tracked, beside what a TA's checkout holds
+    untracked: a student's submission, a class list, the leaderboard's results."""
+    tracked = {"README.md": "# kit\n", "kernels/gelu.py": "// BEGIN SOLUTION\nanswer;\n// END SOLUTION\n"}
+    untracked = ["submissions/alice/kernels/gelu.py", "class.txt", "leaderboard-results/alice/leaderboard.json"]
+    for path in [*tracked, *untracked]:
+        (root / path).parent.mkdir(parents=True, exist_ok=True)
+        (root / path).write_text(tracked.get(path, "not the kit's\n"))
+    for command in (["git", "init", "-q"], ["git", "add", *tracked]):
+        subprocess.run(command, cwd=root, check=True, capture_output=True)
+    return root
+
+
+def test_a_handout_holds_only_the_files_git_tracks(tmp_path):
+    kit = fake_kit(tmp_path / "kit")
+    make_handout(tmp_path / "handout", root=kit)
+    handed_out = sorted(p.relative_to(tmp_path / "handout").as_posix() for p in (tmp_path / "handout").rglob("*")
+                        if p.is_file())
+    assert handed_out == ["README.md", "kernels/gelu.py"]
+    assert "answer" not in (tmp_path / "handout/kernels/gelu.py").read_text()
+
+
+def test_a_handout_from_a_directory_that_is_not_a_git_checkout_is_refused(tmp_path):
+    kit = fake_kit(tmp_path / "kit")
+    shutil.rmtree(kit / ".git")
+    with pytest.raises(HandoutError, match=f"^{re.escape(str(kit))} is not a git checkout of the kit \\(.*not a git "
+                                           "repository.*\\): run it from a git clone of the kit, installed with pip "
+                                           "install -e$"):
+        make_handout(tmp_path / "handout", root=kit)
+    subprocess.run(["git", "init", "-q"], cwd=kit, check=True)  # now a directory inside a checkout, not its top
+    with pytest.raises(HandoutError, match=f"^{re.escape(str(kit / 'kernels'))} is not a git checkout of the kit "
+                                           f"\\(its work tree is {re.escape(str(kit))}\\)"):
+        make_handout(tmp_path / "handout", root=kit / "kernels")
+    assert not (tmp_path / "handout").exists()
+
+
+def test_a_handout_from_an_installed_copy_is_one_line(tmp_path):
+    """As from `pip install .`: the kit's packages in a directory of their own, no git work tree around them."""
+    site = tmp_path / "site-packages"
+    for package in ("kernel_runtime", "kernels", "reference", "gpt2", "grading"):
+        shutil.copytree(ROOT / package, site / package, ignore=shutil.ignore_patterns("__pycache__"))
+    done = subprocess.run([sys.executable, "-m", "grading", "handout", str(tmp_path / "kit")], capture_output=True,
+                          text=True, cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(site)})
+    assert done.returncode == 2 and not (tmp_path / "kit").exists()
+    [line] = done.stderr.splitlines()
+    assert line.startswith(f"grading: {site} is not a git checkout of the kit (")
+    assert line.endswith("): run it from a git clone of the kit, installed with pip install -e")
+
+
+def test_a_handout_without_git_is_one_line(tmp_path):
+    no_git = tmp_path / "bin"  # a PATH where git is not
+    no_git.mkdir()
+    done = subprocess.run([sys.executable, "-m", "grading", "handout", str(tmp_path / "kit")], capture_output=True,
+                          text=True, cwd=ROOT, env={**os.environ, "PATH": str(no_git)})
+    assert done.returncode == 2 and not (tmp_path / "kit").exists()
+    assert done.stderr.splitlines() == ["grading: cannot run git to list the kit's files (No such file or directory): "
+                                        "run it from a git clone of the kit, installed with pip install -e"]
 
 
 def test_every_declared_variant_has_its_host_function_here():

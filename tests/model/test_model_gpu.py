@@ -1,7 +1,11 @@
 """The model on the GPU: whole-model logits (within gpt2.logits_check's allowance for
 their precision profile), the step-by-step check, the KV cache."""
 
+import shutil
+import subprocess
+import sys
 import types
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -178,3 +182,43 @@ def test_beam_search_on_a_graph_equals_launched_steps(weights):
     launched, graphed = (beam_search(model, prompt, 16, search, decoder=kind) for kind in ("launched", "graph"))
     assert launched.sequences == graphed.sequences
     np.testing.assert_array_equal(launched.scores, graphed.scores)
+
+
+UNWRITTEN_CACHE = """
+import sys
+from gpt2.checkpoint import perturbed_parameters
+from gpt2.executors import make_executor
+from gpt2.generate import GREEDY, generate
+from gpt2.model import GPT2
+from kernel_runtime import KitError
+from tests.model.helpers import TINY
+model = GPT2(TINY, perturbed_parameters(TINY, seed=5), backend="kernels", kernels=sys.argv[1])
+said = []
+print(generate(model, [464, 3290], 8, GREEDY, warn=said.append))
+print(generate(model, [464, 3290], 8, GREEDY, use_cache=False))
+print(said)
+try:
+    make_executor(model, "grape").generate([[464, 3290]], 8, GREEDY)
+except KitError as err:
+    print(err)
+"""
+
+
+def test_kernels_without_the_kv_cache_written_generate_as_recomputation_does(tmp_path):
+    """A student's kernels whose decode.py is still the handout's stubs: generation recomputes (the same
+    tokens as --no-cache, no NaN) and says why in one line; grape, which needs the cache, stops in one line."""
+    from grading.handout import strip_solutions
+
+    root = Path(__file__).parents[2]
+    kernels = tmp_path / "kernels"
+    shutil.copytree(root / "kernels", kernels, ignore=shutil.ignore_patterns("__pycache__"))
+    (kernels / "decode.py").write_text(strip_solutions((root / "kernels/decode.py").read_text())[0])
+    done = subprocess.run([sys.executable, "-c", UNWRITTEN_CACHE, str(kernels)], capture_output=True, text=True,
+                          cwd=root, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    cached, recomputed, said, grape = done.stdout.splitlines()
+    assert cached == recomputed
+    stubs = ("encoder_at_positions_forward, kv_cache_append_forward, decode_attention_forward: not written yet "
+             "(kernels/decode.py)")
+    assert said == str([f"{stubs}; generating without the KV cache (each step recomputes the whole sequence)"])
+    assert grape.startswith(f"{stubs}: the launched decoder needs the KV cache")
