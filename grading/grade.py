@@ -46,6 +46,7 @@ class SubmissionGrade:
     seed: int
     items: list[ItemGrade]
     menu_cap_points: float = 0.0  # the scheme's: the menu items count together up to this
+    milestone: int = 1            # the scheme's: whose weights file made this grade
 
     @property
     def score(self) -> float:
@@ -64,7 +65,7 @@ def grade_submission(submission: Path, scheme: Scheme, seed: int,
         grade = grade_item(submission, item, scheme, seed)
         progress(f"  {item.title}: {grade.score:g}/{item.weight:g} ({grade.reason})")
         grades.append(grade)
-    return SubmissionGrade(str(submission), seed, grades, scheme.menu_cap_points)
+    return SubmissionGrade(str(submission), seed, grades, scheme.menu_cap_points, scheme.milestone)
 
 
 def grade_item(submission: Path, item: Item, scheme: Scheme, seed: int) -> ItemGrade:
