@@ -135,8 +135,7 @@ def handout_main(argv) -> int:
 def leaderboard_main(argv) -> int:
     from grading import leaderboard
     from grading.ranking import make_gate, rank_submission
-    from reference.precision import FP32
-    from reference.variants import profile_of
+    from reference.variants import resolve_profile, variant_named
 
     parser = OneLineArgumentParser(prog="python -m grading leaderboard", description=leaderboard.__doc__,
                                    formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -150,7 +149,8 @@ def leaderboard_main(argv) -> int:
     args = parser.parse_args(argv)
     check_submissions(args.submissions)
     workload = leaderboard.load_workload(args.table)
-    profile = profile_of(args.variant) if args.variant else FP32
+    # the variants' own profile, whatever the TA's shell holds: a standing must not depend on it
+    profile = resolve_profile(None, [variant_named(name) for name in args.variant], environ={})
     exit_without_gpu("grading leaderboard", "cannot time kernels without a GPU")
     print(f"computing the gate's reference ({profile.name} profile) ...", file=sys.stderr, flush=True)
     gate = make_gate(workload, profile)

@@ -25,7 +25,7 @@ from grading.worker import TECHNIQUE_FILE
 from reference.execution import CUDA_CONTEXT_LOST, Execution
 from reference.judging import Result, judge
 from reference.registry import build, cases
-from reference.variants import Variant
+from reference.variants import Variant, resolve_profile
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -157,7 +157,7 @@ def judge_variant(variant: Variant, seed: int, records_dir: Path) -> VariantJudg
     for record in records:
         case = expected.get(record.case_id)
         if case is not None and record.function == case.function:
-            judged[case.id] = judge(build(case), record, profile=variant.profile)
+            judged[case.id] = judge(build(case), record, profile=resolve_profile(None, [variant], environ={}))
     return VariantJudgement(list(judged.values()), [r.error for r in records if r.case_id is None],
                             [r.error for r in records if r.cuda_error])
 

@@ -185,9 +185,10 @@ def technique_evidence(out: Path, variant: str, technique: str, missing: str | N
     (out / variant / TECHNIQUE_FILE).write_text(json.dumps({"technique": technique, "missing": missing}))
 
 
-def test_a_variant_scores_under_its_profile_and_with_its_technique_shown(tmp_path):
+def test_a_variant_scores_under_its_profile_and_with_its_technique_shown(tmp_path, monkeypatch):
     worker_records(tmp_path, lambda f: tf32_matmul, ["matmul_forward"], variant="matmul_tf32")
     technique_evidence(tmp_path, "matmul_tf32", "tensor_cores", None)
+    monkeypatch.setenv("KIT_PROFILE", "fp32")  # the TA's shell: a grade is judged under the variant's own
     grade = score_item(m2_item("tf32"), scheme_for(2), SEED, tmp_path)
     assert grade.score == 5, grade.reason
     as_fp32 = dataclasses.replace(m2_item("tf32"), variants=(dataclasses.replace(
@@ -336,6 +337,14 @@ def test_without_a_gpu_grading_exits_with_one_line(tmp_path):
     done = subprocess.run([sys.executable, "-m", "grading", str(ROOT)], capture_output=True, text=True, cwd=ROOT)
     assert done.returncode == 2
     assert done.stderr.strip().splitlines() == [f"grading: cannot grade without a GPU: {gpu_unavailable_reason()}"]
+
+
+@pytest.mark.skipif(gpu_unavailable_reason() is None, reason="this machine has a GPU")
+def test_the_leaderboard_reads_no_profile_from_the_environment():
+    done = subprocess.run([sys.executable, "-m", "grading", "leaderboard", str(ROOT), "--variant", "matmul_tf32"],
+                          capture_output=True, text=True, cwd=ROOT, env=os.environ | {"KIT_PROFILE": "bf16"})
+    assert (done.returncode, done.stderr.splitlines()) == (
+        2, [f"grading leaderboard: cannot time kernels without a GPU: {gpu_unavailable_reason()}"])
 
 
 def test_the_worker_program_loads_no_oracle():

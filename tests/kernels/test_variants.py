@@ -1,6 +1,7 @@
 """The milestone variants (reference.variants): each on every case of its host function,
-judged under its own precision profile, and its calls showing its technique: the
-compiled code of the kernels it launched, or its cuBLAS calls.
+judged under its own precision profile (unless --profile or $KIT_PROFILE names another),
+and its calls showing its technique: the compiled code of the kernels it launched, or
+its cuBLAS calls.
 
     pytest tests/kernels/test_variants.py -k tf32
 """
@@ -12,7 +13,7 @@ from reference.execution import execute
 from reference.judging import run_case
 from reference.registry import SPECS, build, cases, host_function, kernel_module
 from reference.techniques import TECHNIQUES, missing_evidence, missing_technique
-from reference.variants import VARIANTS
+from reference.variants import VARIANTS, resolve_profile
 
 
 def pytest_generate_tests(metafunc):
@@ -24,11 +25,12 @@ def pytest_generate_tests(metafunc):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("against", ["numpy", "gold"])
-def test_variant_matches_the_reference_under_its_profile(variant_case, against):
+def test_variant_matches_the_reference_under_its_profile(variant_case, against, pytestconfig):
     variant, case = variant_case
+    profile = resolve_profile(pytestconfig.getoption("profile"), [variant])
     result = run_case(host_function(variant.function, variant.module), case, against=against,
-                      profile=variant.profile, permit=variant.permit)
-    assert result.passed, f"{variant.name} under {variant.profile_name}: {result.message}"
+                      profile=profile, permit=variant.permit)
+    assert result.passed, f"{variant.name} under {profile.name}: {result.message}"
 
 
 WITH_TECHNIQUE = [v for v in VARIANTS.values() if v.technique]  # the KV cache's variants need none
