@@ -1,7 +1,7 @@
 """Time every host function, and every milestone variant, at GPT-2 124M sizes against gold and
 the card's ceilings.
 
-    python -m benchmarks.kernels [--kernels DIR] [--only NAME] [--csv results.csv]
+    python -m benchmarks.kernels [--kernels DIR] [--only NAME] [--profile P] [--csv results.csv]
 
 The rows are the benchmark sizes of the specs in reference/specs/: B=8, T=1024,
 C=768, NH=12; the matmul at OC = 2304 (qkv), 768 (attention projection), 3072 (MLP
@@ -16,11 +16,12 @@ Ceilings measured here, not taken from a datasheet: the copy bandwidth of a 1 Gi
 device-to-device copy (bytes read + written; "%copy"), and of a copy that moves the
 row's own bytes ("%same": a small copy does not reach the 1 GiB rate, since the
 card's ramp-up and tail weigh more), gold's matmul rate (cuBLAS in float32),
-and for a variant under the tf32 profile, cuBLAS in TF32 mode (the same call with the
+and for a row under the tf32 profile, cuBLAS in TF32 mode (the same call with the
 cuBLAS handle's math mode set to CUBLAS_TF32_TENSOR_OP_MATH): "vs ceiling" compares
-each matmul with the cuBLAS of its own precision. GB/s counts the fewest bytes the
-operation must move (each input read once, each output written once); TFLOP/s counts
-useful flops (for attention, only the causal half).
+each matmul with the cuBLAS of its own precision. A row's profile is --profile, else
+$KIT_PROFILE, else its variant's own, else fp32 (reference.variants.resolve_profile).
+GB/s counts the fewest bytes the operation must move (each input read once, each
+output written once); TFLOP/s counts useful flops (for attention, only the causal half).
 """
 
 import contextlib
@@ -35,7 +36,8 @@ from kernel_runtime.device import exit_without_gpu
 from kernel_runtime.loader import use_kernels
 from reference.execution import call_arguments
 from reference.registry import SPECS, build, host_function
-from reference.variants import VARIANTS
+from reference.precision import TF32
+from reference.variants import VARIANTS, resolve_profile
 
 SPIN_SOURCE = r"""
 extern "C" __global__ void spin(long long nanoseconds) {
@@ -77,11 +79,12 @@ def copy_bandwidth_gbs(nbytes: int = 2**31) -> float:
     return 2 * n * 4 / ms / 1e6
 
 
-def workloads(only: str = ""):
+def workloads(only: str = "", profile: str | None = None):
     """(row name, spec, module, profile, case) for every timed call of the host functions and variants whose
-    name contains `only`: each spec's own module, then the variants that live in modules of their own."""
-    rows = [(spec.function, spec, spec.module, "fp32") for spec in SPECS.values()]
-    rows += [(v.name, SPECS[v.function], v.module, v.profile_name) for v in VARIANTS.values()
+    name contains `only`: each spec's own module, then the variants that live in modules of their own. A
+    row's profile is resolved from `profile` (--profile) and its variant."""
+    rows = [(spec.function, spec, spec.module, resolve_profile(profile)) for spec in SPECS.values()]
+    rows += [(v.name, SPECS[v.function], v.module, resolve_profile(profile, [v])) for v in VARIANTS.values()
              if v.module != SPECS[v.function].module]
     return [(*row, case) for row in rows if only in row[0] or only in row[1].function
             for case in row[1].benchmark_cases()]
@@ -109,20 +112,24 @@ def main(argv=None) -> int:
     parser = OneLineArgumentParser(prog="python -m benchmarks.kernels", description=__doc__.splitlines()[0])
     parser.add_argument("--kernels", help="kernels/ directory to time (default: this repo's)")
     parser.add_argument("--only", default="", help="time only the host functions whose name contains this")
+    parser.add_argument("--profile", help="precision whose cuBLAS is a matmul's ceiling: fp32, tf32 or course "
+                                          "(default: $KIT_PROFILE, else the variant's own, else fp32)")
     parser.add_argument("--csv", help="also write the table to this CSV file")
     args = parser.parse_args(argv)
-    exit_without_gpu("benchmarks.kernels", "cannot run")
     return run_command("benchmarks.kernels", lambda: benchmark(args), error_status=2)
 
 
 def benchmark(args) -> int:
+    timed = workloads(args.only, args.profile)
+    exit_without_gpu("benchmarks.kernels", "cannot run")
+
     import cupy
 
     from reference import gold
 
     use_kernels(args.kernels)
     rows = [(name, spec, case, host_function(spec.function, module), profile)
-            for name, spec, module, profile, case in workloads(args.only)]
+            for name, spec, module, profile, case in timed]
     device = cupy.cuda.runtime.getDeviceProperties(0)["name"].decode()
     print(f"measuring copy bandwidth on {device} ...", flush=True)
     copy_gbs = copy_bandwidth_gbs()
@@ -144,7 +151,7 @@ def benchmark(args) -> int:
             ceilings[case.id] = gold_ms, tf32_ms, copy_bandwidth_gbs(spec.traffic(case.size))
         gold_ms, tf32_ms, same_size_copy_gbs = ceilings[case.id]
         nbytes, flops = spec.traffic(case.size), spec.flops(case.size) if spec.flops else 0
-        ceiling_ms = tf32_ms if profile == "tf32" else gold_ms
+        ceiling_ms = tf32_ms if profile is TF32 else gold_ms
         size = case.id.rsplit("-seed", 1)[0]
         row = dict(function=name, size=size, ms=ms, gold_ms=gold_ms, speedup_vs_gold=gold_ms / ms,
                    gbs=nbytes / ms / 1e6, pct_copy=100 * nbytes / ms / 1e6 / copy_gbs,

@@ -9,15 +9,16 @@ right away, and the model carries on with gold's numbers (check-and-swap), so on
 wrong kernel is reported where it is and does not smear into every later step.
 `--variant matmul_tf32` checks a milestone variant in its host function's place.
 
-How a step is judged is a precision profile (reference.precision):
-* course (the default without variants): for every element, min(|error|, |error| /
-  max(1e-3, |gold|)) <= 0.05, and the root-mean-square error <= 1e-3: the course's
-  test_gpt2_kernels criterion, loose enough for any float32 summation order, tight
-  enough for a forgotten bias or a missing mask;
-* fp32 or tf32 (the default with variants: the loosest of theirs): every element
-  within the rounding bound of its host function's spec for the step's own inputs,
-  doubled since gold rounds too, as the kernel tests judge against gold. The column
-  then shows the worst error as a fraction of its bound.
+How a step is judged is a precision profile (reference.precision): --profile, else
+$KIT_PROFILE, else the variants' own (the loosest of theirs), else fp32
+(reference.variants.resolve_profile).
+* fp32 or tf32: every element within the rounding bound of its host function's spec
+  for the step's own inputs, doubled since gold rounds too, as the kernel tests judge
+  against gold. The column shows the worst error as a fraction of its bound.
+* course: for every element, min(|error|, |error| / max(1e-3, |gold|)) <= 0.05, and
+  the root-mean-square error <= 1e-3: the course's test_gpt2_kernels criterion, loose
+  enough for any float32 summation order, tight enough for a forgotten bias or a
+  missing mask.
 """
 
 from __future__ import annotations
@@ -33,9 +34,9 @@ from kernel_runtime.commands import OneLineArgumentParser, run_command
 from kernel_runtime.device import exit_without_gpu
 from reference.judging import rounding_bounds
 from reference.numerics import element_errors, rms, worst_fraction
-from reference.precision import COURSE, COURSE_ELEMENT, COURSE_RMSE, Profile, course_errors, profile_named
+from reference.precision import COURSE, COURSE_ELEMENT, COURSE_RMSE, Profile, course_errors
 from reference.registry import spec
-from reference.variants import profile_of
+from reference.variants import resolve_profile, variant_named
 
 
 @functools.cache
@@ -72,7 +73,7 @@ class StepChecker:
     judged under `profile` (the course's criterion, or fp32's or tf32's rounding bounds). `backend`
     is the model's: the candidate's outputs are made on its device, and read back through it."""
 
-    def __init__(self, candidate, backend, profile: Profile = COURSE):
+    def __init__(self, candidate, backend, profile: Profile):
         self.candidate, self.backend, self.profile = candidate, backend, profile
         self.steps: list[Step] = []
 
@@ -111,7 +112,7 @@ class StepChecker:
         return arrays | {n: a for n, a in zip(names, args) if isinstance(a, (int, np.integer))}
 
 
-def run(model, tokens: np.ndarray, candidate, profile: Profile = COURSE) -> StepChecker:
+def run(model, tokens: np.ndarray, candidate, profile: Profile) -> StepChecker:
     """One forward pass of `model` (on the gold backend) with every call checked against `candidate`
     under `profile`."""
     checker = StepChecker(candidate, model.backend, profile)
@@ -129,13 +130,12 @@ def main(argv=None) -> int:
     parser.add_argument("--kernels", help="kernels/ directory to check (default: this repo's)")
     parser.add_argument("--variant", action="append", default=[], metavar="NAME",
                         help="a milestone variant in its host function's place, e.g. matmul_tf32 (repeatable)")
-    parser.add_argument("--profile", choices=("course", "fp32", "tf32"),
-                        help="how steps are judged (default: course; with --variant, the variants' profile)")
+    parser.add_argument("--profile", help="how steps are judged: fp32, tf32 or course "
+                                          "(default: $KIT_PROFILE, else the variants' profile, else fp32)")
     parser.add_argument("--batch", type=int, default=4)
     parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--seed", type=int, default=0, help="seed of the random token ids")
     args = parser.parse_args(argv)
-    exit_without_gpu("gpt2.step_check")
     return run_command("gpt2.step_check", lambda: check(args), error_status=2)
 
 
@@ -143,8 +143,9 @@ def check(args) -> int:
     from gpt2.backends import kernel_ops, uses_flash
     from gpt2.model import GPT2
 
+    profile = resolve_profile(args.profile, [variant_named(name) for name in args.variant])
+    exit_without_gpu("gpt2.step_check")
     candidate = kernel_ops(args.kernels, tuple(args.variant))
-    profile = profile_named(args.profile) if args.profile else profile_of(args.variant) if args.variant else COURSE
     model = GPT2.from_pretrained(args.model, backend="gold")
     model.flash_attention = uses_flash(tuple(args.variant))  # gold's attention step as the candidate's
     rng = np.random.default_rng(args.seed)

@@ -2,7 +2,7 @@
 
     python -m grading SUBMISSION [SUBMISSION ...] [--milestone 1|2|3] [--seed N] [--out DIR] [--results-json PATH]
     python -m grading --class-list FILE [--out DIR]       # one submission directory per line
-    python -m grading gather DIR [--milestone 1|2|3]        # gradebook.csv from DIR/*/results.json
+    python -m grading gather DIR [--milestone 1|2|3]        # gradebook.csv from DIR/*/results.json, of their milestone
     python -m grading handout OUT_DIR [--milestone 1|2|3]   # the starter kit, solutions stubbed
     python -m grading leaderboard SUBMISSION [...] [--variant NAME] [--out DIR]   # tok/s behind a gate
 
@@ -69,13 +69,13 @@ def grade_main(argv) -> int:
         rows.append((name, results))
     if len(rows) > 1:
         reports.write_gradebook(rows, scheme, args.out / "gradebook.csv")
-        print(f"gradebook: {args.out / 'gradebook.csv'}", file=sys.stderr)
+        print(f"milestone {scheme.milestone} gradebook: {args.out / 'gradebook.csv'}", file=sys.stderr)
     return 0
 
 
-def add_milestone_option(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--milestone", type=int, choices=sorted(WEIGHTS_FILES), default=1,
-                        help="which milestone's items (default: 1)")
+def add_milestone_option(parser: argparse.ArgumentParser, default: int | None = 1,
+                         help: str = "which milestone's items (default: 1)") -> None:
+    parser.add_argument("--milestone", type=int, choices=sorted(WEIGHTS_FILES), default=default, help=help)
 
 
 class GradingInputError(KitError):
@@ -112,14 +112,16 @@ def submission_problem(submission: Path) -> str | None:
 def gather_main(argv) -> int:
     parser = OneLineArgumentParser(prog="python -m grading gather")
     parser.add_argument("directory", type=Path, help="the --out directory of the grading runs")
-    add_milestone_option(parser)
+    add_milestone_option(parser, default=None, help="the milestone the results were graded under "
+                                                    "(default: the one they say; given, it is checked against it)")
     args = parser.parse_args(argv)
     rows = reports.read_results(args.directory)
     if not rows:
         print(f"grading gather: no */results.json under {args.directory}", file=sys.stderr)
         return 2
-    reports.write_gradebook(rows, scheme_for(args.milestone), args.directory / "gradebook.csv")
-    print(f"gradebook of {len(rows)} submissions: {args.directory / 'gradebook.csv'}")
+    scheme = scheme_for(reports.gathered_milestone(rows, args.directory, args.milestone))
+    reports.write_gradebook(rows, scheme, args.directory / "gradebook.csv")
+    print(f"milestone {scheme.milestone} gradebook of {len(rows)} submissions: {args.directory / 'gradebook.csv'}")
     return 0
 
 
@@ -136,8 +138,7 @@ def handout_main(argv) -> int:
 def leaderboard_main(argv) -> int:
     from grading import leaderboard
     from grading.ranking import make_gate, rank_submission
-    from reference.precision import FP32
-    from reference.variants import profile_of
+    from reference.variants import resolve_profile, variant_named
 
     parser = OneLineArgumentParser(prog="python -m grading leaderboard", description=leaderboard.__doc__,
                                    formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -151,7 +152,8 @@ def leaderboard_main(argv) -> int:
     args = parser.parse_args(argv)
     check_submissions(args.submissions)
     workload = leaderboard.load_workload(args.table)
-    profile = profile_of(args.variant) if args.variant else FP32
+    # the variants' own profile, whatever the TA's shell holds: a standing must not depend on it
+    profile = resolve_profile(None, [variant_named(name) for name in args.variant], environ={})
     exit_without_gpu("grading leaderboard", "cannot time kernels without a GPU")
     print(f"computing the gate's reference ({profile.name} profile) ...", file=sys.stderr, flush=True)
     gate = make_gate(workload, profile)

@@ -36,7 +36,7 @@ from reference.execution import CUDA_CONTEXT_LOST, Execution, load_records
 from reference.judging import Result, judge
 from reference.registry import build, cases
 from reference.techniques import TECHNIQUES, missing_technique, products_of
-from reference.variants import Variant
+from reference.variants import Variant, resolve_profile
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 RECORDING_SEED = 0  # the inputs the worker's calls are recorded on: no secret, since only replays are judged
@@ -58,6 +58,7 @@ class SubmissionGrade:
     seed: int
     items: list[ItemGrade]
     menu_cap_points: float = 0.0  # the scheme's: the menu items count together up to this
+    milestone: int = 1            # the scheme's: whose weights file made this grade
 
     @property
     def score(self) -> float:
@@ -76,7 +77,7 @@ def grade_submission(submission: Path, scheme: Scheme, seed: int,
         grade = grade_item(submission, item, scheme, seed)
         progress(f"  {item.title}: {grade.score:g}/{item.weight:g} ({grade.reason})")
         grades.append(grade)
-    return SubmissionGrade(str(submission), seed, grades, scheme.menu_cap_points)
+    return SubmissionGrade(str(submission), seed, grades, scheme.menu_cap_points, scheme.milestone)
 
 
 def grade_item(submission: Path, item: Item, scheme: Scheme, seed: int) -> ItemGrade:
@@ -243,7 +244,7 @@ def judge_variant(variant: Variant, seed: int, records_dir: Path, replayed: Repl
                 execution.error = execution.error or f"its tape does not replay: {execution.replay_error}"
         elif record.error is None and record.refused is None and record.tape is not None:
             execution.error = "the replay did not reach this case"
-        judged.append(judge(build(case), execution, profile=variant.profile))
+        judged.append(judge(build(case), execution, profile=resolve_profile(None, [variant], environ={})))
         executions.append(execution)
     return VariantJudgement(judged, executions, [r.error for r in records if r.case_id is None],
                             [e.error or e.replay_error for e in executions if e.cuda_error])

@@ -1,4 +1,9 @@
-"""Grade reports: a console table, Gradescope's results.json, a class gradebook CSV."""
+"""Grade reports: a console table, Gradescope's results.json, a class gradebook CSV.
+
+Each names the milestone whose weights file made the grade. results.json keeps it in
+Gradescope's extra_data (stored there, shown to no one), so that `grading gather`
+builds the gradebook from that milestone's items.
+"""
 
 from __future__ import annotations
 
@@ -8,10 +13,11 @@ from pathlib import Path
 
 from grading.grade import SubmissionGrade
 from grading.items import Scheme
+from kernel_runtime import KitError
 
 
 def console_table(grade: SubmissionGrade, width: int = 100) -> str:
-    lines = [f"submission: {grade.submission}   (seed {grade.seed})",
+    lines = [f"submission: {grade.submission}   (milestone {grade.milestone}, seed {grade.seed})",
              f"{'item':30s} {'weight':>6s} {'score':>6s}  reason"]
     for g in grade.items:
         reason = g.reason if len(g.reason) <= width else g.reason[: width - 3] + "..."
@@ -37,8 +43,15 @@ def gradescope_results(grade: SubmissionGrade) -> dict:
                 output += f"\n... and {len(g.details) - len(shown)} more"
         tests.append({"name": g.item.title, "score": round(g.score, 4), "max_score": g.item.weight,
                       "output": output})
-    return {"score": round(grade.score, 4), "output": f"{grade.score:g} of {grade.max_score:g} points",
-            "tests": tests}
+    return {"score": round(grade.score, 4),
+            "output": f"milestone {grade.milestone}: {grade.score:g} of {grade.max_score:g} points",
+            "extra_data": {"milestone": grade.milestone}, "tests": tests}
+
+
+def milestone_of(results: dict) -> int | None:
+    """The milestone a results.json says it was graded under; None if it does not say."""
+    extra = results.get("extra_data")
+    return extra.get("milestone") if isinstance(extra, dict) else None
 
 
 def write_results_json(results: dict, path: Path) -> None:
@@ -47,15 +60,49 @@ def write_results_json(results: dict, path: Path) -> None:
     path.write_text(json.dumps(results, indent=2) + "\n")
 
 
+class GatherError(KitError):
+    """Results that cannot make one gradebook."""
+
+
+def gathered_milestone(rows: list[tuple[str, dict]], directory: Path, milestone: int | None) -> int:
+    """The one milestone of the results read from `directory`, checked against `milestone` (--milestone)
+    when it is given; results that do not say theirs need it given."""
+    by_milestone: dict[int | None, list[str]] = {}
+    for name, results in rows:
+        by_milestone.setdefault(milestone_of(results), []).append(name)
+    said = sorted(m for m in by_milestone if m is not None)
+    if len(said) > 1:
+        mixed = "; ".join(f"milestone {m}: {_some(by_milestone[m])}" for m in said)
+        raise GatherError(f"the results in {directory} mix milestones ({mixed}); "
+                          f"gather each milestone's from a directory of its own")
+    if milestone is not None and said and said != [milestone]:
+        raise GatherError(f"--milestone {milestone}, but the results in {directory} are milestone {said[0]}'s")
+    if milestone is None and None in by_milestone:
+        raise GatherError(f"the results of {_some(by_milestone[None])} in {directory} do not say their milestone; "
+                          f"name it with --milestone N")
+    return milestone if milestone is not None else said[0]
+
+
+def _some(names: list[str], shown: int = 3) -> str:
+    """A few of `names` and how many there are, for one line about a class."""
+    return ", ".join(names[:shown]) + (f" and {len(names) - shown} more" if len(names) > shown else "")
+
+
 def write_gradebook(rows: list[tuple[str, dict]], scheme: Scheme, path: Path) -> None:
-    """One row per submission: its name, total, and each item's score (from results.json contents)."""
+    """One row per submission: its name, milestone, total, and each of the scheme's items' scores (from
+    results.json contents). Results without a score for one of the items were made by another scheme."""
     titles = [item.title for item in scheme.items]
+    scores = {name: {t["name"]: t["score"] for t in results["tests"]} for name, results in rows}
+    for name, by_title in scores.items():
+        missing = [title for title in titles if title not in by_title]
+        if missing:
+            raise GatherError(f"{name}: its results have no score for {missing[0]!r}, "
+                              f"an item of milestone {scheme.milestone}")
     with open(path, "w", newline="") as f:
         writer = csv.writer(f)
-        writer.writerow(["submission", "total", *titles])
+        writer.writerow(["submission", "milestone", "total", *titles])
         for name, results in rows:
-            by_title = {t["name"]: t["score"] for t in results["tests"]}
-            writer.writerow([name, results["score"], *(by_title.get(t, 0) for t in titles)])
+            writer.writerow([name, scheme.milestone, results["score"], *(scores[name][t] for t in titles)])
 
 
 def read_results(directory: Path) -> list[tuple[str, dict]]:

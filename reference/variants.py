@@ -28,15 +28,22 @@ modules (grading.handout): its variants are left out of VARIANTS there.
 
 A milestone-1 host function is a variant too, `plain(function)`: its spec's module,
 fp32, no technique; so the grader runs every item of every milestone one way.
+
+Every command that judges kernels gets its precision profile from resolve_profile:
+an explicit --profile, else $KIT_PROFILE, else the variants' own profile, else fp32.
+The grader and the leaderboard name no profile and read no environment: a grade is
+judged under the variants' own profiles, whatever the TA's shell holds.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
+from typing import Iterable, Mapping
 
 from kernel_runtime import KitError
 from kernel_runtime.loader import KIT_KERNELS
-from reference.precision import Profile, profile_named
+from reference.precision import Profile, ProfileError, profile_named
 from reference.registry import SPECS
 from reference.techniques import TECHNIQUES
 
@@ -110,10 +117,22 @@ def variant_named(name: str) -> Variant:
     return VARIANTS[name]
 
 
-def profile_of(variant_names) -> Profile:
-    """The precision profile of a model built with these variants: tf32 if any is, else fp32."""
-    profiles = {variant_named(name).profile_name for name in variant_names}
-    return profile_named("tf32" if "tf32" in profiles else "fp32")
+PROFILE_VARIABLE = "KIT_PROFILE"
+
+
+def resolve_profile(name: str | None, variants: Iterable[Variant] = (),
+                    environ: Mapping[str, str] = os.environ) -> Profile:
+    """The precision profile a check runs under: `name` (a --profile flag) when given, else
+    $KIT_PROFILE in `environ` when set, else the variants' own (tf32 if any of them is judged under
+    it), else fp32. A name that is no profile is a ProfileError saying where it came from."""
+    for given, source in ((name, "--profile"), (environ.get(PROFILE_VARIABLE) or None, f"${PROFILE_VARIABLE}")):
+        if given is not None:
+            try:
+                return profile_named(given)
+            except ProfileError as err:
+                raise ProfileError(f"{source}: {err}") from None
+    own = {variant.profile_name for variant in variants}
+    return profile_named("tf32" if "tf32" in own else "fp32")
 
 
 def milestone_variants(milestone: int) -> list[Variant]:

@@ -18,7 +18,7 @@ import pytest
 
 from gpt2.decoding import kv_cache_stubs
 from grading import reports
-from grading.grade import ItemGrade, Replayed, SubmissionGrade, score_item
+from grading.grade import ItemGrade, Replayed, SubmissionGrade, grade_submission, score_item
 from grading.handout import LEFTOVER_MARKER, MILESTONE_FILES, HandoutError, make_handout, strip_solutions
 from grading.items import SchemeError, load_scheme, scheme_for
 from kernel_runtime.device import gpu_unavailable_reason, nvrtc_unavailable_reason
@@ -213,10 +213,11 @@ def all_products(function: str) -> int:
 
 
 @pytest.mark.nvrtc
-def test_a_variant_scores_under_its_profile_and_with_its_technique_shown(tmp_path):
+def test_a_variant_scores_under_its_profile_and_with_its_technique_shown(tmp_path, monkeypatch):
     replayed = worker_records(tmp_path, lambda f: tf32_matmul, ["matmul_forward"], variant="matmul_tf32",
                               kernel="tensor_core_tile")
     counted(replayed, "matmul_tf32", {"tensor_core_tile": {"tensor_core": all_products("matmul_forward")}})
+    monkeypatch.setenv("KIT_PROFILE", "fp32")  # the TA's shell: a grade is judged under the variant's own
     grade = score_item(m2_item("tf32"), scheme_for(2), SEED, tmp_path, replayed)
     assert grade.score == 5, grade.reason
     as_fp32 = dataclasses.replace(m2_item("tf32"), variants=(dataclasses.replace(
@@ -277,13 +278,14 @@ def sample_grade():
 
 def test_console_table():
     table = reports.console_table(sample_grade())
-    assert "seed 42" in table and table.splitlines()[-1].split()[-2:] == ["10", "9.00"]
+    assert "(milestone 1, seed 42)" in table and table.splitlines()[-1].split()[-2:] == ["10", "9.00"]
     assert any(line.startswith("GELU") and " 0.00 " in line for line in table.splitlines())
 
 
 def test_gradescope_results_format():
     results = reports.gradescope_results(sample_grade())
-    assert results["score"] == 9
+    assert results["score"] == 9 and results["output"] == "milestone 1: 9 of 10 points"
+    assert results["extra_data"] == {"milestone": 1}  # stored by Gradescope, shown to no one
     assert [t["name"] for t in results["tests"]][:2] == ["Attention (including Softmax)", "Encoder"]
     gelu = results["tests"][-1]
     assert (gelu["score"], gelu["max_score"]) == (0, 1)
@@ -292,16 +294,83 @@ def test_gradescope_results_format():
     assert set(gelu) == {"name", "score", "max_score", "output"}
 
 
+def test_a_grade_carries_the_milestone_of_its_scheme(monkeypatch, tmp_path):
+    monkeypatch.setattr("grading.grade.grade_item", lambda submission, item, scheme, seed: ItemGrade(item, 0.0, ""))
+    made = grade_submission(tmp_path, scheme_for(2), SEED)
+    assert made.milestone == 2 and reports.gradescope_results(made)["extra_data"] == {"milestone": 2}
+    assert "(milestone 2, seed 123)" in reports.console_table(made)
+
+
+def full_marks(milestone: int, name: str) -> SubmissionGrade:
+    scheme = scheme_for(milestone)
+    return SubmissionGrade(name, SEED, [ItemGrade(i, i.weight, "all cases pass") for i in scheme.items],
+                           scheme.menu_cap_points, milestone)
+
+
+def write_results(out: Path, grades: list[SubmissionGrade], milestone_said: bool = True) -> None:
+    """Each grade's results.json in out/<submission>/, as a grading run writes them (or, with
+    `milestone_said` False, without the milestone they were graded under)."""
+    for made in grades:
+        results = reports.gradescope_results(made)
+        if not milestone_said:
+            del results["extra_data"]
+        reports.write_results_json(results, out / made.submission / "results.json")
+
+
+def gradebook(out: Path) -> list[list[str]]:
+    return list(csv.reader(open(out / "gradebook.csv")))
+
+
 def test_gradebook_gathers_every_results_json(tmp_path):
-    for name in ("alice", "bob"):
-        grade = dataclasses.replace(sample_grade(), submission=name)
-        reports.write_results_json(reports.gradescope_results(grade), tmp_path / name / "results.json")
-    done = subprocess.run([sys.executable, "-m", "grading", "gather", str(tmp_path)], capture_output=True, text=True,
-                          cwd=ROOT)
+    write_results(tmp_path, [dataclasses.replace(sample_grade(), submission=name) for name in ("alice", "bob")])
+    done = grading("gather", str(tmp_path))
     assert done.returncode == 0, done.stderr
-    rows = list(csv.reader(open(tmp_path / "gradebook.csv")))
-    assert rows[0][:3] == ["submission", "total", "Attention (including Softmax)"]
-    assert [r[0] for r in rows[1:]] == ["alice", "bob"] and rows[1][1] == "9.0"
+    assert done.stdout.startswith("milestone 1 gradebook of 2 submissions")
+    rows = gradebook(tmp_path)
+    assert rows[0][:4] == ["submission", "milestone", "total", "Attention (including Softmax)"]
+    assert [r[0] for r in rows[1:]] == ["alice", "bob"] and rows[1][1:3] == ["1", "9.0"]
+
+
+@pytest.mark.parametrize("milestone", [2, 3])
+def test_gather_makes_the_gradebook_of_the_milestone_the_results_were_graded_under(tmp_path, milestone):
+    write_results(tmp_path, [full_marks(milestone, "alice"), full_marks(milestone, "bob")])
+    done = grading("gather", str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    scheme = scheme_for(milestone)
+    rows = gradebook(tmp_path)
+    assert rows[0] == ["submission", "milestone", "total", *(i.title for i in scheme.items)]
+    assert rows[1] == ["alice", str(milestone), format(scheme.total_points), *(format(i.weight) for i in scheme.items)]
+    explicit = grading("gather", str(tmp_path), "--milestone", str(milestone))
+    assert explicit.returncode == 0 and gradebook(tmp_path) == rows
+
+
+def test_gather_refuses_results_of_mixed_milestones_in_one_line(tmp_path):
+    write_results(tmp_path, [full_marks(1, name) for name in ("alice", "bob", "carol", "dave")]
+                  + [full_marks(2, "erin")])
+    done = grading("gather", str(tmp_path))
+    assert (done.returncode, done.stderr.splitlines()) == (2, [
+        f"grading: the results in {tmp_path} mix milestones (milestone 1: alice, bob, carol and 1 more; "
+        f"milestone 2: erin); gather each milestone's from a directory of its own"])
+    assert not (tmp_path / "gradebook.csv").exists()
+
+
+def test_gather_checks_the_milestone_it_is_given_against_the_results(tmp_path):
+    write_results(tmp_path, [full_marks(2, "alice")])
+    done = grading("gather", str(tmp_path), "--milestone", "1")
+    assert (done.returncode, done.stderr.splitlines()) == (
+        2, [f"grading: --milestone 1, but the results in {tmp_path} are milestone 2's"])
+
+
+def test_results_that_do_not_say_their_milestone_are_gathered_under_the_one_named(tmp_path):
+    write_results(tmp_path, [full_marks(2, "alice")], milestone_said=False)
+    done = grading("gather", str(tmp_path))
+    assert (done.returncode, done.stderr.splitlines()) == (2, [
+        f"grading: the results of alice in {tmp_path} do not say their milestone; name it with --milestone N"])
+    assert grading("gather", str(tmp_path), "--milestone", "2").returncode == 0
+    assert gradebook(tmp_path)[1][:3] == ["alice", "2", "18.0"]
+    wrong = grading("gather", str(tmp_path), "--milestone", "1")
+    assert (wrong.returncode, wrong.stderr.splitlines()) == (2, [
+        "grading: alice: its results have no score for 'Attention (including Softmax)', an item of milestone 1"])
 
 
 @pytest.mark.skipif(gpu_unavailable_reason() is None, reason="this machine has a GPU")
@@ -309,6 +378,14 @@ def test_without_a_gpu_grading_exits_with_one_line(tmp_path):
     done = subprocess.run([sys.executable, "-m", "grading", str(ROOT)], capture_output=True, text=True, cwd=ROOT)
     assert done.returncode == 2
     assert done.stderr.strip().splitlines() == [f"grading: cannot grade without a GPU: {gpu_unavailable_reason()}"]
+
+
+@pytest.mark.skipif(gpu_unavailable_reason() is None, reason="this machine has a GPU")
+def test_the_leaderboard_reads_no_profile_from_the_environment():
+    done = subprocess.run([sys.executable, "-m", "grading", "leaderboard", str(ROOT), "--variant", "matmul_tf32"],
+                          capture_output=True, text=True, cwd=ROOT, env=os.environ | {"KIT_PROFILE": "bf16"})
+    assert (done.returncode, done.stderr.splitlines()) == (
+        2, [f"grading leaderboard: cannot time kernels without a GPU: {gpu_unavailable_reason()}"])
 
 
 def test_the_worker_program_loads_no_oracle():

@@ -1,7 +1,8 @@
 """The milestone variants (reference.variants): each on every case of its host function,
-judged under its own precision profile, and its calls showing its technique: the
-compiled code of the kernels it launched and what they executed, or its cuBLAS calls,
-judged as the grader judges them (reference.techniques).
+judged under its own precision profile (unless --profile or $KIT_PROFILE names another),
+and its calls showing its technique: the compiled code of the kernels it launched and
+what they executed, or its cuBLAS calls, judged as the grader judges them
+(reference.techniques).
 
     pytest tests/kernels/test_variants.py -k tf32
 """
@@ -13,7 +14,7 @@ from reference.execution import execute
 from reference.judging import run_case
 from reference.registry import SPECS, build, cases, host_function, kernel_module
 from reference.techniques import TECHNIQUES, missing_technique_here, static_classes
-from reference.variants import VARIANTS
+from reference.variants import VARIANTS, resolve_profile
 
 
 def pytest_generate_tests(metafunc):
@@ -25,11 +26,12 @@ def pytest_generate_tests(metafunc):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("against", ["numpy", "gold"])
-def test_variant_matches_the_reference_under_its_profile(variant_case, against):
+def test_variant_matches_the_reference_under_its_profile(variant_case, against, pytestconfig):
     variant, case = variant_case
+    profile = resolve_profile(pytestconfig.getoption("profile"), [variant])
     result = run_case(host_function(variant.function, variant.module), case, against=against,
-                      profile=variant.profile, permit=variant.permit)
-    assert result.passed, f"{variant.name} under {variant.profile_name}: {result.message}"
+                      profile=profile, permit=variant.permit)
+    assert result.passed, f"{variant.name} under {profile.name}: {result.message}"
 
 
 WITH_TECHNIQUE = [v for v in VARIANTS.values() if v.technique]  # the KV cache's variants need none

@@ -5,6 +5,8 @@ fp32's; an error past the tf32 bound fails it. The course's criterion lets a wro
 element through, and rejects correct float32 on the extreme cases (its RMSE limit is
 absolute)."""
 
+import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -12,10 +14,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from kernel_runtime.device import gpu_unavailable_reason
 from reference import gold
 from reference.judging import run_case
 from reference.precision import COURSE, FP32, TF32, ProfileError, course_failures, profile_named, to_tf32
 from reference.registry import SPECS, cases
+from reference.variants import VARIANTS, Variant, resolve_profile
 
 ROOT = Path(__file__).parents[2]
 MATMUL_CASES = cases("matmul_forward")
@@ -102,11 +106,84 @@ def test_profiles_are_named():
         profile_named("bf16")
 
 
-def test_pytest_names_a_profile_that_does_not_exist():
-    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/kernels/test_kernels.py",
-                           "--profile", "bf16"], capture_output=True, text=True, cwd=ROOT, timeout=120)
+TF32_VARIANT = Variant("a_tf32_matmul", "matmul_forward", "matmul", "tf32", None, milestone=2)
+FP32_VARIANT = Variant("a_fp32_matmul", "matmul_forward", "matmul", "fp32", None, milestone=2)
+
+
+@pytest.mark.parametrize("name, environ, variants, expected", [
+    ("course", {"KIT_PROFILE": "tf32"}, [TF32_VARIANT], COURSE),  # an explicit flag wins
+    (None, {"KIT_PROFILE": "course"}, [TF32_VARIANT], COURSE),    # then $KIT_PROFILE
+    (None, {"KIT_PROFILE": ""}, [FP32_VARIANT, TF32_VARIANT], TF32),  # then the variants' own: the loosest
+    (None, {}, [FP32_VARIANT], FP32),
+    (None, {}, [], FP32),                                          # then fp32
+], ids=["flag", "environment", "variants", "fp32-variant", "nothing"])
+def test_one_rule_resolves_the_profile(name, environ, variants, expected):
+    assert resolve_profile(name, variants, environ) is expected
+
+
+@pytest.mark.parametrize("name, environ, source", [("bf16", {"KIT_PROFILE": "tf32"}, "--profile"),
+                                                   (None, {"KIT_PROFILE": "bf16"}, "$KIT_PROFILE")])
+def test_a_bad_profile_name_says_where_it_came_from(name, environ, source):
+    with pytest.raises(ProfileError, match=f"^{re.escape(source)}: no precision profile 'bf16'; the profiles are "
+                                           f"fp32, tf32, course$"):
+        resolve_profile(name, [TF32_VARIANT], environ)
+
+
+def run_module(*args: str, profile_variable: str | None = None) -> subprocess.CompletedProcess:
+    environ = {k: v for k, v in os.environ.items() if k != "KIT_PROFILE"}
+    if profile_variable is not None:
+        environ["KIT_PROFILE"] = profile_variable
+    return subprocess.run([sys.executable, "-m", *args], capture_output=True, text=True, cwd=ROOT, env=environ,
+                          timeout=120)
+
+
+@pytest.mark.parametrize("flags, variable, source", [(["--profile", "bf16"], None, "--profile"),
+                                                     ([], "bf16", "$KIT_PROFILE")])
+def test_pytest_names_a_profile_that_does_not_exist(flags, variable, source):
+    done = run_module("pytest", "-q", "-p", "no:cacheprovider", "tests/kernels/test_kernels.py", *flags,
+                      profile_variable=variable)
     assert done.returncode == 4
-    assert "ERROR: --profile: no precision profile 'bf16'; the profiles are fp32, tf32, course" in done.stderr
+    assert f"ERROR: {source}: no precision profile 'bf16'; the profiles are fp32, tf32, course" in done.stderr
+
+
+@pytest.mark.parametrize("flags, variable, expected", [([], None, "fp32"), ([], "course", "course"),
+                                                       (["--profile", "tf32"], "course", "tf32")])
+def test_pytest_reports_the_profile_it_resolved(flags, variable, expected):
+    done = run_module("pytest", "-p", "no:cacheprovider", "--collect-only", "tests/reference/test_precision.py",
+                      *flags, profile_variable=variable)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr
+    assert f"precision profile of the host functions' checks: {expected}\n" in done.stdout
+
+
+@pytest.mark.parametrize("command", ["gpt2.step_check", "benchmarks.kernels"])
+@pytest.mark.parametrize("flags, variable, source", [(["--profile", "bf16"], "tf32", "--profile"),
+                                                     ([], "bf16", "$KIT_PROFILE")])
+def test_commands_name_a_profile_that_does_not_exist_in_one_line(command, flags, variable, source):
+    done = run_module(command, *flags, profile_variable=variable)
+    assert (done.returncode, done.stderr.splitlines()) == (
+        2, [f"{command}: {source}: no precision profile 'bf16'; the profiles are fp32, tf32, course"])
+
+
+@pytest.mark.skipif(gpu_unavailable_reason() is None, reason="on a GPU the step check would run")
+def test_the_step_check_s_flag_wins_over_the_environment():
+    done = run_module("gpt2.step_check", "--profile", "tf32", profile_variable="bf16")
+    assert (done.returncode, done.stderr.splitlines()) == (
+        2, [f"gpt2.step_check: cannot run kernels: {gpu_unavailable_reason()}"])
+
+
+def test_a_benchmark_row_is_timed_under_the_profile_the_rule_gives(monkeypatch):
+    from benchmarks.kernels import workloads
+
+    def profiles(*args):
+        return {row[0]: row[3] for row in workloads("matmul", *args)}
+
+    monkeypatch.delenv("KIT_PROFILE", raising=False)
+    assert profiles()["matmul_forward"] is FP32 and profiles("tf32")["matmul_forward"] is TF32
+    monkeypatch.setenv("KIT_PROFILE", "course")
+    assert set(profiles().values()) == {COURSE} and set(profiles("fp32").values()) == {FP32}
+    if "matmul_tf32" in VARIANTS:
+        monkeypatch.delenv("KIT_PROFILE")
+        assert profiles()["matmul_tf32"] is TF32 and profiles("fp32")["matmul_tf32"] is FP32
 
 
 @pytest.mark.parametrize("seed", [0, 1], ids=lambda s: f"seed{s}")

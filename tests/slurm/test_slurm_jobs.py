@@ -134,4 +134,4 @@ def test_grade_class_array_then_gather(tmp_path):
     code, _, text, _ = submit("grade_class.slurm", tmp_path, str(class_list), str(results))
     assert code == 0, text
     assert "gradebook of 2 submissions" in text
-    assert (results / "gradebook.csv").read_text().splitlines()[1].startswith("alice,9")
+    assert (results / "gradebook.csv").read_text().splitlines()[1].startswith("alice,1,9")
