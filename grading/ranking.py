@@ -87,7 +87,8 @@ def measure_roofline(params, profile: Profile) -> Roofline:
 
     weights = sum(array.size for name, array in params.items() if name != "wpe")
     bytes_per_weight = 2 if profile.product_input_rounding else 4
-    l2_bytes = cupy.cuda.Device().attributes["L2CacheSize"]
+    runtime = cupy.cuda.runtime
+    l2_bytes = runtime.deviceGetAttribute(runtime.cudaDevAttrL2CacheSize, cupy.cuda.Device().id)
     return Roofline(BANDWIDTH_HEADROOM * copy_bandwidth(), weights * bytes_per_weight - l2_bytes)
 
 

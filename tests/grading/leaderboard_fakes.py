@@ -74,11 +74,8 @@ def time_travel(cheat, prompts, n, sampling, run, **kwargs):
     """Stops this process's clocks, then takes its time: the ranking process's clock still runs."""
     for name in ("perf_counter", "monotonic", "time", "perf_counter_ns", "monotonic_ns"):
         setattr(time, name, lambda: 0)
-    started = os.times().elapsed
-    tokens = cheat.honest.generate(prompts, n, sampling, **kwargs)
-    while os.times().elapsed - started < SLEEP_SECONDS:
-        pass
-    return tokens
+    time.sleep(SLEEP_SECONDS)  # the C clock, which the patches do not reach
+    return cheat.honest.generate(prompts, n, sampling, **kwargs)
 
 
 def writes_results(cheat, prompts, n, sampling, run, **kwargs):
