@@ -2,8 +2,9 @@
 
 A message is one line of JSON, {"kind": ..., "fields": {...}, "arrays": [[name, dtype,
 shape], ...]}, then each array's bytes: numbers only, never pickled, and of a bounded
-size, because the ranking process reads what an untrusted process wrote. Each side checks the kind it expects; anything else, or the
-pipe closing, is a ChannelError naming what came instead.
+size, because the ranking process reads what an untrusted process wrote. Each side
+checks the kind it expects; anything else, or the pipe closing, is a ChannelError
+naming what came instead.
 
 The worker's channel is the stdin and stdout it was started with, moved to file
 descriptors of their own (`worker_channel`), so that whatever the submission prints

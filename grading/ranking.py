@@ -233,7 +233,8 @@ def judged_rows(runs: list[Run], judge: Judge, progress: Callable[[str], None]) 
     progress(f"checking {sum(run.configuration.tokens for run in runs):,} tokens with the trusted model ...")
     started, model, rows = time.perf_counter(), judge.trusted_model(), []
     for run in runs:
-        tokens_per_second, ceiling = run.configuration.tokens / run.seconds, judge.roofline.ceiling(run.configuration.batch)
+        tokens_per_second = run.configuration.tokens / run.seconds
+        ceiling = judge.roofline.ceiling(run.configuration.batch)
         refused = check_run(model, run.prompts, run.tokens, run.configuration.new_tokens,
                             judge.workload.sampling(run.seed), judge.gate.allowed)
         if refused is None and tokens_per_second > ceiling:
