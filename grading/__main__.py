@@ -4,7 +4,7 @@
     python -m grading --class-list FILE [--out DIR]       # one submission directory per line
     python -m grading gather DIR [--milestone 1|2|3]        # gradebook.csv from DIR/*/results.json, of their milestone
     python -m grading handout OUT_DIR [--milestone 1|2|3]   # the starter kit, solutions stubbed
-    python -m grading leaderboard SUBMISSION [...] [--variant NAME] [--out DIR]   # tok/s behind a gate
+    python -m grading leaderboard SUBMISSION [...] [--variant NAME] [--seed N] [--out DIR]   # checked tok/s
 
 A submission is a directory holding a student's kernels/ (or a kernels/ directory
 itself). Each item of the milestone's weights file (grading/weights.toml, or
@@ -137,7 +137,7 @@ def handout_main(argv) -> int:
 
 def leaderboard_main(argv) -> int:
     from grading import leaderboard
-    from grading.ranking import make_gate, rank_submission
+    from grading.ranking import make_judge, rank_submission, worker_command
     from reference.variants import resolve_profile, variant_named
 
     parser = OneLineArgumentParser(prog="python -m grading leaderboard", description=leaderboard.__doc__,
@@ -147,6 +147,8 @@ def leaderboard_main(argv) -> int:
                         help="a milestone variant in its host function's place, e.g. matmul_tf32 (repeatable)")
     parser.add_argument("--table", type=Path, default=leaderboard.TABLE_FILE,
                         help="the workload (default: grading/leaderboard.toml)")
+    parser.add_argument("--seed", type=int, help="seed of the timed runs' prompts, to repeat a report's "
+                                                  "(default: a fresh secret one per submission)")
     parser.add_argument("--out", type=Path, default=Path("leaderboard-results"),
                         help="where reports go (default: leaderboard-results)")
     args = parser.parse_args(argv)
@@ -155,13 +157,14 @@ def leaderboard_main(argv) -> int:
     # the variants' own profile, whatever the TA's shell holds: a standing must not depend on it
     profile = resolve_profile(None, [variant_named(name) for name in args.variant], environ={})
     exit_without_gpu("grading leaderboard", "cannot time kernels without a GPU")
-    print(f"computing the gate's reference ({profile.name} profile) ...", file=sys.stderr, flush=True)
-    gate = make_gate(workload, profile)
+    print(f"computing the gate's reference ({profile.name} profile) and the roofline ...", file=sys.stderr, flush=True)
+    judge = make_judge(workload, profile)
     standings = []
     for number, submission in enumerate(args.submissions, start=1):
         print(f"[{number}/{len(args.submissions)}] timing {submission} ...", file=sys.stderr, flush=True)
-        result = rank_submission(submission, workload, gate, args.table, tuple(args.variant),
-                                 progress=lambda m: print(m, file=sys.stderr, flush=True))
+        seed = args.seed if args.seed is not None else secrets.randbelow(2**63)  # each its own: reports show it
+        result = rank_submission(str(submission), worker_command(submission, args.table, tuple(args.variant)), judge,
+                                 seed, progress=lambda m: print(m, file=sys.stderr, flush=True))
         reports.write_results_json(leaderboard.gradescope_fields(result),
                                    args.out / submission.resolve().name / "leaderboard.json")
         print(leaderboard.console_table(result) + "\n", flush=True)

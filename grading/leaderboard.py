@@ -1,28 +1,34 @@
 """The leaderboard: tokens per second of a submission's kernels in the whole model, behind a
-correctness gate.
+correctness gate, every timed token checked.
 
-    python -m grading leaderboard SUBMISSION [SUBMISSION ...] [--variant NAME] [--out DIR]
+    python -m grading leaderboard SUBMISSION [SUBMISSION ...] [--variant NAME] [--seed N] [--out DIR]
 
 The workload is fixed in grading/leaderboard.toml: GPT-2 124M with seeded random
-weights, sampling with a fixed seed, every batch size x count of new tokens x prompt.
-For each submission a worker process (grading.leaderboard_worker, under the table's
-time limit) loads the submission's kernels, runs the gate's calls and then every
-configuration through the grape executor (CUDA graphs, tokens chosen on the GPU),
-and saves what it saw. This process judges the gate against the float64 reference
-it computes itself (gpt2.logits_check's allowance for the submission's profile), and
-only a submission that passes is scored: the geometric mean of its configurations'
-tokens per second, with one row per configuration. Per submission: a console table
-and OUT/<name>/leaderboard.json, holding Gradescope's leaderboard fields.
+weights, every batch size x count of new tokens x prompt length, sampled (temperature,
+top-k) or greedy. Per submission, a worker process (grading.leaderboard_worker, under
+the table's time limit) loads the submission's kernels and answers the ranking process
+(grading.ranking) over a pipe (grading.channel):
+1. the gate's outputs, which the ranking process judges against the float64 reference
+   it computes itself (gpt2.logits_check's allowance for the submission's profile);
+2. per configuration: warm-up on prompts of its shape, then "ready"; the ranking process
+   draws the run's prompts (random token ids, one prompt per row) and its sampling seed
+   from a secret seed, starts its clock, sends them, and stops the clock when the
+   generated token ids come back.
+Then every returned token is checked by the trusted model (grading.token_check: the gold
+backend, teacher-forced, in the ranking process), and each configuration's tokens per
+second must stay under the device's memory-bandwidth roofline. A submission that passes
+everything scores the geometric mean of its configurations' tokens per second, with one
+row per configuration. Per submission: a console table and OUT/<name>/leaderboard.json,
+holding Gradescope's leaderboard fields.
 
-This module is the table, the records and the judging, with no oracle in it: the
-worker imports it too. grading.ranking runs the workers and computes the reference.
+This module is the table, the records and the judging of the gate, with no oracle in it:
+the worker imports it too.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import itertools
-import json
 import math
 import tomllib
 from pathlib import Path
@@ -31,11 +37,11 @@ import numpy as np
 
 from gpt2.checkpoint import Parameters, perturbed_parameters
 from gpt2.config import GPT2Config, preset
+from gpt2.generate import Sampling
 from kernel_runtime import KitError
 from reference.numerics import element_errors
 
 TABLE_FILE = Path(__file__).with_name("leaderboard.toml")
-GATE_FILE, ROWS_FILE = "gate.npz", "rows.json"
 
 
 class LeaderboardError(KitError):
@@ -45,26 +51,36 @@ class LeaderboardError(KitError):
 @dataclasses.dataclass(frozen=True)
 class Workload:
     weights_seed: int
-    temperature: float
+    temperature: float  # 0: greedy
     top_k: int
-    sampling_seed: int
     batches: tuple[int, ...]
     new_tokens: tuple[int, ...]
-    prompts: tuple[str, ...]
+    prompt_lengths: tuple[int, ...]
     gate_prompt: str
     gate_steps: int
     time_limit_seconds: float
+
+    def sampling(self, seed: int) -> Sampling:
+        """How every configuration chooses its tokens; `seed` is the run's, drawn by the ranking process."""
+        if self.temperature == 0:
+            return Sampling(temperature=0.0)
+        return Sampling(self.temperature, self.top_k, None, seed)
 
 
 @dataclasses.dataclass(frozen=True)
 class Configuration:
     batch: int
     new_tokens: int
-    prompt: int  # index into Workload.prompts
+    prompt_length: int
 
     @property
     def name(self) -> str:
-        return f"B{self.batch} new{self.new_tokens} prompt{self.prompt}"
+        return f"B{self.batch} new{self.new_tokens} prompt{self.prompt_length}"
+
+    @property
+    def tokens(self) -> int:
+        """New tokens a run generates."""
+        return self.batch * self.new_tokens
 
 
 def load_workload(path: Path = TABLE_FILE) -> Workload:
@@ -73,7 +89,7 @@ def load_workload(path: Path = TABLE_FILE) -> Workload:
         raw = tomllib.loads(Path(path).read_text())
     except (OSError, tomllib.TOMLDecodeError) as err:
         raise LeaderboardError(f"{path}: cannot read the leaderboard table ({err})") from None
-    fields = {f.name: f.type for f in dataclasses.fields(Workload)}
+    fields = [f.name for f in dataclasses.fields(Workload)]
     missing = [name for name in fields if name not in raw]
     if missing:
         raise LeaderboardError(f"{path}: missing {', '.join(missing)}")
@@ -87,19 +103,17 @@ def load_workload(path: Path = TABLE_FILE) -> Workload:
             raise LeaderboardError(f"{path}: {key} must be a non-empty list of integers >= 1, got {values!r}")
         return tuple(values)
 
-    prompts = raw["prompts"]
-    if not (isinstance(prompts, list) and prompts and all(isinstance(p, str) and p.strip() for p in prompts)):
-        raise LeaderboardError(f"{path}: prompts must be a non-empty list of non-empty strings")
-    for key in ("weights_seed", "top_k", "sampling_seed", "gate_steps"):
-        if not (isinstance(raw[key], int) and raw[key] >= (1 if key in ("top_k", "gate_steps") else 0)):
-            raise LeaderboardError(f"{path}: {key} must be an integer >= {1 if key in ('top_k', 'gate_steps') else 0}")
-    for key in ("temperature", "time_limit_seconds"):
-        if not (isinstance(raw[key], (int, float)) and raw[key] > 0):
-            raise LeaderboardError(f"{path}: {key} must be a number > 0")
+    for key, least in (("weights_seed", 0), ("top_k", 1), ("gate_steps", 1)):
+        if not (isinstance(raw[key], int) and raw[key] >= least):
+            raise LeaderboardError(f"{path}: {key} must be an integer >= {least}")
+    if not (isinstance(raw["temperature"], (int, float)) and raw["temperature"] >= 0):
+        raise LeaderboardError(f"{path}: temperature must be a number >= 0 (0: greedy)")
+    if not (isinstance(raw["time_limit_seconds"], (int, float)) and raw["time_limit_seconds"] > 0):
+        raise LeaderboardError(f"{path}: time_limit_seconds must be a number > 0")
     if not (isinstance(raw["gate_prompt"], str) and raw["gate_prompt"].strip()):
         raise LeaderboardError(f"{path}: gate_prompt must be a non-empty string")
-    return Workload(raw["weights_seed"], float(raw["temperature"]), raw["top_k"], raw["sampling_seed"],
-                    positive_ints("batches"), positive_ints("new_tokens"), tuple(prompts), raw["gate_prompt"],
+    return Workload(raw["weights_seed"], float(raw["temperature"]), raw["top_k"], positive_ints("batches"),
+                    positive_ints("new_tokens"), positive_ints("prompt_lengths"), raw["gate_prompt"],
                     raw["gate_steps"], float(raw["time_limit_seconds"]))
 
 
@@ -111,9 +125,9 @@ def model_weights(workload: Workload) -> tuple[GPT2Config, Parameters]:
 
 
 def configurations(workload: Workload) -> list[Configuration]:
-    """Every batch size x count of new tokens x prompt, batch sizes outermost."""
-    return [Configuration(b, n, p) for b, n, p in itertools.product(workload.batches, workload.new_tokens,
-                                                                    range(len(workload.prompts)))]
+    """Every batch size x count of new tokens x prompt length, batch sizes outermost."""
+    return [Configuration(*c) for c in itertools.product(workload.batches, workload.new_tokens,
+                                                         workload.prompt_lengths)]
 
 
 def geometric_mean(values) -> float:
@@ -132,24 +146,23 @@ class GateOutputs:
     cached_tokens: np.ndarray       # (steps,) greedy tokens of the cached path
     recomputed_tokens: np.ndarray   # and of the recomputing path
 
-    def save(self, directory: Path) -> None:
-        np.savez(Path(directory) / GATE_FILE, **dataclasses.asdict(self))
+    def arrays(self) -> dict[str, np.ndarray]:
+        return dataclasses.asdict(self)
 
     @classmethod
-    def load(cls, directory: Path) -> GateOutputs | None:
-        path = Path(directory) / GATE_FILE
-        try:
-            with np.load(path) as saved:
-                return cls(**{f.name: saved[f.name] for f in dataclasses.fields(cls)})
-        except (OSError, KeyError, ValueError):
+    def from_arrays(cls, arrays: dict[str, np.ndarray]) -> GateOutputs | None:
+        """The outputs from a worker's message, or None when one is missing or not numbers."""
+        names = [f.name for f in dataclasses.fields(cls)]
+        if not all(name in arrays and np.issubdtype(arrays[name].dtype, np.number) for name in names):
             return None
+        return cls(**{name: arrays[name] for name in names})
 
 
 def gate_failure(outputs: GateOutputs | None, reference_logits: np.ndarray, allowed: float) -> str | None:
     """Why the submission fails the gate, or None: its logits against the float64 reference within
     `allowed`, and its cached decoding against its own recomputation (same tokens, logits within `allowed`)."""
     if outputs is None:
-        return "the gate's outputs are missing (the worker did not get that far)"
+        return "the gate's outputs are missing or unreadable"
     if outputs.logits.shape != reference_logits.shape:
         return f"gate logits of shape {outputs.logits.shape}, expected {reference_logits.shape}"
     error = _max_error(outputs.logits, reference_logits)
@@ -172,37 +185,13 @@ def _max_error(got: np.ndarray, want: np.ndarray) -> float:
 @dataclasses.dataclass(frozen=True)
 class Row:
     configuration: Configuration
-    seconds: float
-    tokens: int  # new tokens generated: batch x new_tokens
+    seconds: float        # by the ranking process's clock: prompts sent to tokens received
+    tokens: int           # new tokens generated: batch x new_tokens
+    refused: str | None = None  # why the run does not count: wrong tokens, or faster than the roofline
 
     @property
     def tokens_per_second(self) -> float:
         return self.tokens / self.seconds
-
-
-def save_rows(rows: list[Row], directory: Path) -> None:
-    (Path(directory) / ROWS_FILE).write_text(json.dumps(
-        [dataclasses.asdict(r.configuration) | {"seconds": r.seconds, "tokens": r.tokens} for r in rows]))
-
-
-def load_rows(directory: Path, workload: Workload) -> list[Row]:
-    """The worker's timed rows, only for configurations of the workload, each once."""
-    path = Path(directory) / ROWS_FILE
-    try:
-        raw = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return []
-    wanted, rows = set(configurations(workload)), {}
-    for entry in raw if isinstance(raw, list) else []:
-        try:
-            configuration = Configuration(entry["batch"], entry["new_tokens"], entry["prompt"])
-            row = Row(configuration, float(entry["seconds"]), int(entry["tokens"]))
-        except (KeyError, TypeError, ValueError):
-            continue
-        if (configuration in wanted and row.seconds > 0
-                and row.tokens == configuration.batch * configuration.new_tokens):
-            rows.setdefault(configuration, row)
-    return list(rows.values())
 
 
 @dataclasses.dataclass
@@ -211,27 +200,38 @@ class Standing:
     score: float | None    # the geometric mean of tok/s; None: no score
     reason: str
     rows: list[Row]
+    seed: int | None = None             # the secret seed of the prompts, shown after the runs
+    wall_seconds: float | None = None   # the whole ranking of this submission: worker, gate, check
 
 
 def standing(submission: str, workload: Workload, gate_reason: str | None, rows: list[Row],
              crash: str | None = None) -> Standing:
-    """The submission's score, or why it has none: a failed gate, a crash, missing configurations."""
+    """The submission's score, or why it has none: a failed gate, a crash, missing configurations, a run
+    refused (its configuration named)."""
     if gate_reason is not None:
         return Standing(submission, None, f"failed the correctness gate: {gate_reason}", rows)
     if crash is not None:
         return Standing(submission, None, crash, rows)
+    refused = next((r for r in rows if r.refused), None)
+    if refused is not None:
+        return Standing(submission, None, f"{refused.configuration.name}: {refused.refused}", rows)
     expected = len(configurations(workload))
     if len(rows) < expected:
         return Standing(submission, None, f"only {len(rows)} of {expected} configurations ran", rows)
     score = geometric_mean(r.tokens_per_second for r in rows)
-    return Standing(submission, score, f"geometric mean of {expected} configurations", rows)
+    return Standing(submission, score, f"geometric mean of {expected} configurations, every token checked", rows)
 
 
 def console_table(result: Standing) -> str:
     lines = [f"submission: {result.submission}", f"{'configuration':28s} {'seconds':>9s} {'tok/s':>10s}"]
-    lines += [f"{r.configuration.name:28s} {r.seconds:9.3f} {r.tokens_per_second:10.0f}" for r in result.rows]
+    lines += [f"{r.configuration.name:28s} {r.seconds:9.3f} {r.tokens_per_second:10.0f}"
+              + ("  refused" if r.refused else "") for r in result.rows]
     score = f"{result.score:.0f} tok/s" if result.score is not None else "no score"
     lines.append(f"{'score':28s} {score}  ({result.reason})")
+    if result.seed is not None:
+        lines.append(f"{'prompts seed':28s} {result.seed}")
+    if result.wall_seconds is not None:
+        lines.append(f"{'wall time':28s} {result.wall_seconds:.0f} s")
     return "\n".join(lines)
 
 

@@ -1,9 +1,10 @@
-"""The leaderboard without a GPU: its table, configurations, the gate's judging, the worker's
-records (forged ones ignored), scoring, reports and command-line errors; the timing loop
-on the reference backend."""
+"""The leaderboard without a GPU: its table, configurations, the gate's judging, scoring,
+reports and command-line errors; the token check on the reference backend; and the
+ranking process's protocol against fake workers (tests/grading/leaderboard_fakes.py:
+the real worker's side over a tiny model), honest or cheating."""
 
+import ast
 import dataclasses
-import json
 import math
 import subprocess
 import sys
@@ -14,13 +15,16 @@ import pytest
 
 from gpt2.checkpoint import perturbed_parameters
 from gpt2.config import preset
-from gpt2.executors import make_executor
+from gpt2.generate import GREEDY, Sampling, generate_batch
 from gpt2.model import GPT2
 from gpt2.tokenizer import get_tokenizer
 from grading import leaderboard
 from grading.leaderboard import (Configuration, GateOutputs, LeaderboardError, Row, configurations, gate_failure,
-                                 geometric_mean, load_rows, load_workload, save_rows, standing)
-from grading.leaderboard_worker import WARM_UP_TOKENS, time_configurations
+                                 geometric_mean, load_workload, standing)
+from grading.ranking import Judge, Roofline, make_gate, rank_submission, run_inputs
+from grading.token_check import FALSE_ALARM, check_run, freedman_margin
+from reference.precision import FP32
+from tests.grading import leaderboard_fakes
 from tests.model.helpers import TINY
 
 ROOT = Path(__file__).parents[2]
@@ -28,13 +32,13 @@ WORKLOAD = load_workload()
 
 
 def test_the_table_is_the_course_s_and_fits_the_context():
-    assert (WORKLOAD.batches, WORKLOAD.new_tokens, len(WORKLOAD.prompts)) == ((1, 4, 8, 16, 32), (50, 500), 3)
+    assert (WORKLOAD.batches, WORKLOAD.new_tokens, WORKLOAD.prompt_lengths) == ((1, 4, 8, 16, 32), (50, 500),
+                                                                                (7, 15, 10))
     found = configurations(WORKLOAD)
-    assert len(found) == 30 and len(set(found)) == 30 and found[0] == Configuration(1, 50, 0)
-    tokenizer, context = get_tokenizer(), preset("gpt2").max_T
-    for prompt in WORKLOAD.prompts:
-        assert len(tokenizer.encode(prompt)) + max(WORKLOAD.new_tokens) <= context
-    assert len(tokenizer.encode(WORKLOAD.gate_prompt)) + WORKLOAD.gate_steps <= context
+    assert len(found) == 30 and len(set(found)) == 30 and found[0] == Configuration(1, 50, 7)
+    context = preset("gpt2").max_T
+    assert max(WORKLOAD.prompt_lengths) + max(WORKLOAD.new_tokens) <= context
+    assert len(get_tokenizer().encode(WORKLOAD.gate_prompt)) + WORKLOAD.gate_steps <= context
 
 
 @pytest.mark.parametrize("edit, message", [
@@ -43,7 +47,8 @@ def test_the_table_is_the_course_s_and_fits_the_context():
     (lambda t: t.replace("top_k = 50", "top_k = 0"), "top_k must be an integer >= 1"),
     (lambda t: t.replace("gate_steps = 8\n", ""), "missing gate_steps"),
     (lambda t: t + "\nbatch = 3\n", "unknown key 'batch'"),
-    (lambda t: t.replace("temperature = 1.0", "temperature = -1"), "temperature must be a number > 0"),
+    (lambda t: t.replace("temperature = 1.0", "temperature = -1"), "temperature must be a number >= 0"),
+    (lambda t: t.replace("prompt_lengths = [7, 15, 10]", "prompt_lengths = [7, 0]"), "prompt_lengths must be a"),
     (lambda t: t.replace("[1, 4", "[1, 4,,"), "cannot read the leaderboard table"),
 ])
 def test_a_bad_table_is_one_line(tmp_path, edit, message):
@@ -80,49 +85,182 @@ def outputs(**changes):
 def test_the_gate(changed, reason):
     failure = gate_failure(outputs(**changed), REFERENCE, allowed=1e-3)
     assert failure == reason if reason is None else failure.startswith(reason), failure
-    assert gate_failure(None, REFERENCE, 1e-3) == "the gate's outputs are missing (the worker did not get that far)"
+    assert gate_failure(None, REFERENCE, 1e-3) == "the gate's outputs are missing or unreadable"
 
 
-def test_gate_outputs_and_rows_round_trip_and_forged_rows_do_not_count(tmp_path):
-    outputs().save(tmp_path)
-    loaded = GateOutputs.load(tmp_path)
-    assert all(np.array_equal(getattr(loaded, f.name), getattr(outputs(), f.name)) for f in dataclasses.fields(loaded))
-    rows = [Row(c, 0.5, c.batch * c.new_tokens) for c in configurations(WORKLOAD)[:3]]
-    save_rows(rows, tmp_path)
-    forged = json.loads((tmp_path / leaderboard.ROWS_FILE).read_text())
-    forged += [forged[0] | {"seconds": 1e-9},                       # a repeat: the first one counts
-               forged[1] | {"batch": 2},                             # not a configuration of the table
-               forged[2] | {"tokens": 1, "prompt": 1},               # fewer tokens than it asked for
-               {"batch": 1}]                                          # not a row
-    (tmp_path / leaderboard.ROWS_FILE).write_text(json.dumps(forged))
-    assert load_rows(tmp_path, WORKLOAD) == rows
-
-
-def test_standing_scores_only_a_complete_run_that_passed_the_gate():
-    rows = [Row(c, 1.0, c.batch * c.new_tokens) for c in configurations(WORKLOAD)]
+def test_standing_scores_only_a_complete_checked_run_that_passed_the_gate():
+    rows = [Row(c, 1.0, c.tokens) for c in configurations(WORKLOAD)]
     passed = standing("alice", WORKLOAD, None, rows)
     assert passed.score == pytest.approx(math.exp(np.mean([np.log(r.tokens) for r in rows])))
     assert standing("bob", WORKLOAD, "logits off", rows).reason == "failed the correctness gate: logits off"
     assert standing("bob", WORKLOAD, None, rows, crash="timed out after 900 s").score is None
     assert standing("bob", WORKLOAD, None, rows[:29]).reason == "only 29 of 30 configurations ran"
+    refused = rows[:3] + [dataclasses.replace(rows[3], refused="wrong tokens: row 0")] + rows[4:]
+    assert standing("bob", WORKLOAD, None, refused).reason == f"{rows[3].configuration.name}: wrong tokens: row 0"
     fields = leaderboard.gradescope_fields(passed)
     assert fields["leaderboard"] == [{"name": "tok/s (geometric mean)", "value": round(passed.score, 1),
                                       "order": "desc"}]
     assert fields["output"].splitlines()[-1].startswith("score") and len(fields["output"].splitlines()) == 33
 
 
-def test_the_timing_loop_warms_each_batch_size_and_counts_every_token():
-    model = GPT2(TINY, perturbed_parameters(TINY, seed=3), backend="reference")
-    executor, calls = make_executor(model, "baseline"), []
-    original = executor.generate
-    executor.generate = lambda prompts, n, *args, **kwargs: calls.append((len(prompts), n)) or original(
-        prompts, n, *args, **kwargs)
-    small = dataclasses.replace(WORKLOAD, batches=(1, 2), new_tokens=(3, 4), prompts=("a", "b"))
-    rows = time_configurations(executor, [[1, 2, 3], [4, 5]], small)
-    assert [r.configuration for r in rows] == configurations(small)
-    assert all(r.tokens == r.configuration.batch * r.configuration.new_tokens and r.seconds > 0 for r in rows)
-    warm_up = WARM_UP_TOKENS  # two warm-up calls per batch size, before its first timed call
-    assert calls == [(1, warm_up)] * 2 + [(1, 3)] * 2 + [(1, 4)] * 2 + [(2, warm_up)] * 2 + [(2, 3)] * 2 + [(2, 4)] * 2
+# ---------------------------------------------------------------- the token check, on the reference backend
+
+@pytest.fixture(scope="module")
+def tiny():
+    return leaderboard_fakes.tiny_model()
+
+
+def tiny_prompts(seed: int, batch: int = 3, prompt_length: int = 5) -> np.ndarray:
+    return run_inputs(seed, 0, Configuration(batch, 0, prompt_length), TINY.vocab_size)[0]
+
+
+def sampled(seed: int, temperature: float = 1.0, top_k: int = 50) -> Sampling:
+    return Sampling(temperature, top_k, None, seed)
+
+
+def generated(model, prompts: np.ndarray, count: int, sampling: Sampling) -> np.ndarray:
+    return np.array(generate_batch(model, prompts.tolist(), count, sampling, stop_at_end_of_text=False))
+
+
+ALLOWED = 1e-4  # TINY in float64 on both sides: the model's own tokens pass any allowance
+
+
+@pytest.mark.parametrize("seed", range(4), ids=lambda seed: f"seed{seed}")
+def test_the_model_s_own_tokens_pass(tiny, seed):
+    prompts = tiny_prompts(seed)
+    for sampling in (GREEDY, sampled(seed)):
+        assert check_run(tiny, prompts, generated(tiny, prompts, 40, sampling), 40, sampling, ALLOWED) is None
+
+
+@pytest.mark.parametrize("seed", range(3), ids=lambda seed: f"seed{seed}")
+def test_a_changed_token_is_named(tiny, seed):
+    prompts, rng = tiny_prompts(seed), np.random.default_rng(seed)
+    for sampling, what in ((GREEDY, "is not the trusted model's choice"),
+                           (sampled(seed), "is not in the trusted model's top 50")):
+        tokens = generated(tiny, prompts, 20, sampling)
+        row, position = int(rng.integers(3)), int(rng.integers(20))
+        context = np.concatenate([prompts, tokens], 1)[row:row + 1, :prompts.shape[1] + position]
+        tokens[row, position] = int(np.argmin(tiny(context)[0, -1]))  # the least likely token there
+        failure = check_run(tiny, prompts, tokens, 20, sampling, ALLOWED)
+        assert failure.startswith(f"wrong tokens: row {row}, new token {position} (id {tokens[row, position]}) "
+                                  f"{what}"), failure
+
+
+@pytest.fixture(scope="module")
+def peaked():
+    """TINY with its logits 20x larger: a top 50 a few nats wide, where a wrong temperature shows (TINY's own
+    spans a fifth of a nat, which every temperature samples almost alike)."""
+    params = perturbed_parameters(TINY, seed=leaderboard_fakes.WEIGHTS_SEED)
+    return GPT2(TINY, params | {"lnfw": params["lnfw"] * 20}, backend="reference")
+
+
+@pytest.mark.parametrize("seed", range(3), ids=lambda seed: f"seed{seed}")
+def test_samples_of_another_distribution_fail_the_mean_log_probability(peaked, seed):
+    prompts = tiny_prompts(seed, batch=4)
+    assert check_run(peaked, prompts, generated(peaked, prompts, 50, sampled(seed)), 50, sampled(seed),
+                     ALLOWED) is None
+    for wrong in (GREEDY, sampled(seed, temperature=0.5), sampled(seed, top_k=5)):
+        failure = check_run(peaked, prompts, generated(peaked, prompts, 50, wrong), 50, sampled(seed), ALLOWED)
+        assert failure is not None and "mean log-probability" in failure, (wrong, failure)
+
+
+def test_tokens_of_the_wrong_shape_or_range_are_refused(tiny):
+    prompts = tiny_prompts(0, batch=2)
+    assert check_run(tiny, prompts, np.zeros((2, 3), np.int32), 4, GREEDY, ALLOWED).startswith(
+        "wrong tokens: expected 2 rows of 4 token ids, got (2, 3)")
+    assert check_run(tiny, prompts, np.zeros((2, 4)), 4, GREEDY, ALLOWED).startswith("wrong tokens: expected")
+    outside = np.zeros((2, 4), np.int64)
+    outside[1, 2] = TINY.vocab_size
+    assert check_run(tiny, prompts, outside, 4, GREEDY, ALLOWED) == (
+        f"wrong tokens: row 1, new token 2: id {TINY.vocab_size} is outside [0, {TINY.vocab_size})")
+
+
+def test_freedman_s_margin():
+    log_odds = math.log(2 / FALSE_ALARM)
+    assert freedman_margin(4.0, 0.0) == pytest.approx(math.sqrt(2 * 4.0 * log_odds))  # about 5.4 sigma
+    margin = freedman_margin(4.0, 1.0)
+    assert 2 * math.exp(-margin ** 2 / (2 * (4.0 + margin / 3))) == pytest.approx(FALSE_ALARM)
+
+
+# ---------------------------------------------------------------- the protocol, against fake workers
+
+def tiny_table(directory: Path, temperature: float = 1.0, time_limit: float = 120) -> Path:
+    text = leaderboard.TABLE_FILE.read_text()
+    for old, new in (("batches = [1, 4, 8, 16, 32]", "batches = [1, 2]"),
+                     ("new_tokens = [50, 500]", "new_tokens = [5, 20]"),
+                     ("prompt_lengths = [7, 15, 10]", "prompt_lengths = [4, 6]"),
+                     ("temperature = 1.0", f"temperature = {temperature}"),
+                     ("time_limit_seconds = 900", f"time_limit_seconds = {time_limit}")):
+        text = text.replace(old, new)
+    path = directory / "table.toml"
+    path.write_text(text)
+    return path
+
+
+def rank_fake(behaviour: str, table: Path, seed: int = 7, roofline: Roofline = Roofline(1e30, 1.0)):
+    """The fake worker `behaviour` ranked, judged by TINY on the reference backend (its own weights)."""
+    workload, model = load_workload(table), leaderboard_fakes.tiny_model()
+    params = perturbed_parameters(TINY, seed=leaderboard_fakes.WEIGHTS_SEED)
+    gate = make_gate(TINY, params, get_tokenizer().encode(workload.gate_prompt), FP32)
+    judge = Judge(workload, gate, roofline, lambda: model, TINY.vocab_size)
+    command = [sys.executable, "-m", "tests.grading.leaderboard_fakes", behaviour, str(table)]
+    return rank_submission(behaviour, command, judge, seed)
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.0], ids=["sampled", "greedy"])
+def test_an_honest_worker_scores_by_this_process_s_clock(tmp_path, temperature):
+    result = rank_fake("honest", tiny_table(tmp_path, temperature))
+    print("\n" + leaderboard.console_table(result))
+    assert result.reason == "geometric mean of 8 configurations, every token checked"
+    assert [r.configuration for r in result.rows] == configurations(load_workload(tmp_path / "table.toml"))
+    assert all(r.seconds > 0 and r.refused is None for r in result.rows)
+    assert result.seed == 7 and result.wall_seconds > 0 and "prompts seed" in leaderboard.console_table(result)
+
+
+@pytest.mark.parametrize("behaviour, reason", [
+    ("other_model_after_first_run", "B1 new5 prompt6: wrong tokens: row 0, new token "),
+    ("ignores_prompts", "B1 new5 prompt4: wrong tokens: row 0, new token "),
+    ("greedy_when_sampling", ": wrong tokens: their mean log-probability under the trusted model is"),
+    ("one_token_short", "B1 new5 prompt4: wrong tokens: expected 1 rows of 5 token ids, got (1, 4)"),
+    ("crashes_in_second_run", "the worker process failed (exit 1): RuntimeError: the submission crashed"),
+])
+def test_a_cheating_or_broken_worker_loses_its_score_with_the_reason(tmp_path, behaviour, reason):
+    result = rank_fake(behaviour, tiny_table(tmp_path))
+    assert result.score is None and reason in result.reason, result.reason
+
+
+def test_a_worker_past_the_time_limit_is_stopped(tmp_path):
+    result = rank_fake("hangs", tiny_table(tmp_path, time_limit=15))
+    assert result.score is None and result.reason == "timed out after 15 s", result.reason
+
+
+@pytest.mark.parametrize("behaviour", ["time_travel", "writes_results", "chatty"])
+def test_a_worker_s_clocks_files_and_prints_do_not_count(tmp_path, behaviour):
+    result = rank_fake(behaviour, tiny_table(tmp_path))
+    assert result.score is not None, result.reason
+    if behaviour == "time_travel":
+        assert all(r.seconds >= leaderboard_fakes.SLEEP_SECONDS for r in result.rows)
+    assert all(r.seconds > 1e-5 for r in result.rows)  # the forged rows claim a nanosecond
+
+
+def test_the_worker_cannot_see_the_prompts_before_its_runs(tmp_path, monkeypatch):
+    spied = tmp_path / "spied.txt"
+    monkeypatch.setenv(leaderboard_fakes.SPY_FILE, str(spied))
+    seed = 123_456_789_012
+    result = rank_fake("spies", tiny_table(tmp_path), seed=seed)
+    assert result.score is not None, result.reason
+    argv, environment, files = ast.literal_eval(spied.read_text())
+    assert str(seed) not in repr((argv, environment)) and files == []
+    first = run_inputs(seed, 0, Configuration(1, 5, 4), TINY.vocab_size)
+    assert run_inputs(seed + 1, 0, Configuration(1, 5, 4), TINY.vocab_size)[0].tolist() != first[0].tolist()
+
+
+def test_a_run_faster_than_the_memory_bandwidth_allows_is_refused(tmp_path):
+    result = rank_fake("honest", tiny_table(tmp_path), roofline=Roofline(bytes_per_second=1.0, bytes_per_step=1e3))
+    assert result.score is None
+    assert result.reason.startswith("B1 new5 prompt4: ") and ("tok/s is impossible: the device's memory bandwidth "
+                                                              "allows at most 0 (each step reads the weights once)"
+                                                              in result.reason), result.reason
 
 
 def grading(*args):

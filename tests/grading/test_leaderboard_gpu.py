@@ -1,6 +1,10 @@
-"""The leaderboard on the GPU, over a small table: the kit's kernels pass the gate and get a
-score (in float32, and with the TF32 matmul under the tf32 profile); a fast but wrong
-submission (a matmul that drops its bias) is stopped by the gate and gets none."""
+"""The leaderboard on the GPU. Over a small table: the kit's kernels pass the gate, every
+token checks and they get a score (in float32, and with the TF32 matmul under the tf32
+profile); a fast but wrong submission (a matmul that drops its bias) is stopped by the
+gate; the cheats of tests/kernels/wrong/leaderboard/ lose their score (wrong after the
+gate, work on a side stream) or gain nothing (clocks slowed in the worker, results
+written by the submission). Over the course's table: the kit's milestone-1 and
+milestone-3 kernels score within 10% of the README's H200 numbers (on an H200)."""
 
 import shutil
 from pathlib import Path
@@ -9,17 +13,21 @@ import pytest
 
 from grading import leaderboard
 from grading.leaderboard import load_workload
-from grading.ranking import make_gate, rank_submission
-from reference.precision import FP32, TF32
+from grading.ranking import make_judge, rank_submission, worker_command
+from reference.variants import profile_of
 
 pytestmark = pytest.mark.gpu
 
 ROOT = Path(__file__).parents[2]
+MILESTONE_3 = ("attention_flash", "layernorm_matmul", "layernorm_matmul_gelu", "matmul_residual", "matmul_split_k")
+README_H200_SCORES = {(): 2_935, MILESTONE_3: 7_208}  # tok/s, README's leaderboard bullet
+PLAUSIBLE = 50_000  # tok/s: above any small-table score here, far below what a clock slowed 1000x would claim
 
 
-def small_table(directory: Path) -> Path:
+def small_table(directory: Path, batches: str = "[1, 4]") -> Path:
     text = leaderboard.TABLE_FILE.read_text()
-    for old, new in (("batches = [1, 4, 8, 16, 32]", "batches = [1, 4]"), ("new_tokens = [50, 500]", "new_tokens = [16]"),
+    for old, new in (("batches = [1, 4, 8, 16, 32]", f"batches = {batches}"),
+                     ("new_tokens = [50, 500]", "new_tokens = [16, 64]"),
                      ("time_limit_seconds = 900", "time_limit_seconds = 300")):
         text = text.replace(old, new)
     path = directory / "table.toml"
@@ -28,6 +36,7 @@ def small_table(directory: Path) -> Path:
 
 
 def submission(directory: Path, wrong: str | None = None) -> Path:
+    """A copy of the kit's kernels, its matmul replaced by tests.kernels.wrong.<wrong>'s."""
     shutil.copytree(ROOT / "kernels", directory / "kernels")
     if wrong:
         with open(directory / "kernels" / "matmul.py", "a") as f:
@@ -35,20 +44,51 @@ def submission(directory: Path, wrong: str | None = None) -> Path:
     return directory
 
 
-@pytest.mark.parametrize("variants, profile", [((), FP32), (("matmul_tf32",), TF32)], ids=["fp32", "tf32"])
-def test_the_kits_kernels_pass_the_gate_and_score(tmp_path, variants, profile):
-    table = small_table(tmp_path)
-    workload = load_workload(table)
-    result = rank_submission(submission(tmp_path / "kit"), workload, make_gate(workload, profile), table, variants)
+def rank(submission_dir: Path, table: Path, variants: tuple[str, ...] = (), seed: int = 0):
+    judge = make_judge(load_workload(table), profile_of(variants))
+    result = rank_submission(str(submission_dir), worker_command(submission_dir, table, variants), judge, seed,
+                             progress=print)
     print("\n" + leaderboard.console_table(result))
+    return result
+
+
+@pytest.mark.parametrize("variants", [(), ("matmul_tf32",)], ids=["fp32", "tf32"])
+def test_the_kits_kernels_pass_the_gate_and_every_token_and_score(tmp_path, variants):
+    table = small_table(tmp_path)
+    result = rank(submission(tmp_path / "kit"), table, variants)
     assert result.score is not None and result.score > 0, result.reason
-    assert len(result.rows) == 2 * len(workload.prompts)
+    assert len(result.rows) == 2 * 2 * 3 and not any(r.refused for r in result.rows)
 
 
 def test_a_fast_wrong_submission_fails_the_gate(tmp_path):
-    table = small_table(tmp_path)
-    workload = load_workload(table)
-    result = rank_submission(submission(tmp_path / "wrong", "matmul_ignores_bias"), workload, make_gate(workload, FP32),
-                             table, ())
+    result = rank(submission(tmp_path / "wrong", "matmul_ignores_bias"), small_table(tmp_path))
     assert result.score is None
     assert result.reason.startswith("failed the correctness gate: logits on the gate prompt off by"), result.reason
+
+
+@pytest.mark.parametrize("cheat", ["matmul_wrong_after_gate", "matmul_side_stream"])
+def test_a_submission_wrong_after_the_gate_loses_its_score(tmp_path, cheat):
+    # batches past 1 and well past the 1,500th matmul call: the gate and B1's runs take about 1,300
+    result = rank(submission(tmp_path / cheat, f"leaderboard.{cheat}"), small_table(tmp_path, "[1, 4, 8]"))
+    assert result.score is None
+    assert "wrong tokens: " in result.reason or "the worker process failed" in result.reason, result.reason
+
+
+@pytest.mark.parametrize("cheat", ["clock_time_travel", "writes_results"])
+def test_a_submission_s_own_clocks_and_files_do_not_count(tmp_path, cheat):
+    table = small_table(tmp_path)
+    result = rank(submission(tmp_path / cheat, f"leaderboard.{cheat}"), table)
+    assert result.score is not None and result.score < PLAUSIBLE, result.reason
+    assert all(r.seconds > 1e-4 for r in result.rows)  # the forged rows claim a nanosecond
+
+
+@pytest.mark.parametrize("variants", list(README_H200_SCORES), ids=["milestone1", "milestone3"])
+def test_the_kits_kernels_score_as_the_readme_says(tmp_path, variants):
+    result = rank(submission(tmp_path / "kit"), leaderboard.TABLE_FILE, variants)
+    assert result.score is not None, result.reason
+    import cupy
+
+    device = cupy.cuda.runtime.getDeviceProperties(0)["name"].decode()
+    if "H200" not in device:
+        pytest.skip(f"the README's scores are an H200's, not a {device}'s: {result.score:.0f} tok/s")
+    assert result.score == pytest.approx(README_H200_SCORES[variants], rel=0.10)

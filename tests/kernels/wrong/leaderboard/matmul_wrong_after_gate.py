@@ -1,0 +1,16 @@
+"""MatMul that is right for its first CALLS_RIGHT calls (the gate's, about 650, and the first
+warm-ups'), then returns without computing: its outputs keep whatever they held."""
+
+from kernels.matmul import matmul_forward as solution
+
+FUNCTION = "matmul_forward"
+CALLS_RIGHT = 1_500
+
+calls = 0
+
+
+def matmul_forward(out, inp, weight, bias, B, T, C, OC):
+    global calls
+    calls += 1
+    if calls <= CALLS_RIGHT:
+        solution(out, inp, weight, bias, B, T, C, OC)
