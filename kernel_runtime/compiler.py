@@ -154,24 +154,43 @@ class ModuleProgram:
 
 def programs_in(module: types.ModuleType) -> list[ModuleProgram]:
     """Every distinct program a kernel module can be seen to compile without running it: its CudaKernels,
-    cupy.RawKernels and cupy.RawModules at the top level or in a top-level tuple, list or dict; and, where a
-    module holds none of those (its kernels are made when first called), each top-level string holding a
-    `__global__` function, as it stands."""
+    cupy.RawKernels and cupy.RawModules at the top level, in a top-level tuple, list or dict, or held by a
+    top-level object (a class of the submission's that wraps a RawKernel); and, where a module holds
+    none of those (its kernels are made when first called), each top-level string holding a `__global__`
+    function, as it stands."""
     found, path = {}, getattr(module, "__file__", None) or "<module>"
-    for value in list(getattr(module, "__dict__", {}).values()):
-        items = value.values() if type(value) is dict else value if type(value) in (tuple, list) else (value,)
-        for item in items:
-            if issubclass(type(item), CudaKernel):
-                found.setdefault(item.program, item.origin)
-            elif cupy is not None and issubclass(type(item), (cupy.RawKernel, cupy.RawModule)) and item.code:
-                program = Program(item.code, tuple(item.options), tuple(getattr(item, "name_expressions", None) or ()),
-                                  item.backend, bool(item.enable_cooperative_groups))
-                found.setdefault(program, source_origin(path, item.code))
+    for item in _kept_in(module):
+        if issubclass(type(item), CudaKernel):
+            found.setdefault(item.program, item.origin)
+        elif cupy is not None and issubclass(type(item), (cupy.RawKernel, cupy.RawModule)) and item.code:
+            program = Program(item.code, tuple(item.options), tuple(getattr(item, "name_expressions", None) or ()),
+                              item.backend, bool(item.enable_cooperative_groups))
+            found.setdefault(program, source_origin(path, item.code))
     if found:
         return [ModuleProgram(program, origin) for program, origin in found.items()]
     sources = dict.fromkeys(v for v in list(getattr(module, "__dict__", {}).values())
                             if type(v) is str and "__global__" in v)
     return [ModuleProgram(Program(source), source_origin(path, source), as_written=True) for source in sources]
+
+
+_NOT_HOLDERS = (types.ModuleType, type, types.FunctionType, types.BuiltinFunctionType, types.MethodType)
+
+
+def _kept_in(module: types.ModuleType) -> list:
+    """A module's top-level values, the items of its tuples, lists and dicts, and the attributes of its other
+    objects. Values are asked their type, never their __class__: a deprecated proxy would warn."""
+    found = []
+    for value in list(getattr(module, "__dict__", {}).values()):
+        kind = type(value)
+        if kind is dict:
+            found += list(value.values())
+        elif kind in (tuple, list):
+            found += list(value)
+        else:
+            found.append(value)
+            if not issubclass(kind, _NOT_HOLDERS) and isinstance(getattr(value, "__dict__", None), dict):
+                found += list(value.__dict__.values())
+    return found
 
 
 def source_origin(path: str, source: str) -> SourceOrigin:

@@ -1,10 +1,12 @@
-"""kernel_runtime.recording on real arrays: what is taped, what is allowed, what is refused.
+"""kernel_runtime.recording on real arrays: what is taped, what is allowed, what is refused,
+and kernel_runtime.replay of what was taped.
 
-A call is taped: its own kernel launches (CudaKernel, cupy.RawKernel, cupy.RawModule),
-and the constants it writes (allocation with zeros or a fill, host-to-device copies).
-Viewing device data is allowed; computing on it, copying it, or reading it on the host
-is refused by name. Replaying the tape does the launches again after restoring the
-constants, so a kernel that accumulates into a zeroed buffer gives the same answer twice.
+A call is taped as data: its own kernel launches (CudaKernel, cupy.RawKernel,
+cupy.RawModule), each argument a pointer into a buffer or a typed scalar, and the
+constants it writes (allocation with zeros or a fill, host-to-device copies). Viewing
+device data is allowed; computing on it, copying it, or reading it on the host is refused
+by name. A replay, from the tape's JSON, on arrays of its own, compiles the programs
+anew and does the steps again: constants, then launches.
 """
 
 import re
@@ -13,6 +15,9 @@ import numpy as np
 import pytest
 
 from kernel_runtime import CudaKernel, recording
+from kernel_runtime.replay import count_instructions, replay
+from kernel_runtime.tape import Launch, Pointer, Scalar, Tape, Write
+from reference.techniques import INSTRUCTION_CLASSES
 
 pytestmark = pytest.mark.gpu
 
@@ -20,6 +25,12 @@ SOURCE = r"""
 extern "C" __global__ void add_one(float* x, int n) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) x[i] += 1.0f;
+}
+
+extern "C" __global__ void copy(float* out, const float* in, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = in[i];
+    if (n < 0) out[0] = __expf(in[0]);  // never runs: its instruction is in the code only
 }
 """
 add_one = CudaKernel(SOURCE, "add_one")
@@ -33,28 +44,67 @@ def cupy():
     return cupy
 
 
-def test_launches_and_constants_are_taped_and_replayed(cupy):
+def test_launches_and_constants_are_taped_as_data_and_replayed(cupy):
     raw_kernel = cupy.RawKernel(SOURCE, "add_one")
     raw_function = cupy.RawModule(code=SOURCE).get_function("add_one")
-    with recording.record() as taped:
-        x = cupy.zeros(5, np.float32)                    # a constant: zeros
-        y = cupy.asarray(np.arange(5, dtype=np.float32))  # a constant: a host-to-device copy
-        z = cupy.empty(5, np.float32)
+    x, y, z = (cupy.full(5, -1, np.float32) for _ in range(3))
+    with recording.record(arguments=dict(x=x, y=y, z=z, n=5)) as taped:
+        x[...] = 0                                        # a constant: an assignment of a host value
+        y.set(np.arange(5, dtype=np.float32))             # a constant: a host-to-device copy
         z.fill(10)                                        # a constant: a fill
-        z[1:3] = 20                                       # a constant: an assignment of a host value
+        z[1:3] = 20                                       # a constant, into a slice
         add_one((1,), (32,), (x, np.int32(5)))
         raw_kernel((1,), (32,), (y, np.int32(5)))
-        raw_function((1,), (32,), (z, np.int32(5)))
+        raw_function((1,), (32,), (np.uint64(z.data.ptr), np.int32(5)))  # a raw pointer into one of its arrays
     assert taped.refused is None and taped.launches == 3
-    assert [step.kind for step in taped.steps] == ["constant"] * 4 + ["launch"] * 3
+    tape = Tape.from_json(taped.tape.to_json())
+    assert [type(step) for step in tape.steps] == [Write] * 4 + [Launch] * 3
+    assert [b.name for b in tape.buffers] == ["x", "y", "z"] and tape.scalars == {"n": 5}
+    assert len(tape.programs) == 1  # CudaKernel, RawKernel and RawModule: one source, one program
+    assert tape.steps[-1].args == (Pointer(2, 0), Scalar.of(np.int32(5)))
+    assert tape.steps[3].region.offset == 4 and tape.steps[3].region.shape == (2,)
     expected = [np.ones(5), np.arange(1, 6), [11, 21, 21, 11, 11]]
     for array, want in zip((x, y, z), expected):
         np.testing.assert_array_equal(array.get(), want)
-    for array in (x, y, z):
-        array.fill(-1)  # what a replay on other inputs finds: anything
-    taped.replay()
-    for array, want in zip((x, y, z), expected):  # the constants restored, then the launches again
-        np.testing.assert_array_equal(array.get(), want)
+    fresh = {name: cupy.full(5, 7, np.float32) for name in "xyz"}  # what a replay on other inputs finds: anything
+    replay(tape, fresh)
+    for name, want in zip("xyz", expected):  # the constants written again, then the launches
+        np.testing.assert_array_equal(fresh[name].get(), want)
+
+
+def test_memory_the_call_did_not_get_is_scratch_in_a_replay(cupy):
+    """What a call reads from memory it kept from before (a cache of earlier answers) does not come along:
+    a replay starts such memory, and what the call allocated, full of 0xFF (NaN)."""
+    copy = CudaKernel(SOURCE, "copy")
+    kept = cupy.arange(4, dtype=np.float32)  # made before the call: an earlier call's answers, say
+    out = cupy.full(4, -1, np.float32)
+    with recording.record(arguments=dict(out=out)) as taped:
+        copy((1,), (32,), (out, kept, np.int32(4)))
+    np.testing.assert_array_equal(out.get(), np.arange(4))
+    tape = Tape.from_json(taped.tape.to_json())
+    assert [b.name for b in tape.buffers] == ["out", None]
+    fresh = cupy.zeros(4, np.float32)
+    replay(tape, {"out": fresh})
+    assert np.isnan(fresh.get()).all()
+
+
+def test_a_raw_pointer_into_no_buffer_of_the_call_is_refused(cupy):
+    elsewhere = cupy.zeros(4, np.float32)  # never handed to the call, never allocated by it
+    out = cupy.zeros(4, np.float32)
+    with recording.record(arguments=dict(out=out)) as taped:
+        with pytest.raises(recording.RefusedOperation):
+            add_one((1,), (32,), (np.uint64(elsewhere.data.ptr), np.int32(4)))
+    assert taped.refused == ("launched add_one with argument 1 a raw pointer into no buffer of the call (memory it "
+                             "was not given and did not allocate)")
+
+
+def test_counting_sees_what_runs_not_what_is_in_the_code(cupy):
+    copy = CudaKernel(SOURCE, "copy")
+    inp, out = cupy.arange(64, dtype=np.float32), cupy.zeros(64, np.float32)
+    with recording.record(arguments=dict(out=out, inp=inp)) as taped:
+        copy((2,), (32,), (out, inp, np.int32(64)))
+    classes = tuple(c for c in INSTRUCTION_CLASSES if c.name == "exponential")
+    assert count_instructions(taped.tape, {"out": out, "inp": inp}, classes) == {"copy": {"exponential": 0}}
 
 
 def test_views_are_allowed(cupy):
@@ -62,7 +112,7 @@ def test_views_are_allowed(cupy):
     with recording.record() as taped:
         views = [x.reshape(24), x.ravel(), x[1:3], x[:, 2], x.T, cupy.reshape(x, (6, 4)), cupy.asarray(x),
                  cupy.ascontiguousarray(x), x.view(np.int32), x.squeeze(), len(x), x.shape, x.size]
-    assert taped.refused is None and not taped.steps and len(views) == 13
+    assert taped.refused is None and not taped.tape.steps and len(views) == 13
 
 
 @pytest.mark.parametrize("operation, refusal", [

@@ -1,7 +1,9 @@
-"""The grader on the GPU: the kit's solution scores full marks in both milestones, every
-known-wrong implementation, cheat and known-wrong variant loses its item, and crashing,
-hanging, tampering and library-only submissions score 0 on their items while the rest
-of the submission is graded."""
+"""The grader on the GPU: the kit's solution scores full marks in every milestone, and so do
+its kernels written the way CuPy teaches (cupy.RawKernel at import, lazily in a dict,
+cupy.RawModule); every known-wrong implementation, cheat (on the kernels, or on the
+grader's own processes) and known-wrong variant loses its item, and crashing, hanging,
+tampering and library-only submissions score 0 on their items while the rest of the
+submission is graded."""
 
 import dataclasses
 import shutil
@@ -14,7 +16,9 @@ from grading.grade import grade_item, grade_submission
 from grading.items import load_scheme, scheme_for
 from reference.registry import spec
 from reference.variants import VARIANTS
+from tests.grading.cupy_style import STYLES, cupy_style_submission
 from tests.kernels import wrong_technique
+from tests.kernels.wrong import grader as grader_cheats
 from tests.kernels.test_wrong_techniques import CAUGHT_BY as VARIANTS_CAUGHT_BY
 from tests.kernels.wrong import load, names
 
@@ -72,7 +76,8 @@ CHEATS_CAUGHT_BY = {  # what the grader says of each cheat (each first launches 
     "cheat_matmul_cupy": "refused: computed with cupy.matmul",
     "cheat_gelu_numpy": "refused: copied device data to the host (cupy.ndarray.get)",
     "cheat_residual_reference": "reference.gold is the grader's reference: submissions may not use it",
-    "cheat_layernorm_oracle_by_path": "wrong when its recorded kernel launches alone are replayed on other inputs",
+    # its tape holds the answers to the inputs it was recorded on: replayed on the secret ones, they are wrong
+    "cheat_layernorm_oracle_by_path": "elements wrong",
 }
 
 
@@ -188,3 +193,34 @@ def test_a_kernel_that_does_not_compile_scores_zero_with_the_compiler_message(tm
     grade = grade_item(submission, scheme.item("gelu"), scheme, SEED)
     assert grade.score == 0
     assert "KernelCompileError" in grade.reason and "gelu.py:" in grade.reason and '"y"' in grade.reason
+
+
+GRADER_CHEATS_CAUGHT_BY = {  # what the grader says of each cheat on its own processes
+    "patches_the_worker": "NaN (never written",
+    "writes_its_own_records": "NaN (never written",
+    "reads_the_seed": "elements wrong",
+}
+
+
+def test_every_cheat_on_the_grader_has_its_expected_reason():
+    assert set(GRADER_CHEATS_CAUGHT_BY) == set(grader_cheats.names())
+
+
+@pytest.mark.parametrize("name", grader_cheats.names())
+def test_a_cheat_on_the_grader_s_own_processes_loses_its_item(tmp_path, name):
+    function = grader_cheats.function_of(name)
+    submission = solution_copy(tmp_path)
+    with open(submission / "kernels" / f"{spec(function).module}.py", "a") as f:
+        f.write(f"\nfrom tests.kernels.wrong.grader.{name} import {function}  # noqa: E402,F401\n")
+    scheme = load_scheme()
+    item = next(i for i in scheme.items if function in i.functions)
+    grade = grade_item(submission, item, scheme, SEED)
+    print(f"\n{name}: {grade.score:g}/{item.weight:g} ({grade.reason})")
+    assert grade.score == 0 and GRADER_CHEATS_CAUGHT_BY[name] in grade.reason, grade.reason
+
+
+@pytest.mark.parametrize("milestone, points", [(1, 10), (2, 18), (3, 30)])
+@pytest.mark.parametrize("style", STYLES)
+def test_kernels_written_as_cupy_teaches_score_full_marks(tmp_path, style, milestone, points):
+    grade = grade_submission(cupy_style_submission(tmp_path, style), scheme_for(milestone), SEED)
+    assert grade.score == points, "\n".join(f"{g.item.title}: {g.reason}" for g in grade.items)

@@ -14,7 +14,7 @@ import pytest
 from grading import leaderboard
 from grading.leaderboard import load_workload
 from grading.ranking import make_judge, rank_submission, worker_command
-from reference.variants import profile_of
+from reference.variants import resolve_profile, variant_named
 
 pytestmark = pytest.mark.gpu
 
@@ -45,7 +45,7 @@ def submission(directory: Path, wrong: str | None = None) -> Path:
 
 
 def rank(submission_dir: Path, table: Path, variants: tuple[str, ...] = (), seed: int = 0):
-    judge = make_judge(load_workload(table), profile_of(variants))
+    judge = make_judge(load_workload(table), resolve_profile(None, [variant_named(v) for v in variants], environ={}))
     result = rank_submission(str(submission_dir), worker_command(submission_dir, table, variants), judge, seed,
                              progress=print)
     print("\n" + leaderboard.console_table(result))

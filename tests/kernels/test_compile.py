@@ -45,7 +45,7 @@ def test_compiles_without_spills(module_name, arch, pytestconfig):
             if program.as_written:  # made when first called, with options this check cannot know
                 pytest.skip(f"{program.origin.path} makes its kernels when first called, and a source of it does not "
                             f"compile without the options it is then given (the GPU tests compile it): "
-                            f"{str(err).splitlines()[-1]}")
+                            f"{(str(err).splitlines()[1:] or [''])[0]}")
             raise
         assert resources, f"{program.origin.path}: ptxas reported no kernels"
         pytestconfig.compile_reports.extend(resources)
