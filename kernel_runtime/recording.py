@@ -66,8 +66,8 @@ class Recording:
         self._extents: list[tuple[int, int]] = []  # (device address, bytes) of each buffer
         self._programs: dict[tapes.Program, int] = {}
         for name, array in arguments.items():
-            if _is_device_array(array) and self._find(array.data.ptr) is None:
-                self._add_buffer(array.data.ptr, array.nbytes, name)
+            if _is_device_array(array) and (array.data.ptr, array.nbytes) not in self._extents:  # once if in place
+                self.add_buffer(array.data.ptr, array.nbytes, name)
 
     @property
     def launches(self) -> int:
@@ -84,31 +84,34 @@ class Recording:
 
     # ----------------------------------------------------------------------- buffers
 
-    def _add_buffer(self, address: int, nbytes: int, name: str | None = None) -> int:
+    def add_buffer(self, address: int, nbytes: int, name: str | None = None) -> int:
         self._extents.append((address, nbytes))
         self.tape.buffers.append(tapes.Buffer(nbytes, name))
         return len(self._extents) - 1
 
     def allocated(self, address: int, nbytes: int) -> None:
         """Memory the call allocated: scratch, newest first when an address is found again."""
-        self._add_buffer(address, nbytes)
+        self.add_buffer(address, nbytes)
 
-    def _find(self, address: int) -> tapes.Pointer | None:
-        """The buffer holding `address` (the newest, where freed memory was allocated again), or None."""
-        for index in range(len(self._extents) - 1, -1, -1):
-            start, nbytes = self._extents[index]
-            if start <= address <= start + nbytes:
-                return tapes.Pointer(index, address - start)
+    def find(self, address: int) -> tapes.Pointer | None:
+        """The buffer holding `address` (the newest, where freed memory was allocated again), or None; an address
+        just past a buffer's end (an empty view there) counts only where no buffer holds it: the next buffer
+        may well start there."""
+        for past_the_end in (False, True):
+            for index in range(len(self._extents) - 1, -1, -1):
+                start, nbytes = self._extents[index]
+                if start <= address < start + nbytes or (past_the_end and address == start + nbytes):
+                    return tapes.Pointer(index, address - start)
         return None
 
     def pointer_to(self, array) -> tapes.Pointer:
         """Where a CuPy array's data lies; an array of memory the call neither got nor allocated (kept from an
         earlier call, made at import) becomes scratch: the tape does not carry what it held."""
-        found = self._find(array.data.ptr)
+        found = self.find(array.data.ptr)
         if found is None:
             memory = array.data.mem
-            self._add_buffer(memory.ptr, memory.size)
-            found = self._find(array.data.ptr)
+            self.add_buffer(memory.ptr, memory.size)
+            found = self.find(array.data.ptr)
         return found
 
     def region_of(self, array) -> tapes.Region:
@@ -146,7 +149,7 @@ class Recording:
             raise _WATCH.refuse(f"launched {kernel} with argument {number} of type {type(value).__name__}, which "
                                 f"a tape cannot hold (pass CuPy arrays and NumPy scalars)")
         if value.dtype.itemsize == 8 and value.dtype.kind in "iu" and value != 0:
-            found = self._find(int(value.view(np.uint64)))
+            found = self.find(int(value.view(np.uint64)))
             if found is not None:
                 return found
             if _is_device_address(int(value.view(np.uint64))):

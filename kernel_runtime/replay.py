@@ -110,8 +110,9 @@ def _module(program: tapes.Program):
 
 
 def compiled_functions(program: tapes.Program) -> Callable:
-    """name -> the kernel function of `program`, compiled as CuPy compiles it (once per process)."""
-    return _module(program).get_function
+    """name -> the kernel function of `program` (a cupy.cuda.function.Function), compiled as CuPy compiles it
+    (once per process)."""
+    return lambda name: _module(program).get_function(name).kernel
 
 
 # --------------------------------------------------------------------------- counting executed instructions
@@ -155,7 +156,8 @@ class _Instrumented:
         if not self.counters:
             return {}
         values = np.zeros(len(self.counters), np.uint64)
-        cupy.cuda.runtime.memcpy(values.ctypes.data, self.module.get_global_var("kit_counts").ptr, values.nbytes,
+        address = self.module.get_global_var("kit_counts")  # an address, or a MemoryPointer in some CuPy versions
+        cupy.cuda.runtime.memcpy(values.ctypes.data, getattr(address, "ptr", address), values.nbytes,
                                  cupy.cuda.runtime.memcpyDeviceToHost)
         entry, totals = self.lowered.get(kernel, kernel), {}
         functions = {entry, *reachable(entry, self.calls)}

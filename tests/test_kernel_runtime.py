@@ -242,3 +242,28 @@ def test_a_kernel_that_waits_for_the_previous_compiles_on_both_architectures_and
     path.write_text(BROKEN_MODULE.replace("void broken(float* out) {", "void broken(float* out) {  // wait_for_previous_kernel()"))
     with pytest.raises(KernelCompileError, match=r"waiting_kernel\.py:5: error"):
         compile_report(import_file(path, "waiting_kernel").broken, "sm_86")
+
+
+def test_an_address_where_one_buffer_ends_and_the_next_begins_is_the_next_one_s():
+    from kernel_runtime.tape import Pointer
+
+    taping = recording.Recording(frozenset(), {})
+    taping.add_buffer(1000, 512, "out")
+    taping.add_buffer(488, 512, "inp")  # inp ends where out begins, as a memory pool lays them out
+    assert taping.find(1000) == Pointer(0, 0)
+    assert taping.find(999) == Pointer(1, 511)
+    assert taping.find(1512) == Pointer(0, 512)  # just past out's end: an empty view there
+    assert taping.find(2000) is None
+
+
+def test_arrays_that_touch_are_each_a_buffer_and_an_in_place_one_is_one():
+    class Array:  # what a recording reads of a CuPy array: its address and size
+        def __init__(self, ptr, nbytes):
+            self.data, self.nbytes = types.SimpleNamespace(ptr=ptr), nbytes
+
+    out = Array(1000, 512)
+    arguments = {"out": out, "inp": Array(1512, 512), "also_out": out, "N": 128}
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(recording, "_is_device_array", lambda value: isinstance(value, Array))
+        taping = recording.Recording(frozenset(), arguments)
+    assert [b.name for b in taping.tape.buffers] == ["out", "inp"] and taping.tape.scalars == {"N": 128}

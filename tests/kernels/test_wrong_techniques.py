@@ -32,8 +32,9 @@ CAUGHT_BY = {
     "layernorm_matmul_gelu_in_three_kernels": "no evidence of fused",
     "matmul_residual_in_two_kernels": "no evidence of fused",
     "split_k_that_never_splits": "no evidence of split k",
-    "tf32_in_dead_code": "the graded cases never executed them",
-    "tf32_with_idle_tensor_cores": "multiply-adds of the graded cases",
+    "tf32_in_dead_code": "no evidence of tensor cores: tensor-core instructions (mma.sync, wmma.mma or wgmma) are in "
+                         "the compiled code, but the graded cases never executed them",
+    "tf32_with_idle_tensor_cores": "no evidence of tensor cores: its tensor-core instructions did",
     "layernorm_beside_a_decoy": "no evidence of reduction: none of layernorm_serial_rows has",
 }
 # the technique's instructions are in these modules' code: only what was launched, and executed, tells
