@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import importlib
 import math
 import re
 from typing import Callable
@@ -87,7 +88,7 @@ def _call_library(step: tapes.Library, memory: list) -> None:
     def value(item):
         return _view(item, memory) if isinstance(item, tapes.Region) else item
 
-    operation = getattr(cupy.cublas, step.operation.removeprefix("cupy.cublas."))
+    operation = getattr(importlib.import_module("cupy.cublas"), step.operation.removeprefix("cupy.cublas."))
     result = operation(*map(value, step.args), **{k: value(v) for k, v in step.kwargs})
     if step.result is not None:
         target = _view(step.result, memory)
