@@ -215,14 +215,20 @@ def test_programs_in_finds_every_kind_of_kernel_a_module_keeps():
     several = tuple(alone.with_defines(TILE=n) for n in (2, 4))
     module = types.SimpleNamespace(alone=alone, several=several, listed=[alone.with_defines(TILE=8)],
                                    by_name={"k": alone.with_defines(TILE=16)}, again=alone, other=(1, "k"),
-                                   nested=[[alone.with_defines(TILE=32)]])  # too deep to be seen
+                                   held=types.SimpleNamespace(kernel=alone.with_defines(TILE=32)),
+                                   nested=[[alone.with_defines(TILE=64)]])  # too deep to be seen
     found = [p.program.options for p in programs_in(module)]
-    assert found == [("-DTILE=1",), ("-DTILE=2",), ("-DTILE=4",), ("-DTILE=8",), ("-DTILE=16",)]
+    assert found == [("-DTILE=1",), ("-DTILE=2",), ("-DTILE=4",), ("-DTILE=8",), ("-DTILE=16",), ("-DTILE=32",)]
+    lazy = types.SimpleNamespace(SOURCE=source.replace("TILE", "1"), name="k")  # its kernels made when first called
+    assert [(p.program.source, p.as_written) for p in programs_in(lazy)] == [(lazy.SOURCE, True)]
+
+
+@pytest.mark.nvrtc
+def test_programs_in_finds_cupy_s_own_kernels():
+    source = 'extern "C" __global__ void k(float* x) { x[0] = TILE; }'
     raw = types.SimpleNamespace(kernel=cupy.RawKernel(source, "k", options=("-DTILE=3",)),
                                 module=cupy.RawModule(code=source, options=("-DTILE=5",)))
     assert [p.program.options for p in programs_in(raw)] == [("-DTILE=3",), ("-DTILE=5",)]
-    lazy = types.SimpleNamespace(SOURCE=source.replace("TILE", "1"), name="k")  # its kernels made when first called
-    assert [p.program.source for p in programs_in(lazy)] == [lazy.SOURCE]
 
 
 @pytest.mark.nvrtc
