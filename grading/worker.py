@@ -78,7 +78,7 @@ def main(argv=None) -> int:
             save_records([Execution(variant.function, None, error=str(err))], out)
             continue
         for case in cases(variant.function, args.seed):
-            execution, _ = record_call(function, build(case), permit=variant.permit)
+            execution = record_call(function, build(case), permit=variant.permit)
             save_records([dataclasses.replace(execution, case_id=case.shape_id)], out)
             if execution.cuda_error:
                 return CUDA_CONTEXT_LOST  # nothing later in this process can run

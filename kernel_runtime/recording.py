@@ -40,7 +40,7 @@ import contextlib
 import functools
 import importlib
 import types
-from typing import Iterator
+from typing import Iterator, NoReturn
 
 import numpy as np
 
@@ -146,14 +146,14 @@ class Recording:
         elif isinstance(value, float):
             value = np.float64(value)
         if not isinstance(value, np.generic) or value.dtype.name not in tapes.DTYPES:
-            raise _WATCH.refuse(f"launched {kernel} with argument {number} of type {type(value).__name__}, which "
+            _WATCH.refuse(f"launched {kernel} with argument {number} of type {type(value).__name__}, which "
                                 f"a tape cannot hold (pass CuPy arrays and NumPy scalars)")
         if value.dtype.itemsize == 8 and value.dtype.kind in "iu" and value != 0:
             found = self.find(int(value.view(np.uint64)))
             if found is not None:
                 return found
             if _is_device_address(int(value.view(np.uint64))):
-                raise _WATCH.refuse(f"launched {kernel} with argument {number} a raw pointer into no buffer of the "
+                _WATCH.refuse(f"launched {kernel} with argument {number} a raw pointer into no buffer of the "
                                     f"call (memory it was not given and did not allocate)")
         return tapes.Scalar.of(value)
 
@@ -176,7 +176,7 @@ class Recording:
                 return item
             if isinstance(item, np.generic) and item.dtype.kind in "biuf":
                 return item.item()
-            raise _WATCH.refuse(f"called {operation} with a {type(item).__name__}, which a tape cannot hold")
+            _WATCH.refuse(f"called {operation} with a {type(item).__name__}, which a tape cannot hold")
 
         returned = self.region_of(result) if _is_device_array(result) else None
         self.tape.steps.append(tapes.Library(operation, tuple(value(a) for a in args),
@@ -220,7 +220,7 @@ class _Watch:
     def checking(self) -> bool:
         return self.recording is not None and self.allowed_depth == 0
 
-    def refuse(self, description: str) -> RefusedOperation:
+    def refuse(self, description: str) -> NoReturn:
         if self.recording.refused is None:
             self.recording.refused = description
         raise RefusedOperation(description)
@@ -464,7 +464,7 @@ def _watched_fuse(original):
 def program_of(raw) -> tapes.Program:
     """The program of a cupy.RawKernel or cupy.RawModule: its source and how it is compiled."""
     if raw.code is None:
-        raise _WATCH.refuse(f"launched a kernel loaded from a compiled file ({raw.file_path}): kernels must be "
+        _WATCH.refuse(f"launched a kernel loaded from a compiled file ({raw.file_path}): kernels must be "
                             f"CUDA source, compiled at run time")
     return tapes.Program(raw.code, tuple(raw.options), tuple(getattr(raw, "name_expressions", None) or ()),
                          raw.backend, bool(raw.enable_cooperative_groups))

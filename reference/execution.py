@@ -74,9 +74,9 @@ class Execution:
         return any(e is not None and ("cudaError" in e or "CUDA_ERROR" in e) for e in (self.error, self.replay_error))
 
 
-def record_call(function: Callable, problem: Problem, permit: tuple[str, ...] = ()):
-    """Call `function` on the problem's inputs (on the GPU) under a recording; the Execution (error,
-    refusal, tape, outputs and inputs after the call) and the device arguments it was given."""
+def record_call(function: Callable, problem: Problem, permit: tuple[str, ...] = ()) -> Execution:
+    """Call `function` on the problem's inputs (on the GPU) under a recording: its error, refusal, tape, and
+    outputs and inputs as the call left them."""
     import cupy
 
     execution = Execution(problem.spec.function, problem.case.id)
@@ -90,9 +90,9 @@ def record_call(function: Callable, problem: Problem, permit: tuple[str, ...] = 
         cupy.cuda.runtime.deviceSynchronize()
     except Exception as err:  # a failing submission must produce a record, not a crash
         execution.error = describe(err)
-        return execution, args
+        return execution
     execution.outputs, execution.inputs_after = _collect(args, problem.spec.outputs), _collect(args, problem.inputs())
-    return execution, args
+    return execution
 
 
 def execute(function: Callable, problem: Problem, device: str = "gpu", permit: tuple[str, ...] = ()) -> Execution:
@@ -117,7 +117,7 @@ def execute(function: Callable, problem: Problem, device: str = "gpu", permit: t
         execution.replay_outputs = _collect(other_args, other.spec.outputs)
         return execution
 
-    execution, _ = record_call(function, problem, permit)
+    execution = record_call(function, problem, permit)
     if execution.error is None:
         try:
             execution.replay_outputs, _ = replay_on(Tape.from_json(execution.tape.to_json()), other)
