@@ -109,12 +109,20 @@ def kit_files(root: Path) -> list[Path]:
                    else f"its work tree is {top.stdout.strip()}")
             raise HandoutError(f"{root} is not a git checkout of the kit ({why}): {fix}")
         listed = subprocess.run(["git", "ls-files", "-z"], cwd=root, capture_output=True, check=True).stdout
+        tracked = sorted(Path(p) for p in listed.decode().split("\0") if p)
+        packages = sorted({path.parts[0] for path in tracked if len(path.parts) == 2 and path.name == "__init__.py"})
+        others = subprocess.run(["git", "ls-files", "-z", "--others", "--exclude-standard", "--", *packages],
+                                cwd=root, capture_output=True, check=True).stdout if packages else b""
     except OSError as err:
         raise HandoutError(f"cannot run git to list the kit's files ({err.strerror or err}): {fix}") from None
     except subprocess.CalledProcessError as err:
         reason = (err.stderr.decode(errors="replace").strip().splitlines() or ["git ls-files failed"])[0]
         raise HandoutError(f"cannot list the kit's files in {root}: {reason}") from None
-    return sorted(Path(p) for p in listed.decode().split("\0") if p)
+    untracked = [p for p in others.decode().split("\0") if p.endswith(".py")]
+    if untracked:  # the kit's own code, not yet committed: a kit without it would not import
+        raise HandoutError(f"{untracked[0]} is in the kit's {untracked[0].split('/')[0]}/ but git does not track it "
+                           f"(nor {len(untracked) - 1} more): commit it, or remove it, before writing a handout")
+    return tracked
 
 
 def make_handout(destination: Path, root: Path = REPO_ROOT, milestone: int = 1) -> list[str]:

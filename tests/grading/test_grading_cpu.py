@@ -734,6 +734,18 @@ def test_a_handout_holds_only_the_files_git_tracks(tmp_path):
     assert "answer" not in (tmp_path / "handout/kernels/gelu.py").read_text()
 
 
+def test_a_handout_refuses_kit_code_git_does_not_track(tmp_path):
+    """A module of the kit's own packages not yet committed: a handout without it would not import."""
+    kit = fake_kit(tmp_path / "kit")
+    (kit / "kernels" / "__init__.py").write_text("")
+    subprocess.run(["git", "add", "kernels/__init__.py"], cwd=kit, check=True)
+    make_handout(tmp_path / "first", root=kit)  # the TA's own untracked files are left out, as before
+    (kit / "kernels" / "new_kernel.py").write_text("SOURCE = ''\n")
+    with pytest.raises(HandoutError, match=r"^kernels/new_kernel.py is in the kit's kernels/ but git does not track "
+                                           r"it \(nor 0 more\): commit it, or remove it, before writing a handout$"):
+        make_handout(tmp_path / "second", root=kit)
+
+
 def test_a_handout_from_a_directory_that_is_not_a_git_checkout_is_refused(tmp_path):
     kit = fake_kit(tmp_path / "kit")
     shutil.rmtree(kit / ".git")
