@@ -1,0 +1,80 @@
+"""The kit installed from its wheel (`pip install .`, not -e) reads everything it needs.
+
+The wheel is built offline from the files git tracks (a copy, so no stale build/ of an
+earlier build slips into it), with the test venv's setuptools, and installed with
+--no-deps into a directory of its own that goes first on PYTHONPATH, the venv's
+dependencies behind it. The commands run from a directory outside the checkout, with
+the GPU hidden so they stop where a machine without one does: the grader after reading
+its milestone's scheme, the leaderboard after reading its table, the handout at once,
+since an installed copy is not a git checkout.
+"""
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from grading.items import WEIGHTS_FILES
+
+ROOT = Path(__file__).parents[2]
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory) -> Path:
+    """The directory the wheel built from this checkout is installed into."""
+    work = tmp_path_factory.mktemp("installed-kit")
+    source, wheels, target = work / "source", work / "wheels", work / "site-packages"
+    listed = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True).stdout
+    for name in filter(None, listed.decode().split("\0")):
+        if (ROOT / name).is_file():  # a tracked file deleted in the working tree stays out
+            (source / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, source / name)
+    pip("wheel", "--no-deps", "--no-build-isolation", "--check-build-dependencies", "-w", str(wheels), str(source))
+    pip("install", "--no-deps", "--no-compile", "--target", str(target), *map(str, wheels.glob("*.whl")))
+    return target.resolve()
+
+
+def pip(*arguments: str) -> None:
+    done = subprocess.run([sys.executable, "-m", "pip", "--disable-pip-version-check", "--quiet", *arguments],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, f"pip {arguments[0]}: {done.stderr[-3000:]}"
+
+
+def installed_kit(target: Path, cwd: Path, *arguments: str) -> subprocess.CompletedProcess:
+    """`python arguments` with the installed kit first on the path and no GPU visible."""
+    env = os.environ | {"PYTHONPATH": str(target), "CUDA_VISIBLE_DEVICES": ""}
+    return subprocess.run([sys.executable, *arguments], capture_output=True, text=True, cwd=cwd, env=env, timeout=300)
+
+
+def test_the_kit_s_packages_come_from_the_installed_copy(installed, tmp_path):
+    packages = sorted(p.name for p in installed.iterdir() if (p / "__init__.py").is_file())
+    code = "import importlib, sys; print(*(importlib.import_module(n).__file__ for n in sys.argv[1:]), sep='\\n')"
+    done = installed_kit(installed, tmp_path, "-c", code, *packages)
+    assert done.returncode == 0, done.stderr
+    assert packages and all(Path(f).is_relative_to(installed) for f in done.stdout.split()), done.stdout
+
+
+@pytest.mark.parametrize("milestone", sorted(WEIGHTS_FILES))
+def test_the_installed_grader_reads_its_milestone_s_scheme(installed, tmp_path, milestone):
+    (tmp_path / "submission" / "kernels").mkdir(parents=True)
+    done = installed_kit(installed, tmp_path, "-m", "grading", "--milestone", str(milestone), "submission")
+    assert done.returncode == 2 and len(done.stderr.splitlines()) == 1, done.stderr
+    assert done.stderr.startswith("grading: cannot grade without a GPU: "), done.stderr
+
+
+def test_the_installed_leaderboard_reads_its_table(installed, tmp_path):
+    (tmp_path / "submission" / "kernels").mkdir(parents=True)
+    done = installed_kit(installed, tmp_path, "-m", "grading", "leaderboard", "submission")
+    assert done.returncode == 2 and len(done.stderr.splitlines()) == 1, done.stderr
+    assert done.stderr.startswith("grading leaderboard: cannot time kernels without a GPU: "), done.stderr
+
+
+def test_the_installed_handout_refuses_in_one_line_naming_the_fix(installed, tmp_path):
+    done = installed_kit(installed, tmp_path, "-m", "grading", "handout", "kit")
+    assert done.returncode == 2 and len(done.stderr.splitlines()) == 1, done.stderr
+    assert done.stderr.startswith(f"grading: {installed} is not a git checkout of the kit"), done.stderr
+    assert "git clone" in done.stderr and "pip install -e" in done.stderr
+    assert not (tmp_path / "kit").exists()
