@@ -319,3 +319,51 @@ def test_preset_sizes(name, layers, channels):
 
 def test_124M_has_llmc_parameter_count():
     assert preset("gpt2").num_parameters() == 124475904  # what llm.c prints for gpt2_124M.bin
+
+
+def leftovers(directory: Path, keep: set[str]) -> list[str]:
+    """Files in `directory` other than `keep`: a partial file left behind would be one."""
+    return sorted(p.name for p in directory.iterdir() if p.name not in keep)
+
+
+def test_an_interrupted_write_keeps_the_previous_checkpoint(tmp_path, params, monkeypatch):
+    path = tmp_path / "m.bin"
+    write_llmc(path, TINY, params)
+    before = path.read_bytes()
+    to_bfloat16, converted = checkpoint._float32_to_bfloat16, []
+
+    def interrupted_on_the_third_call(values):  # as Ctrl-C would, with two tensors' bytes written
+        if len(converted) == 2:
+            raise KeyboardInterrupt
+        converted.append(values)
+        return to_bfloat16(values)
+
+    monkeypatch.setattr(checkpoint, "_float32_to_bfloat16", interrupted_on_the_third_call)
+    with pytest.raises(KeyboardInterrupt):
+        write_llmc(path, TINY, params, dtype="bfloat16")
+    assert path.read_bytes() == before
+    assert leftovers(tmp_path, {"m.bin"}) == []
+
+
+def test_ctrl_c_during_convert_keeps_the_previous_checkpoint_and_progress_is_shown(tmp_path, params):
+    """A model big enough (1.4 GB) that the writing is still under way when the first progress line says 10%."""
+    out = tmp_path / "out.bin"
+    write_llmc(out, TINY, params)
+    before = out.read_bytes()
+    process = subprocess.Popen([sys.executable, "-m", "gpt2.checkpoint", "convert", "random:gpt2-medium", str(out)],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    try:
+        lines = []
+        for line in process.stderr:  # each progress line as it is printed
+            lines.append(line.rstrip("\n"))
+            if line.startswith(f"writing {out}: "):
+                process.send_signal(signal.SIGINT)
+                break
+        status = process.wait(timeout=120)
+    finally:
+        process.kill()
+    assert_progress("\n".join(lines[:-1]), "initialising random weights")
+    assert PROGRESS_LINE.match(lines[-1]) and lines[-1].startswith(f"writing {out}: ")
+    assert status == 130 and process.stdout.read() == ""
+    assert out.read_bytes() == before
+    assert leftovers(tmp_path, {"out.bin"}) == []
