@@ -341,7 +341,7 @@ class DiskFull:
 
 def test_a_gradebook_that_fails_midway_keeps_the_previous_one(tmp_path):
     results = reports.gradescope_results(sample_grade())
-    reports.write_gradebook([("alice", results)], load_scheme(), tmp_path / "gradebook.csv")
+    reports.write_gradebook([("carol", results)], load_scheme(), tmp_path / "gradebook.csv")
     before = (tmp_path / "gradebook.csv").read_text()
     with pytest.raises(OSError, match="No space left on device"):
         reports.write_gradebook([("alice", results), ("bob", results | {"score": DiskFull()})], load_scheme(),
