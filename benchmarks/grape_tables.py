@@ -7,7 +7,9 @@
 Name is an executor (baseline, ptgraph, grape, or a reference such as transformers);
 Attrs is a JSON object saying what was run ({"Model": "GPT-2", "Search": "beam5"}).
 Each table has a PNG beside it that reads without the CSV: its title says what was
-measured and how, its axes carry units, and every bar its value.
+measured and how, its axes carry units, and every bar its value. Each file appears
+whole or not at all (kernel_runtime.files), so a study stopped midway keeps the
+previous run's tables.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ import json
 import statistics
 import textwrap
 from pathlib import Path
+
+from kernel_runtime.files import replacing
 
 SPEEDOMETER_COLUMNS = ("Name", "Attrs", "Avg", "Std", "min", "Median", "MAX")
 BREAKDOWN_COLUMNS = ("Name", "InputPrep", "Model", "BeamSearch")
@@ -68,7 +72,7 @@ class GraphMemory:
 def write_csv(path: Path, columns: tuple[str, ...], rows: list) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w", newline="") as f:
+    with replacing(path) as partial, open(partial, "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=columns)
         writer.writeheader()
         writer.writerows(r.row() for r in rows)
@@ -168,6 +172,9 @@ def _bar_figure(path: Path, labels: list[str], series: list[list[float]], names:
     if len(series) > 1:
         axes.legend(fontsize=8)
     figure.tight_layout()
-    figure.savefig(path, dpi=120)
-    plt.close(figure)
+    try:
+        with replacing(path) as partial:
+            figure.savefig(partial, dpi=120)
+    finally:
+        plt.close(figure)
     return path

@@ -33,6 +33,7 @@ import numpy as np
 
 from kernel_runtime.commands import OneLineArgumentParser, run_command
 from kernel_runtime.device import exit_without_gpu
+from kernel_runtime.files import replacing
 from kernel_runtime.loader import use_kernels
 from reference.execution import call_arguments
 from reference.registry import SPECS, build, host_function
@@ -166,7 +167,7 @@ def benchmark(args) -> int:
         del call_args
         cupy.get_default_memory_pool().free_all_blocks()
     if args.csv:
-        with open(args.csv, "w", newline="") as f:
+        with replacing(args.csv) as partial, open(partial, "w", newline="") as f:
             writer = csv.DictWriter(f, fieldnames=list(table[0]))
             writer.writeheader()
             writer.writerows(table)

@@ -20,6 +20,10 @@ config.json (Hugging Face); otherwise a hub name is looked up on the hub, so tha
 "gpt2" means the model even where a folder named gpt2/ is in the way.
 
 Every problem with a file is one `CheckpointError` line naming the file and what is wrong.
+Every file is written under a temporary name and renamed into place when complete
+(kernel_runtime.files), so an interrupted conversion leaves the previous file as it was.
+Given `progress` (a function taking a line), reading, writing and random init report
+each tenth of their bytes: the command line prints those lines on stderr.
 
     python -m gpt2.checkpoint convert gpt2 gpt2_124M.bin   # any source -> llm.c float32 (version 3)
 """
@@ -31,32 +35,58 @@ import json
 import math
 import sys
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
 from gpt2.config import PRESET_ALIASES, PRESETS, ConfigError, GPT2Config, preset
 from kernel_runtime import KitError
 from kernel_runtime.commands import OneLineArgumentParser, run_command
+from kernel_runtime.files import replacing
 
 LLMC_MAGIC = 20240326
 LLMC_VERSIONS = {3: "float32", 5: "bfloat16"}
 LLMC_HEADER_INTS = 256
 
 Parameters = dict  # name -> float32 np.ndarray, GPT2Config.parameter_shapes() order
+Progress = Callable[[str], None]  # takes one line saying how far a long read or write has come
 
 
 class CheckpointError(KitError):
     """A weights file or directory that cannot be read as GPT-2."""
 
 
+class _Tenths:
+    """Counts a job's bytes and gives `progress` (if any) one line each time the job passes another tenth."""
+
+    def __init__(self, progress: Progress | None, what: str, total_bytes: int):
+        self.progress, self.what, self.total = progress, what, total_bytes
+        self.done = self.said = 0
+
+    def add(self, nbytes: int) -> None:
+        self.done += nbytes
+        tenths = self.done * 10 // max(self.total, 1)
+        if self.progress is not None and tenths > self.said:
+            self.said = tenths
+            self.progress(f"{self.what}: {100 * self.done // max(self.total, 1)}% "
+                          f"({self.done / 1e6:.0f} of {self.total / 1e6:.0f} MB)")
+
+
+def _pieces(name: str, tensor: np.ndarray):
+    """A stacked layer tensor one layer at a time (so that progress moves within the big ones), else whole."""
+    return tensor if name in _HF_LAYER_TENSORS else [tensor]
+
+
 # --------------------------------------------------------------------------- random
 
 
-def random_parameters(config: GPT2Config, seed: int = 0) -> Parameters:
+def random_parameters(config: GPT2Config, seed: int = 0, progress: Progress | None = None) -> Parameters:
     """GPT-2's initialisation: weights N(0, 0.02), the two residual projections scaled
-    by 1/sqrt(2L), biases 0, layernorm weights 1; wte's padding rows 0."""
+    by 1/sqrt(2L), biases 0, layernorm weights 1; wte's padding rows 0. Drawn in place,
+    layer by layer: the same numbers as one draw per tensor, without a second copy."""
     rng = np.random.default_rng(seed)
     residual_std = 0.02 / math.sqrt(2 * config.num_layers)
+    tenths = _Tenths(progress, "initialising random weights", 4 * config.num_parameters())
     params = {}
     for name, shape in config.parameter_shapes().items():
         if name in ("ln1w", "ln2w", "lnfw"):
@@ -65,7 +95,13 @@ def random_parameters(config: GPT2Config, seed: int = 0) -> Parameters:
             params[name] = np.zeros(shape, np.float32)
         else:
             std = residual_std if name in ("attprojw", "fcprojw") else 0.02
-            params[name] = rng.standard_normal(shape, dtype=np.float32) * np.float32(std)
+            params[name] = np.empty(shape, np.float32)
+            for piece in _pieces(name, params[name]):
+                rng.standard_normal(dtype=np.float32, out=piece)
+                piece *= np.float32(std)
+                tenths.add(piece.nbytes)
+            continue
+        tenths.add(params[name].nbytes)
     params["wte"][config.vocab_size:] = 0
     return params
 
@@ -83,13 +119,13 @@ def perturbed_parameters(config: GPT2Config, seed: int) -> Parameters:
 # --------------------------------------------------------------------------- llm.c
 
 
-def read_llmc(path: str | Path) -> tuple[GPT2Config, Parameters]:
+def read_llmc(path: str | Path, progress: Progress | None = None) -> tuple[GPT2Config, Parameters]:
     path = Path(path)
     with _os_errors(path, "read"):
-        return _read_llmc(path)
+        return _read_llmc(path, progress)
 
 
-def _read_llmc(path: Path) -> tuple[GPT2Config, Parameters]:
+def _read_llmc(path: Path, progress: Progress | None) -> tuple[GPT2Config, Parameters]:
     size = path.stat().st_size
     if size < 4 * LLMC_HEADER_INTS:
         raise CheckpointError(f"{path}: too short for an llm.c checkpoint header ({size} bytes)")
@@ -112,6 +148,8 @@ def _read_llmc(path: Path) -> tuple[GPT2Config, Parameters]:
         raise CheckpointError(f"{path}: {what}: {size} bytes, expected {expected} for "
                               f"L={L} NH={NH} C={C} V={V} Vp={Vp} max_T={max_T} in {LLMC_VERSIONS[version]}")
     params, offset = {}, 4 * LLMC_HEADER_INTS
+    tenths = _Tenths(progress, f"reading {path}", size)
+    tenths.add(offset)
     for name, shape in config.parameter_shapes().items():
         count = math.prod(shape)
         if version == 3:
@@ -120,10 +158,13 @@ def _read_llmc(path: Path) -> tuple[GPT2Config, Parameters]:
             tensor = _bfloat16_to_float32(np.fromfile(path, dtype="<u2", count=count, offset=offset))
         params[name] = tensor.reshape(shape)
         offset += count * item
+        tenths.add(count * item)
     return config, params
 
 
-def write_llmc(path: str | Path, config: GPT2Config, params: Parameters, dtype: str = "float32") -> None:
+def write_llmc(path: str | Path, config: GPT2Config, params: Parameters, dtype: str = "float32",
+               progress: Progress | None = None) -> None:
+    """Write `params` as an llm.c checkpoint in `dtype` (float32 or bfloat16), replacing `path` once complete."""
     versions = {v: k for k, v in LLMC_VERSIONS.items()}
     if dtype not in versions:
         raise ValueError(f"write_llmc: dtype must be float32 or bfloat16, got {dtype!r}")
@@ -131,11 +172,16 @@ def write_llmc(path: str | Path, config: GPT2Config, params: Parameters, dtype: 
     header = np.zeros(LLMC_HEADER_INTS, dtype="<i4")
     header[:8] = [LLMC_MAGIC, versions[dtype], config.max_T, config.vocab_size, config.num_layers,
                   config.num_heads, config.channels, config.padded_vocab_size]
-    with _os_errors(path, "write"), open(path, "wb") as f:
+    item = 4 if dtype == "float32" else 2
+    tenths = _Tenths(progress, f"writing {path}", header.nbytes + config.num_parameters() * item)
+    with _os_errors(path, "write"), replacing(path) as partial, open(partial, "wb") as f:
         header.tofile(f)
+        tenths.add(header.nbytes)
         for name in config.parameter_shapes():
-            tensor = np.ascontiguousarray(params[name], dtype="<f4")
-            (tensor if dtype == "float32" else _float32_to_bfloat16(tensor)).tofile(f)
+            for piece in _pieces(name, params[name]):
+                piece = np.ascontiguousarray(piece, dtype="<f4")
+                (piece if dtype == "float32" else _float32_to_bfloat16(piece)).tofile(f)
+                tenths.add(piece.size * item)
 
 
 def _bfloat16_to_float32(bits: np.ndarray) -> np.ndarray:
@@ -164,7 +210,7 @@ _SAFETENSORS_DTYPES = {"F32": "<f4", "F16": "<f2", "BF16": "<u2"}
 _HF_PREFIX = "transformer."
 
 
-def read_hf(directory: str | Path) -> tuple[GPT2Config, Parameters]:
+def read_hf(directory: str | Path, progress: Progress | None = None) -> tuple[GPT2Config, Parameters]:
     directory = Path(directory)
     config = _read_hf_config(directory / "config.json")
     tensors = _open_safetensors(directory)
@@ -172,9 +218,12 @@ def read_hf(directory: str | Path) -> tuple[GPT2Config, Parameters]:
     shapes = config.parameter_shapes()
     V = config.vocab_size
     stored_shapes = shapes | {"wte": (V, config.channels)}  # HF stores only the real vocabulary's rows
+    padding_rows = (config.padded_vocab_size - V) * config.channels
+    tenths = _Tenths(progress, f"reading {directory}", 4 * (config.num_parameters() - padding_rows))
     for name, hf_name in _HF_GLOBAL_TENSORS.items():
         params[name] = tensors.load(hf_name)
         _expect_shape(tensors, hf_name, params[name], stored_shapes[name])
+        tenths.add(params[name].nbytes)
     padded = np.zeros(shapes["wte"], np.float32)
     padded[:V] = params["wte"]
     params["wte"] = padded
@@ -186,6 +235,7 @@ def read_hf(directory: str | Path) -> tuple[GPT2Config, Parameters]:
             want = shapes[name][1:][::-1] if transposed else shapes[name][1:]
             _expect_shape(tensors, hf_name, tensor, want)
             stacked[layer] = tensor.T if transposed else tensor
+            tenths.add(tensor.nbytes)
         params[name] = stacked
     return config, {name: params[name] for name in shapes}
 
@@ -380,7 +430,7 @@ def _write_safetensors(path: Path, tensors: dict) -> None:
     header["__metadata__"] = {"format": "pt"}
     encoded = json.dumps(header, separators=(",", ":")).encode()
     encoded += b" " * (-len(encoded) % 8)
-    with _os_errors(path, "write"), open(path, "wb") as f:
+    with _os_errors(path, "write"), replacing(path) as partial, open(partial, "wb") as f:
         f.write(len(encoded).to_bytes(8, "little"))
         f.write(encoded)
         for tensor in tensors.values():
@@ -411,23 +461,23 @@ def _expect_shape(tensors: _SafetensorsFiles, name: str, tensor: np.ndarray, sha
 HUB_OWNER = "openai-community"
 
 
-def load(source: str | Path) -> tuple[GPT2Config, Parameters]:
+def load(source: str | Path, progress: Progress | None = None) -> tuple[GPT2Config, Parameters]:
     """Weights from an llm.c .bin file, a Hugging Face directory, a hub name, or
     `random` / `random:<size>` (seeded GPT-2 init; sizes as in config.PRESETS)."""
     text = str(source)
     if text == "random" or text.startswith("random:"):
         config = PRESETS["gpt2"] if text == "random" else _preset_or_error(text.split(":", 1)[1])
-        return config, random_parameters(config, seed=0)
+        return config, random_parameters(config, seed=0, progress=progress)
     path = Path(source).expanduser()
     with _os_errors(path, "read"):  # a name too long for a path, say
         is_file, is_hf_directory, is_directory = path.is_file(), (path / "config.json").exists(), path.is_dir()
     if is_file:
-        return read_llmc(path)
+        return read_llmc(path, progress)
     if is_hf_directory:
-        return read_hf(path)
+        return read_hf(path, progress)
     repo_id = hub_repo_id(text)
     if repo_id is not None:
-        return read_hf(download_from_hub(repo_id))
+        return read_hf(download_from_hub(repo_id), progress)
     if is_directory:
         raise CheckpointError(f"{path}: a directory without config.json, so not a Hugging Face GPT-2 directory")
     raise CheckpointError(f"{source}: no such file or directory, and not a model name "
@@ -480,8 +530,8 @@ def _os_errors(path: Path, action: str):
 
 
 def _write_text(path: Path, text: str) -> None:
-    with _os_errors(path, "write"):
-        path.write_text(text)
+    with _os_errors(path, "write"), replacing(path) as partial:
+        partial.write_text(text)
 
 
 # --------------------------------------------------------------------------- command line
@@ -501,8 +551,12 @@ def main(argv=None) -> int:
 
 
 def convert_to_llmc(source, out) -> None:
-    config, params = load(source)
-    write_llmc(out, config, params)
+    """Convert, with each tenth of the reading and of the writing said on stderr (a 1.5B model takes a minute)."""
+    def progress(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+
+    config, params = load(source, progress)
+    write_llmc(out, config, params, progress=progress)
     print(f"wrote {out}: GPT-2 of {config.num_parameters() / 1e6:.0f}M parameters (L={config.num_layers} "
           f"NH={config.num_heads} C={config.channels}) as an llm.c float32 checkpoint, version 3, "
           f"{Path(out).stat().st_size} bytes")

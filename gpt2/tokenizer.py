@@ -26,6 +26,7 @@ from pathlib import Path
 
 from kernel_runtime import KitError
 from kernel_runtime.commands import OneLineArgumentParser
+from kernel_runtime.files import replacing
 
 END_OF_TEXT = 50256
 BPE_SHA256 = "306cd27f03c1a714eca7108e03d66b7dc042abe8c258b44c199a7ed9838dd930"  # tiktoken's r50k_base
@@ -104,9 +105,8 @@ def fetch(destination: Path | None = None) -> Path:
     if digest != BPE_SHA256:
         raise TokenizerMissing(f"{WHISPER_MEMBER} has sha256 {digest}, expected {BPE_SHA256}")
     destination.parent.mkdir(parents=True, exist_ok=True)
-    partial = destination.with_suffix(".partial")
-    partial.write_bytes(data)
-    partial.replace(destination)
+    with replacing(destination) as partial:
+        partial.write_bytes(data)
     return destination
 
 

@@ -39,6 +39,7 @@ from pathlib import Path
 
 from grading.items import WEIGHTS_FILES
 from kernel_runtime import KitError
+from kernel_runtime.files import replacing
 from kernel_runtime.stubs import STUB_LINES
 from reference.registry import SPEC_FILES, SPECS
 from reference.variants import new_modules
@@ -127,13 +128,15 @@ def kit_files(root: Path) -> list[Path]:
 
 def make_handout(destination: Path, root: Path = REPO_ROOT, milestone: int = 1) -> list[str]:
     """Write milestone `milestone`'s starter kit to `destination` (which must not exist); returns the
-    stubbed kernel files."""
+    stubbed kernel files. The kit is written to a temporary directory beside `destination` and renamed
+    into place when complete, so a handout stopped midway leaves no half kit to hand out."""
     if milestone not in MILESTONES:
         raise HandoutError(f"no milestone {milestone}; the handouts are for milestones {', '.join(map(str, MILESTONES))}")
     if destination.exists():
         raise HandoutError(f"{destination} already exists; choose a new directory")
     try:
-        return _write_handout(destination, root, milestone)
+        with replacing(destination, directory=True) as partial:
+            return _write_handout(partial, root, milestone)
     except OSError as err:
         raise HandoutError(f"{destination}: cannot write the handout ({err.strerror or err})") from None
 

@@ -2,7 +2,8 @@
 
 Each names the milestone whose weights file made the grade. results.json keeps it in
 Gradescope's extra_data (stored there, shown to no one), so that `grading gather`
-builds the gradebook from that milestone's items.
+builds the gradebook from that milestone's items. Each file is written whole or not
+at all (kernel_runtime.files): a grading run stopped midway keeps the previous report.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from pathlib import Path
 from grading.grade import SubmissionGrade
 from grading.items import Scheme
 from kernel_runtime import KitError
+from kernel_runtime.files import replacing
 
 
 def console_table(grade: SubmissionGrade, width: int = 100) -> str:
@@ -57,7 +59,8 @@ def milestone_of(results: dict) -> int | None:
 def write_results_json(results: dict, path: Path) -> None:
     """Write gradescope_results(...) to `path`."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(results, indent=2) + "\n")
+    with replacing(path) as partial:
+        partial.write_text(json.dumps(results, indent=2) + "\n")
 
 
 class GatherError(KitError):
@@ -98,7 +101,7 @@ def write_gradebook(rows: list[tuple[str, dict]], scheme: Scheme, path: Path) ->
         if missing:
             raise GatherError(f"{name}: its results have no score for {missing[0]!r}, "
                               f"an item of milestone {scheme.milestone}")
-    with open(path, "w", newline="") as f:
+    with replacing(path) as partial, open(partial, "w", newline="") as f:
         writer = csv.writer(f)
         writer.writerow(["submission", "milestone", "total", *titles])
         for name, results in rows:

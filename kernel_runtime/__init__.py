@@ -16,6 +16,7 @@ A kernel module imports what it needs from here, and nothing else of the kit:
 * commands:  OneLineArgumentParser: a command-line mistake is one line, status 2
 * recording: record, the tape of a call's own launches, and the refusal of the rest
 * stubs:     holds_stub, whether a kernels file is still a starter kit's TODO stub
+* files:     replacing, how every file the kit writes appears whole or not at all
 * errors:    KitError and its kinds: what a user can act on, printed as one line
 
 Nothing here imports kernels/, reference/, gpt2/ or grading/: they stand on it.

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from benchmarks.grape_tables import (BREAKDOWN_COLUMNS, GRAPH_MEMORY_COLUMNS, SPEEDOMETER_COLUMNS, Breakdown,
-                                     GraphMemory, Timing, write_breakdown, write_graph_memory, write_speedometer)
+                                     GraphMemory, Timing, write_breakdown, write_csv, write_graph_memory,
+                                     write_speedometer)
 
 pytest.importorskip("matplotlib", reason="the figures need matplotlib: pip install -e '.[experiments]'")
 
@@ -53,3 +54,19 @@ def test_breakdown_and_graph_memory(tmp_path):
     assert tuple(rows[0]) == GRAPH_MEMORY_COLUMNS
     assert (float(rows[0]["Original Size"]), float(rows[0]["Compressed Size (MB)"])) == (5120.5, 97.25)
     assert_png(png_path)
+
+
+class Interrupted:
+    """A row whose turn comes as Ctrl-C does."""
+
+    def row(self):
+        raise KeyboardInterrupt
+
+
+def test_an_interrupted_table_keeps_the_previous_one(tmp_path):
+    path = write_csv(tmp_path / "speedometer.csv", SPEEDOMETER_COLUMNS, [Timing("grape", {}, [1.0, 2.0])])
+    before = path.read_text()
+    with pytest.raises(KeyboardInterrupt):
+        write_csv(path, SPEEDOMETER_COLUMNS, [Timing("baseline", {}, [3.0]), Interrupted()])
+    assert path.read_text() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["speedometer.csv"]

@@ -3,6 +3,7 @@
 import ast
 import csv
 import dataclasses
+import errno
 import json
 import os
 import re
@@ -329,6 +330,24 @@ def test_gradebook_gathers_every_results_json(tmp_path):
     rows = gradebook(tmp_path)
     assert rows[0][:4] == ["submission", "milestone", "total", "Attention (including Softmax)"]
     assert [r[0] for r in rows[1:]] == ["alice", "bob"] and rows[1][1:3] == ["1", "9.0"]
+
+
+class DiskFull:
+    """A score whose writing fails as a full disk would, after the rows before it are written."""
+
+    def __str__(self):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+def test_a_gradebook_that_fails_midway_keeps_the_previous_one(tmp_path):
+    results = reports.gradescope_results(sample_grade())
+    reports.write_gradebook([("carol", results)], load_scheme(), tmp_path / "gradebook.csv")
+    before = (tmp_path / "gradebook.csv").read_text()
+    with pytest.raises(OSError, match="No space left on device"):
+        reports.write_gradebook([("alice", results), ("bob", results | {"score": DiskFull()})], load_scheme(),
+                                tmp_path / "gradebook.csv")
+    assert (tmp_path / "gradebook.csv").read_text() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["gradebook.csv"]
 
 
 @pytest.mark.parametrize("milestone", [2, 3])
@@ -732,6 +751,19 @@ def test_a_handout_holds_only_the_files_git_tracks(tmp_path):
                         if p.is_file())
     assert handed_out == ["README.md", "kernels/gelu.py"]
     assert "answer" not in (tmp_path / "handout/kernels/gelu.py").read_text()
+
+
+def test_an_interrupted_handout_leaves_no_half_kit(tmp_path, monkeypatch):
+    """Ctrl-C after the README is written: no directory under the destination's name, nor beside it."""
+    kit = fake_kit(tmp_path / "kit")
+
+    def interrupted(text):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("grading.handout.strip_solutions", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        make_handout(tmp_path / "handout", root=kit)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["kit"]
 
 
 def test_a_handout_refuses_kit_code_git_does_not_track(tmp_path):

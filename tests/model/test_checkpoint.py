@@ -1,6 +1,8 @@
 """Checkpoints: llm.c and Hugging Face round trips, and one clear line for every bad file."""
 
 import json
+import re
+import signal
 import struct
 import subprocess
 import sys
@@ -243,10 +245,23 @@ def convert(capsys, *args) -> tuple[int, str, str]:
     return status, captured.out, captured.err
 
 
+PROGRESS_LINE = re.compile(r"^(reading|writing|initialising) .+: \d+% \(\d+ of \d+ MB\)$")
+
+
+def assert_progress(err: str, *steps: str):
+    """stderr holds progress lines only: each of `steps` (such as "reading m.bin") counts up to 100%."""
+    lines = err.splitlines()
+    assert all(PROGRESS_LINE.match(line) for line in lines), lines
+    for step in steps:
+        percents = [int(line.split(": ")[-1].split("%")[0]) for line in lines if line.startswith(step + ": ")]
+        assert percents and percents == sorted(percents) and percents[-1] == 100, (step, lines)
+
+
 def test_convert_writes_llmc_float32(tmp_path, params, capsys):
     write_hf(tmp_path / "hf", TINY, params)
     status, out, err = convert(capsys, tmp_path / "hf", tmp_path / "from_hf.bin")
-    assert (status, err) == (0, "")
+    assert status == 0
+    assert_progress(err, f"reading {tmp_path / 'hf'}", f"writing {tmp_path / 'from_hf.bin'}")
     assert out == (f"wrote {tmp_path / 'from_hf.bin'}: GPT-2 of 3M parameters (L=2 NH=4 C=64) as an llm.c float32 "
                    f"checkpoint, version 3, {(tmp_path / 'from_hf.bin').stat().st_size} bytes\n")
     config, loaded = read_llmc(tmp_path / "from_hf.bin")
@@ -266,8 +281,10 @@ def test_convert_writes_llmc_float32(tmp_path, params, capsys):
 ])
 def test_convert_errors_are_one_line(tmp_path, params, capsys, args, status, message):
     write_llmc(tmp_path / "model.bin", TINY, params)
-    result = convert(capsys, *(arg.format(tmp=tmp_path) for arg in args))
-    assert result == (status, "", message.format(tmp=tmp_path) + "\n")
+    result, out, err = convert(capsys, *(arg.format(tmp=tmp_path) for arg in args))
+    *progress, last = err.splitlines()
+    assert (result, out, last) == (status, "", message.format(tmp=tmp_path))
+    assert_progress("\n".join(progress))  # reading went as far as it did
 
 
 def test_convert_runs_as_a_module(tmp_path, params):
@@ -275,7 +292,8 @@ def test_convert_runs_as_a_module(tmp_path, params):
     done = subprocess.run([sys.executable, "-m", "gpt2.checkpoint", "convert", str(tmp_path / "hf"),
                            str(tmp_path / "out.bin")], capture_output=True, text=True, cwd=ROOT, timeout=120,
                           check=False)
-    assert (done.returncode, done.stderr) == (0, "")  # no runpy warning about a module imported twice
+    assert done.returncode == 0
+    assert_progress(done.stderr)  # and no runpy warning about a module imported twice
     assert done.stdout.startswith(f"wrote {tmp_path / 'out.bin'}: ")
 
 
@@ -301,3 +319,51 @@ def test_preset_sizes(name, layers, channels):
 
 def test_124M_has_llmc_parameter_count():
     assert preset("gpt2").num_parameters() == 124475904  # what llm.c prints for gpt2_124M.bin
+
+
+def leftovers(directory: Path, keep: set[str]) -> list[str]:
+    """Files in `directory` other than `keep`: a partial file left behind would be one."""
+    return sorted(p.name for p in directory.iterdir() if p.name not in keep)
+
+
+def test_an_interrupted_write_keeps_the_previous_checkpoint(tmp_path, params, monkeypatch):
+    path = tmp_path / "m.bin"
+    write_llmc(path, TINY, params)
+    before = path.read_bytes()
+    to_bfloat16, converted = checkpoint._float32_to_bfloat16, []
+
+    def interrupted_on_the_third_call(values):  # as Ctrl-C would, with two tensors' bytes written
+        if len(converted) == 2:
+            raise KeyboardInterrupt
+        converted.append(values)
+        return to_bfloat16(values)
+
+    monkeypatch.setattr(checkpoint, "_float32_to_bfloat16", interrupted_on_the_third_call)
+    with pytest.raises(KeyboardInterrupt):
+        write_llmc(path, TINY, params, dtype="bfloat16")
+    assert path.read_bytes() == before
+    assert leftovers(tmp_path, {"m.bin"}) == []
+
+
+def test_ctrl_c_during_convert_keeps_the_previous_checkpoint_and_progress_is_shown(tmp_path, params):
+    """A model big enough (1.4 GB) that the writing is still under way when the first progress line says 10%."""
+    out = tmp_path / "out.bin"
+    write_llmc(out, TINY, params)
+    before = out.read_bytes()
+    process = subprocess.Popen([sys.executable, "-m", "gpt2.checkpoint", "convert", "random:gpt2-medium", str(out)],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    try:
+        lines = []
+        for line in process.stderr:  # each progress line as it is printed
+            lines.append(line.rstrip("\n"))
+            if line.startswith(f"writing {out}: "):
+                process.send_signal(signal.SIGINT)
+                break
+        status = process.wait(timeout=120)
+    finally:
+        process.kill()
+    assert_progress("\n".join(lines[:-1]), "initialising random weights")
+    assert PROGRESS_LINE.match(lines[-1]) and lines[-1].startswith(f"writing {out}: ")
+    assert status == 130 and process.stdout.read() == ""
+    assert out.read_bytes() == before
+    assert leftovers(tmp_path, {"out.bin"}) == []
