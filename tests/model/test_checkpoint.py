@@ -346,7 +346,9 @@ def test_an_interrupted_write_keeps_the_previous_checkpoint(tmp_path, params, mo
 
 
 def test_ctrl_c_during_convert_keeps_the_previous_checkpoint_and_progress_is_shown(tmp_path, params):
-    """A model big enough (1.4 GB) that the writing is still under way when the first progress line says 10%."""
+    """Ctrl-C as a user presses it, while a 1.4 GB model is being made: the command stops (130) and leaves the
+    previous checkpoint and nothing beside it. (Ctrl-C in the middle of the write itself is the test above: a
+    signal timed against a disk's speed would make this one flaky.)"""
     out = tmp_path / "out.bin"
     write_llmc(out, TINY, params)
     before = out.read_bytes()
@@ -356,14 +358,13 @@ def test_ctrl_c_during_convert_keeps_the_previous_checkpoint_and_progress_is_sho
         lines = []
         for line in process.stderr:  # each progress line as it is printed
             lines.append(line.rstrip("\n"))
-            if line.startswith(f"writing {out}: "):
+            if line.startswith("initialising random weights: "):
                 process.send_signal(signal.SIGINT)
                 break
         status = process.wait(timeout=120)
     finally:
         process.kill()
-    assert_progress("\n".join(lines[:-1]), "initialising random weights")
-    assert PROGRESS_LINE.match(lines[-1]) and lines[-1].startswith(f"writing {out}: ")
+    assert lines and all(PROGRESS_LINE.match(line) for line in lines), lines
     assert status == 130 and process.stdout.read() == ""
     assert out.read_bytes() == before
     assert leftovers(tmp_path, {"out.bin"}) == []
