@@ -162,7 +162,8 @@ def leaderboard_main(argv) -> int:
     standings = []
     for number, submission in enumerate(args.submissions, start=1):
         print(f"[{number}/{len(args.submissions)}] timing {submission} ...", file=sys.stderr, flush=True)
-        seed = args.seed if args.seed is not None else secrets.randbelow(SEED_LIMIT)  # each its own: reports show it, --seed takes it
+        # each its own: reports show it, and --seed takes it back
+        seed = args.seed if args.seed is not None else secrets.randbelow(SEED_LIMIT)
         result = rank_submission(str(submission), worker_command(submission, args.table, tuple(args.variant)), judge,
                                  seed, progress=lambda m: print(m, file=sys.stderr, flush=True))
         reports.write_results_json(leaderboard.gradescope_fields(result),
