@@ -23,8 +23,8 @@ from benchmarks.transformers_model import hf_model
 from gpt2.backends import make_backend
 from gpt2.executors import make_executor
 from gpt2.generate import GREEDY, generate
-from gpt2.model import GPT2
-from kernel_runtime.commands import OneLineArgumentParser
+from gpt2.model import GPT2, check_sources
+from kernel_runtime.commands import OneLineArgumentParser, run_command
 from kernel_runtime.device import exit_without_gpu, first_line
 
 PROMPT_TOKENS, NEW_TOKENS = 32, 128
@@ -96,8 +96,14 @@ def main(argv=None) -> int:
                         help="also time transformers' generate, eager and static+compiled")
     parser.add_argument("--profile", action="store_true", help="print where the host's time goes (cProfile)")
     args = parser.parse_args(argv)
-    exit_without_gpu("benchmarks.generation", "cannot run")
+    return run_command("benchmarks.generation", lambda: benchmark(args), error_status=2)
+
+
+def benchmark(args) -> int:
     from gpt2 import checkpoint
+
+    check_sources(args.model)
+    exit_without_gpu("benchmarks.generation", "cannot run")
 
     config, params = checkpoint.load(args.model)
     model = GPT2(config, params, backend=make_backend(args.backend, variants=tuple(args.variant)))

@@ -46,7 +46,7 @@ from benchmarks.transformers_model import hf_model as transformers_gpt2
 from gpt2.beam_search import BeamSearch
 from gpt2.executors import EXECUTORS, StageClock, make_executor
 from gpt2.generate import GREEDY
-from gpt2.model import GPT2
+from gpt2.model import GPT2, check_sources
 from kernel_runtime.commands import POSITIVE_INT, OneLineArgumentParser, checked, run_command
 from kernel_runtime.device import exit_without_gpu
 
@@ -259,12 +259,13 @@ def main(argv=None) -> int:
                                      f"a comma-separated list of {', '.join(EXECUTORS)}"))
     parser.add_argument("--no-hf", action="store_true", help="leave out transformers' reference rows")
     args = parser.parse_args(argv)
-    exit_without_gpu("benchmarks.grape_study", "cannot run")
 
     def body() -> int:
-        import cupy
-
         from gpt2 import checkpoint
+
+        check_sources(args.model)
+        exit_without_gpu("benchmarks.grape_study", "cannot run")
+        import cupy  # after the GPU check: a machine without a GPU may have no CuPy either
 
         config, params = checkpoint.load(args.model)
         if args.max_length > config.max_T:

@@ -122,13 +122,13 @@ def main(argv=None) -> int:
 
 def benchmark(args) -> int:
     timed = workloads(args.only, args.profile)
+    use_kernels(args.kernels)  # a wrong path is named before a missing GPU
     exit_without_gpu("benchmarks.kernels", "cannot run")
 
     import cupy
 
     from reference import gold
 
-    use_kernels(args.kernels)
     rows = [(name, spec, case, host_function(spec.function, module), profile)
             for name, spec, module, profile, case in timed]
     device = cupy.cuda.runtime.getDeviceProperties(0)["name"].decode()

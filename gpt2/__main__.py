@@ -19,11 +19,12 @@ from pathlib import Path
 
 from gpt2 import checkpoint
 from gpt2.backends import BACKENDS, make_backend
+from gpt2.config import LONGEST_CONTEXT
 from gpt2.generate import Sampling, fit_prompt, generate
-from gpt2.model import GPT2
+from gpt2.model import GPT2, check_sources
 from gpt2.tokenizer import get_tokenizer
 from kernel_runtime import GPUUnavailableError, gpu_unavailable_reason
-from kernel_runtime.commands import NON_NEGATIVE_INT, OneLineArgumentParser, checked, run_command
+from kernel_runtime.commands import NON_NEGATIVE_INT, SEED, OneLineArgumentParser, checked, run_command
 
 COURSE_CHECKPOINT = "gpt2_124M.bin"
 
@@ -71,6 +72,8 @@ class Streamer:
 
 TEMPERATURE = checked(float, lambda t: math.isfinite(t) and t >= 0, "a finite number >= 0")
 PROBABILITY = checked(float, lambda p: 0 < p <= 1, "a number in (0, 1]")
+# at least one prompt token shares the context with the new ones; a model's own (shorter) context is checked once loaded
+NEW_TOKENS = checked(int, lambda n: 0 <= n < LONGEST_CONTEXT, f"an integer from 0 to {LONGEST_CONTEXT - 1}")
 
 
 def build_parser() -> OneLineArgumentParser:
@@ -87,14 +90,15 @@ def build_parser() -> OneLineArgumentParser:
     parser.add_argument("--variant", action="append", default=[], metavar="NAME",
                         help="a milestone variant to run on the kernels backend, e.g. attention_flash "
                              "(reference/variants.py; repeat for several; default: none, the kit's kernels)")
-    parser.add_argument("--max-new-tokens", type=NON_NEGATIVE_INT, default=64,
+    parser.add_argument("--max-new-tokens", type=NEW_TOKENS, default=64,
                         help="tokens to generate (default %(default)s)")
     parser.add_argument("--temperature", type=TEMPERATURE, default=1.0, help="0 means greedy (default %(default)s)")
     parser.add_argument("--top-k", type=NON_NEGATIVE_INT, default=40,
                         help="sample among the k likeliest tokens, 0 among all (default %(default)s)")
     parser.add_argument("--top-p", type=PROBABILITY, help="sample among the likeliest tokens whose probabilities "
                                                           "reach p (default: no cut)")
-    parser.add_argument("--seed", type=NON_NEGATIVE_INT, help="seed of the sampling (default: a fresh one each run)")
+    parser.add_argument("--seed", type=SEED, help="seed of the sampling, from 0 to 2**31 - 1 "
+                                                   "(default: a fresh one each run)")
     parser.add_argument("--no-cache", action="store_true", help="recompute the whole sequence for every token "
                                                                 "(default: run the new token against a KV cache)")
     parser.add_argument("--no-graph", action="store_true", help="launch each decode step's kernels from Python "
@@ -140,9 +144,10 @@ def complete(args) -> None:
         print(f"[gpt2] {message}", file=sys.stderr)
 
     sampling = Sampling(args.temperature, args.top_k or None, args.top_p, args.seed)
+    source = args.model or default_model(note)
+    check_sources(source, args.kernels)
     backend = choose_backend(args, note)
     tokenizer = get_tokenizer()
-    source = args.model or default_model(note)
     note(f"loading {source} on the {backend} backend ...")
     model = GPT2(*checkpoint.load(source), backend=make_backend(backend, args.kernels, tuple(args.variant)))
     interactive = args.prompt is None

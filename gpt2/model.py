@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
 import types
 from typing import TYPE_CHECKING, Callable, Protocol
 
@@ -336,3 +337,17 @@ class GPT2:
 
 def _call(step: str, kernel: Callable, *args) -> None:
     kernel(*args)
+
+
+def check_sources(model: str, kernels: str | None = None) -> None:
+    """Raise the one-line error of a --model or --kernels that names nothing there, reading nothing, so
+    that a command names a wrong path before a missing GPU. A model source that names something (a file,
+    a directory, a hub name, random) is judged when it loads."""
+    from gpt2 import checkpoint
+    from kernel_runtime.loader import kernels_directory
+
+    if kernels is not None:
+        kernels_directory(kernels)
+    if (model.split(":", 1)[0] != "random" and checkpoint.hub_repo_id(model) is None
+            and not os.path.exists(os.path.expanduser(model))):
+        checkpoint.load(model)  # nothing to read there: raises load's own error

@@ -26,14 +26,15 @@ def main(argv=None) -> int:
     parser.add_argument("--batch", type=POSITIVE_INT, default=4, help="rows of tokens (default %(default)s)")
     parser.add_argument("--tokens", type=POSITIVE_INT, default=64, help="tokens per row (default %(default)s)")
     args = parser.parse_args(argv)
-    exit_without_gpu("gpt2.profile")
     return run_command("gpt2.profile", lambda: profile(args), error_status=2)
 
 
 def profile(args) -> int:
-    import cupy
+    from gpt2.model import GPT2, check_sources
 
-    from gpt2.model import GPT2
+    check_sources(args.model, args.kernels)
+    exit_without_gpu("gpt2.profile")
+    import cupy  # after the GPU check: a machine without a GPU may have no CuPy either
 
     model = GPT2.from_pretrained(args.model, backend="kernels", kernels=args.kernels)
     tokens = np.random.default_rng(0).integers(0, model.config.vocab_size, (args.batch, args.tokens), dtype=np.int32)

@@ -30,7 +30,7 @@ import sys
 import numpy as np
 
 from gpt2.ops import parameters
-from kernel_runtime.commands import OneLineArgumentParser, run_command
+from kernel_runtime.commands import SEED, OneLineArgumentParser, run_command
 from kernel_runtime.device import exit_without_gpu
 from reference.judging import rounding_bounds
 from reference.numerics import element_errors, rms, worst_fraction
@@ -134,16 +134,18 @@ def main(argv=None) -> int:
                                           "(default: $KIT_PROFILE, else the variants' profile, else fp32)")
     parser.add_argument("--batch", type=int, default=4)
     parser.add_argument("--tokens", type=int, default=64)
-    parser.add_argument("--seed", type=int, default=0, help="seed of the random token ids")
+    parser.add_argument("--seed", type=SEED, default=0, help="seed of the random token ids, from 0 to 2**31 - 1 "
+                                                               "(default %(default)s)")
     args = parser.parse_args(argv)
     return run_command("gpt2.step_check", lambda: check(args), error_status=2)
 
 
 def check(args) -> int:
     from gpt2.backends import kernel_ops, uses_flash
-    from gpt2.model import GPT2
+    from gpt2.model import GPT2, check_sources
 
     profile = resolve_profile(args.profile, [variant_named(name) for name in args.variant])
+    check_sources(args.model, args.kernels)
     exit_without_gpu("gpt2.step_check")
     candidate = kernel_ops(args.kernels, tuple(args.variant))
     model = GPT2.from_pretrained(args.model, backend="gold")

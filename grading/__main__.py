@@ -27,7 +27,7 @@ from grading.grade import grade_submission
 from grading.handout import make_handout
 from grading.items import WEIGHTS_FILES, scheme_for
 from kernel_runtime import KitError
-from kernel_runtime.commands import OneLineArgumentParser, run_command
+from kernel_runtime.commands import SEED, SEED_LIMIT, OneLineArgumentParser, run_command
 from kernel_runtime.device import exit_without_gpu
 
 
@@ -37,8 +37,8 @@ def grade_main(argv) -> int:
     parser.add_argument("submissions", nargs="*", type=Path, help="submission directories")
     add_milestone_option(parser)
     parser.add_argument("--class-list", type=Path, help="a file naming one submission directory per line")
-    parser.add_argument("--seed", type=int, help="seed of the inputs the replays are judged on, to repeat a run "
-                                                  "(default: a fresh secret one per submission)")
+    parser.add_argument("--seed", type=SEED, help="seed of the inputs the replays are judged on, to repeat a run "
+                                                   "(default: a fresh secret one per submission)")
     parser.add_argument("--out", type=Path, default=Path("grading-results"),
                         help="where reports go (default: grading-results)")
     parser.add_argument("--results-json", type=Path, help="also write the (single) submission's results.json here "
@@ -55,7 +55,7 @@ def grade_main(argv) -> int:
     rows = []
     for number, submission in enumerate(submissions, start=1):
         # fresh for each submission: a seed in one report must not be the next submission's secret
-        seed = args.seed if args.seed is not None else secrets.randbelow(2**31)
+        seed = args.seed if args.seed is not None else secrets.randbelow(SEED_LIMIT)
         print(f"[{number}/{len(submissions)}] grading {submission} (milestone {scheme.milestone}) ...",
               file=sys.stderr, flush=True)
         grade = grade_submission(submission, scheme, seed, progress=lambda m: print(m, file=sys.stderr, flush=True))
@@ -147,8 +147,8 @@ def leaderboard_main(argv) -> int:
                         help="a milestone variant in its host function's place, e.g. matmul_tf32 (repeatable)")
     parser.add_argument("--table", type=Path, default=leaderboard.TABLE_FILE,
                         help="the workload (default: grading/leaderboard.toml)")
-    parser.add_argument("--seed", type=int, help="seed of the timed runs' prompts, to repeat a report's "
-                                                  "(default: a fresh secret one per submission)")
+    parser.add_argument("--seed", type=SEED, help="seed of the timed runs' prompts, to repeat a report's "
+                                                   "(default: a fresh secret one per submission)")
     parser.add_argument("--out", type=Path, default=Path("leaderboard-results"),
                         help="where reports go (default: leaderboard-results)")
     args = parser.parse_args(argv)
@@ -162,7 +162,8 @@ def leaderboard_main(argv) -> int:
     standings = []
     for number, submission in enumerate(args.submissions, start=1):
         print(f"[{number}/{len(args.submissions)}] timing {submission} ...", file=sys.stderr, flush=True)
-        seed = args.seed if args.seed is not None else secrets.randbelow(2**63)  # each its own: reports show it
+        # each its own: reports show it, and --seed takes it back
+        seed = args.seed if args.seed is not None else secrets.randbelow(SEED_LIMIT)
         result = rank_submission(str(submission), worker_command(submission, args.table, tuple(args.variant)), judge,
                                  seed, progress=lambda m: print(m, file=sys.stderr, flush=True))
         reports.write_results_json(leaderboard.gradescope_fields(result),

@@ -17,11 +17,13 @@ the compile checks included; the watch on CuPy (kernel_runtime.recording) goes i
 before any kernel module is imported.
 """
 
+import argparse
 import os
 
 import pytest
 
 from kernel_runtime import recording
+from kernel_runtime.commands import SEED
 from kernel_runtime.errors import KernelLoadError
 from kernel_runtime.loader import use_kernels
 from reference.precision import ProfileError
@@ -29,8 +31,8 @@ from reference.variants import resolve_profile
 
 
 def pytest_addoption(parser):
-    parser.addoption("--seed", type=int, default=int(os.environ.get("KIT_SEED", "0")),
-                     help="base seed of the random test inputs (default: $KIT_SEED or 0)")
+    parser.addoption("--seed", default=None,  # checked in pytest_configure, where a mistake is one line
+                     help="base seed of the random test inputs, from 0 to 2**31 - 1 (default: $KIT_SEED or 0)")
     parser.addoption("--kernels", default=None,
                      help="a kernels/ directory (or a kit holding one) to test instead of this kit's")
     parser.addoption("--profile", default=None,
@@ -39,6 +41,7 @@ def pytest_addoption(parser):
 
 
 def pytest_configure(config):
+    config.option.seed = base_seed(config.getoption("seed"), os.environ)
     try:
         config.kernels_directory = use_kernels(config.getoption("kernels"))
     except KernelLoadError as err:
@@ -48,6 +51,17 @@ def pytest_configure(config):
     except ProfileError as err:
         raise pytest.UsageError(str(err)) from None
     recording.install()
+
+
+def base_seed(option: str | None, environ) -> int:
+    """--seed if given, else $KIT_SEED if set, else 0; a value that is no seed is a UsageError naming its source."""
+    for given, source in ((option, "--seed"), (environ.get("KIT_SEED") or None, "$KIT_SEED")):
+        if given is not None:
+            try:
+                return SEED(given)
+            except argparse.ArgumentTypeError as err:
+                raise pytest.UsageError(f"{source}: {err}") from None
+    return 0
 
 
 def pytest_report_header(config):

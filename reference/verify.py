@@ -3,10 +3,12 @@
     python -m reference.verify                  # this kit's kernels/
     python -m reference.verify --kernels DIR    # another kernels/ directory
     python -m reference.verify --seed 1234      # repeat a run exactly
+    python -m reference.verify --profile tf32   # judged under a precision profile (reference.precision)
 
 Each host function with a quick case in its spec gets that one GPT-2-sized case,
 compared with the float64 NumPy reference under the same tolerances as the tests
-(reference/specs/). For the full set of odd sizes and extreme values run
+(reference/specs/), under --profile, else $KIT_PROFILE, else fp32
+(reference.variants.resolve_profile). For the full set of odd sizes and extreme values run
 `pytest tests/kernels`.
 """
 
@@ -14,12 +16,13 @@ import random
 import sys
 
 from kernel_runtime import recording
-from kernel_runtime.commands import OneLineArgumentParser, run_command
+from kernel_runtime.commands import SEED, OneLineArgumentParser, run_command
 from kernel_runtime.device import exit_without_gpu
 from kernel_runtime.errors import KitError
 from kernel_runtime.loader import use_kernels
 from reference.judging import run_case
 from reference.registry import SPECS, host_function
+from reference.variants import resolve_profile
 
 
 def quick_cases(seed: int) -> list:
@@ -30,25 +33,28 @@ def quick_cases(seed: int) -> list:
 def main(argv=None) -> int:
     parser = OneLineArgumentParser(prog="python -m reference.verify", description=__doc__.splitlines()[0])
     parser.add_argument("--kernels", help="kernels/ directory to check (default: this kit's)")
-    parser.add_argument("--seed", type=int, help="base seed (default: a fresh one, printed)")
+    parser.add_argument("--seed", type=SEED, help="base seed, from 0 to 2**31 - 1 (default: a fresh one, printed)")
+    parser.add_argument("--profile", help="precision profile the checks judge by: fp32, tf32 or course "
+                                          "(default: $KIT_PROFILE, else fp32)")
     args = parser.parse_args(argv)
-
-    exit_without_gpu("reference.verify")
     return run_command("reference.verify", lambda: verify(args), error_status=2)
 
 
 def verify(args) -> int:
     seed = args.seed if args.seed is not None else random.randrange(1_000_000)
-    recording.install()
-    directory = use_kernels(args.kernels)
+    profile = resolve_profile(args.profile)
+    directory = use_kernels(args.kernels)  # a wrong path is named before a missing GPU
+    exit_without_gpu("reference.verify")
+    recording.install()  # before any kernel module is imported
     rows = quick_cases(seed)
-    print(f"checking {directory} with seed {seed} (--seed {seed} repeats this run)")
+    print(f"checking {directory} with seed {seed} (--seed {seed} repeats this run), "
+          f"under the {profile.name} profile")
     print(f"{'host function':20s} {'case':32s} {'result':6s} {'max abs err':>11s} {'max rel err':>11s} "
           f"{'err/allowed':>11s}")
     failures = 0
     for case in rows:
         try:
-            result = run_case(host_function(case.function), case)
+            result = run_case(host_function(case.function), case, profile=profile)
         except KitError as err:
             print(f"{case.function:20s} {'':32s} FAIL   {err}")
             failures += 1

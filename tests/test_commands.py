@@ -1,6 +1,7 @@
 """Every command of the kit answers a mistake on its command line with one line and status 2
 (for those with subcommands, the missing subcommand is the mistake named)."""
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -34,3 +35,62 @@ def test_the_grape_study_names_a_bad_option(flags, message):
                           text=True, cwd=ROOT, timeout=60)
     assert done.returncode == 2 and done.stderr.splitlines() == [f"python -m benchmarks.grape_study: {message}, "
                                                                  f"got {flags[1]} (see --help)"], done.stderr
+
+
+def run_kit(*args, env=None):
+    return subprocess.run([sys.executable, "-m", *args], capture_output=True, text=True, cwd=ROOT, timeout=120,
+                          env=None if env is None else os.environ | env)
+
+
+SEED_RULE = "must be a seed, an integer from 0 to 2**31 - 1"
+SEED_FLAGS = [("gpt2", "hi"), ("gpt2.step_check",), ("reference.verify",)]
+if (ROOT / "grading").exists():
+    SEED_FLAGS += [("grading", "submission"), ("grading", "leaderboard", "submission")]
+
+
+@pytest.mark.parametrize("seed", ["-5", "2147483648", "99999999999999999999999", "abc"])
+@pytest.mark.parametrize("command", SEED_FLAGS, ids=" ".join)
+def test_a_seed_out_of_range_is_one_line_at_parsing(command, seed):
+    done = run_kit(*command, "--seed", seed)
+    prog = " ".join(part for part in command if part not in ("hi", "submission"))
+    assert (done.returncode, done.stderr.splitlines()) == (
+        2, [f"python -m {prog}: argument --seed: {SEED_RULE}, got {seed} (see --help)"]), done.stderr
+
+
+@pytest.mark.parametrize("flag, env, source", [(["--seed", "-5"], {}, "--seed"),
+                                               ([], {"KIT_SEED": "abc"}, "$KIT_SEED"),
+                                               ([], {"KIT_SEED": "2147483648"}, "$KIT_SEED")])
+def test_pytest_s_seed_out_of_range_is_one_usage_line(flag, env, source):
+    done = run_kit("pytest", "tests/kernels/test_arguments.py", "-p", "no:cacheprovider", "--collect-only", *flag,
+                   env=env)
+    given = flag[1] if flag else env["KIT_SEED"]
+    lines = done.stderr.strip().splitlines()  # pytest ends a UsageError with a blank line of its own
+    assert done.returncode == 4 and lines == [f"ERROR: {source}: {SEED_RULE}, got {given}"], done.stdout + done.stderr
+
+
+@pytest.mark.parametrize("command, message", [
+    (("reference.verify", "--kernels", "/no/such/kernels"), "reference.verify: no kernels directory at "),
+    (("gpt2.step_check", "--kernels", "/no/such/kernels"), "gpt2.step_check: no kernels directory at "),
+    (("gpt2.step_check", "--model", "/no/such/model.bin"), "gpt2.step_check: /no/such/model.bin: no such file"),
+    (("gpt2.profile", "--kernels", "/no/such/kernels"), "gpt2.profile: no kernels directory at "),
+    (("gpt2.profile", "--model", "/no/such/model.bin"), "gpt2.profile: /no/such/model.bin: no such file"),
+    (("benchmarks.kernels", "--kernels", "/no/such/kernels"), "benchmarks.kernels: no kernels directory at "),
+    (("benchmarks.generation", "--model", "/no/such/model.bin"), "benchmarks.generation: /no/such/model.bin: no "),
+    (("benchmarks.grape_study", "runtime", "--model", "/no/such/model.bin"),
+     "python -m benchmarks.grape_study: /no/such/model.bin: no such file"),
+], ids=["verify-kernels", "step_check-kernels", "step_check-model", "profile-kernels", "profile-model",
+        "benchmarks.kernels", "benchmarks.generation", "grape_study"])
+def test_a_missing_path_is_named_before_a_missing_gpu(command, message):
+    done = run_kit(*command)
+    lines = done.stderr.splitlines()
+    assert done.returncode in (1, 2) and len(lines) == 1 and lines[0].startswith(message), done.stderr
+
+
+@pytest.mark.parametrize("flag, env, message", [
+    (["--profile", "bogus"], {}, "--profile: no precision profile 'bogus'"),
+    ([], {"KIT_PROFILE": "bogus"}, "$KIT_PROFILE: no precision profile 'bogus'"),
+], ids=["flag", "environment"])
+def test_verify_takes_a_profile_as_the_other_checks_do(flag, env, message):
+    done = run_kit("reference.verify", *flag, env=env)
+    assert done.returncode == 2 and done.stderr.splitlines() == [f"reference.verify: {message}; the profiles are "
+                                                                 "fp32, tf32, course"], done.stderr

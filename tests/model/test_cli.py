@@ -70,12 +70,15 @@ def one_line_exit(capsys, argv) -> tuple[int, str]:
 
 
 @pytest.mark.parametrize("flag, value, rule", [
-    ("--max-new-tokens", "-1", "an integer >= 0"),
-    ("--max-new-tokens", "many", "an integer >= 0"),
+    ("--max-new-tokens", "-1", "an integer from 0 to 1023"),
+    ("--max-new-tokens", "many", "an integer from 0 to 1023"),
+    ("--max-new-tokens", "1024", "an integer from 0 to 1023"),  # no room for a prompt in any GPT-2's context
+    ("--max-new-tokens", "99999999999999999999", "an integer from 0 to 1023"),
     ("--temperature", "nan", "a finite number >= 0"),
     ("--temperature", "inf", "a finite number >= 0"),
     ("--temperature", "-1", "a finite number >= 0"),
-    ("--seed", "-1", "an integer >= 0"),
+    ("--seed", "-1", "a seed, an integer from 0 to 2**31 - 1"),
+    ("--seed", "2147483648", "a seed, an integer from 0 to 2**31 - 1"),
     ("--top-k", "-5", "an integer >= 0"),
     ("--top-p", "0", "a number in (0, 1]"),
     ("--top-p", "1.5", "a number in (0, 1]"),
@@ -110,10 +113,23 @@ def test_zero_new_tokens_prints_nothing_and_loads_no_model(capsys):
     (["--backend", "gold"], "--backend gold"),
     (["--variant", "attention_flash"], "--variant"),
 ])
-def test_gpu_backends_without_a_gpu_say_so_in_one_line(capsys, monkeypatch, args, asked):
+def test_gpu_backends_without_a_gpu_say_so_in_one_line(capsys, monkeypatch, tmp_path, tiny_model, args, asked):
+    (tmp_path / "my_kernels").mkdir()
+    monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(cli, "gpu_unavailable_reason", lambda: "no NVIDIA GPU or driver on this machine")
-    status, line = one_line_exit(capsys, ["hi", "--model", "/no/such/model.bin", *args])
+    status, line = one_line_exit(capsys, ["hi", "--model", str(tiny_model), *args])
     assert (status, line) == (1, f"gpt2: {asked} needs a GPU: no NVIDIA GPU or driver on this machine")
+
+
+@pytest.mark.parametrize("model, kernels, message", [
+    ("/no/such/model.bin", None, "gpt2: /no/such/model.bin: no such file or directory, and not a model name"),
+    (None, "/no/such/kernels", "gpt2: no kernels directory at /no/such/kernels"),
+], ids=["model", "kernels"])
+def test_a_missing_path_is_named_before_a_missing_gpu(capsys, monkeypatch, tiny_model, model, kernels, message):
+    monkeypatch.setattr(cli, "gpu_unavailable_reason", lambda: "no NVIDIA GPU or driver on this machine")
+    status, line = one_line_exit(capsys, ["hi", "--model", model or str(tiny_model), "--backend", "kernels",
+                                          *(["--kernels", kernels] if kernels else [])])
+    assert status == 1 and line.startswith(message), line
 
 
 @pytest.mark.parametrize("args, message", [
