@@ -1,4 +1,5 @@
-"""The leaderboard's pipe between the ranking process and a submission's worker.
+"""The pipe between a grading process and the process it started: the leaderboard's ranking
+process and a submission's worker, the grader and its replayer.
 
 A message is one line of JSON, {"kind": ..., "fields": {...}, "arrays": [[name, dtype,
 shape], ...]}, then each array's bytes: numbers only, never pickled, and of a bounded
@@ -6,9 +7,9 @@ size, because the ranking process reads what an untrusted process wrote. Each si
 checks the kind it expects; anything else, or the pipe closing, is a ChannelError
 naming what came instead.
 
-The worker's channel is the stdin and stdout it was started with, moved to file
-descriptors of their own (`worker_channel`), so that whatever the submission prints
-goes to stderr and cannot break a message.
+The started process's channel is the stdin and stdout it was started with, moved to
+file descriptors of their own (`worker_channel`), so that whatever it prints goes to
+stderr and cannot break a message.
 """
 
 from __future__ import annotations

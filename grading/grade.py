@@ -20,7 +20,6 @@ repeat a run: a seed on the grader's command line is one the submission could re
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import signal
 import subprocess
@@ -31,7 +30,8 @@ from pathlib import Path
 from typing import Callable
 
 from grading.items import Item, Scheme, capped_total
-from grading.replayer import read_frames, split_arrays
+from grading.channel import Channel, ChannelError
+from grading.replayer import split_arrays
 from reference.execution import CUDA_CONTEXT_LOST, Execution, load_records
 from reference.judging import Result, judge
 from reference.registry import build, cases
@@ -133,7 +133,7 @@ def _kill_group(process: subprocess.Popen) -> None:
 @dataclasses.dataclass
 class Replayed:
     """What the replayer sent back for an item: per variant, its cases' replays and its counted evidence."""
-    frames: dict = dataclasses.field(default_factory=dict)    # (variant, case shape id) -> (header, arrays)
+    frames: dict = dataclasses.field(default_factory=dict)    # (variant, case shape id) -> (fields, arrays)
     counts: dict = dataclasses.field(default_factory=dict)    # variant -> (kernel -> class -> count, error)
     crash: str | None = None
 
@@ -151,27 +151,34 @@ def replay(item: Item, scheme: Scheme, seed: int, records: Path) -> Replayed:
     with tempfile.TemporaryDirectory(prefix="replay-") as here:
         process = subprocess.Popen(replayer_command(records, scheme, item), stdin=subprocess.PIPE,
                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=here, env=env)
+        channel = Channel(process.stdout, process.stdin)
 
         def collect():
-            for header, arrays in read_frames(process.stdout):
-                if "counts" in header:
-                    replayed.counts[header["variant"]] = (header["counts"], header.get("error"))
-                else:
-                    replayed.frames[(header["variant"], header["case"])] = (header, arrays)
+            try:
+                while True:  # until the replayer ends and the pipe closes
+                    message = channel.receive("case", "counts")
+                    fields = message.fields
+                    if message.kind == "counts":
+                        replayed.counts[fields["variant"]] = (fields["counts"], fields["error"])
+                    else:
+                        replayed.frames[(fields["variant"], fields["case"])] = (fields, message.arrays)
+            except ChannelError:
+                pass
 
         readers = [threading.Thread(target=collect, daemon=True),
                    threading.Thread(target=lambda: errors.extend(process.stderr.read().decode(errors="replace")
                                                                  .splitlines()), daemon=True)]
         for reader in readers:
             reader.start()
-        process.stdin.write((json.dumps({"seed": seed}) + "\n").encode())
+        channel.send("seed", seed=seed)
         process.stdin.close()
         try:
             returncode = process.wait(timeout=scheme.time_limit_seconds)
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
-            replayed.crash = f"the replay timed out after {scheme.time_limit_seconds:g} s (a kernel that never returns?)"
+            replayed.crash = (f"the replay timed out after {scheme.time_limit_seconds:g} s (a kernel that never "
+                              f"returns?)")
             return replayed
         for reader in readers:
             reader.join(timeout=60)
@@ -237,9 +244,9 @@ def judge_variant(variant: Variant, seed: int, records_dir: Path, replayed: Repl
         execution = dataclasses.replace(record, case_id=case.id)
         frame = replayed.frames.get((variant.name, case.shape_id))
         if frame is not None:
-            header, arrays = frame
+            fields, arrays = frame
             execution.outputs, execution.inputs_after, execution.replay_outputs = split_arrays(arrays)
-            execution.replay_error = header.get("replay_error")
+            execution.replay_error = fields["replay_error"]
             if execution.replay_error and not arrays:  # the tape does not replay at all: that is the case's error
                 execution.error = execution.error or f"its tape does not replay: {execution.replay_error}"
         elif record.error is None and record.refused is None and record.tape is not None:

@@ -17,55 +17,29 @@ seed and on the case's other inputs, and, for a variant whose technique shows in
 compiled code, replays it once more with the programs instrumented
 (kernel_runtime.replay.count_instructions) to count what their kernels execute.
 
-It writes frames to standard output, each a JSON header line, then as many bytes of
-an .npz as the header's "bytes" says:
-    {"variant", "case": shape id, "replay_error", "bytes"}   per case; arrays out_*, in_*, replay_*
-    {"variant", "counts": {kernel: {class: count}}, "error", "bytes": 0}   per variant with a technique
+It answers on its standard output, through a grading.channel.Channel (so that nothing
+it or CuPy prints can break a message):
+    "case"    {variant, case: shape id, replay_error}, arrays out_*, in_* and replay_*
+    "counts"  {variant, counts: {kernel: {class: count}}, error}, per variant with a technique
 """
 
 from __future__ import annotations
 
 import argparse
-import io
-import json
 import sys
 from pathlib import Path
 
-import numpy as np
-
+from grading.channel import worker_channel
 from grading.items import load_scheme
-from reference.execution import CUDA_CONTEXT_LOST, count_executed, describe, load_records, replay_on
+from reference.execution import CUDA_CONTEXT_LOST, count_executed, describe, is_cuda_error, load_records, replay_on
 from reference.registry import build, cases
 from reference.techniques import INSTRUCTION_CLASSES, TECHNIQUES, add_counts
 
 ARRAYS = {"out_": 0, "in_": 1, "replay_": 2}  # prefix of each array -> which of the three dicts it is
 
 
-def write_frame(stream, header: dict, arrays: dict | None = None) -> None:
-    data = b""
-    if arrays:
-        buffer = io.BytesIO()
-        np.savez(buffer, **arrays)
-        data = buffer.getvalue()
-    stream.write((json.dumps(header | {"bytes": len(data)}) + "\n").encode())
-    stream.write(data)
-    stream.flush()
-
-
-def read_frames(stream):
-    """(header, arrays) of each frame a replayer wrote to `stream`, as they come."""
-    while line := stream.readline():
-        header = json.loads(line)
-        data = stream.read(header["bytes"]) if header["bytes"] else b""
-        arrays = {}
-        if data:
-            with np.load(io.BytesIO(data)) as saved:
-                arrays = {name: saved[name] for name in saved.files}
-        yield header, arrays
-
-
 def split_arrays(arrays: dict) -> tuple[dict, dict, dict]:
-    """A case frame's arrays as (outputs, inputs after, replay outputs)."""
+    """A case message's arrays as (outputs, inputs after, replay outputs)."""
     parts = ({}, {}, {})
     for name, array in arrays.items():
         for prefix, index in ARRAYS.items():
@@ -81,8 +55,8 @@ def main(argv=None) -> int:
     parser.add_argument("--weights", required=True, type=Path)
     parser.add_argument("--item", required=True)
     args = parser.parse_args(argv)
-    seed = int(json.loads(sys.stdin.readline())["seed"])
-    out = sys.stdout.buffer
+    channel = worker_channel()
+    seed = int(channel.receive("seed").fields["seed"])
 
     for variant in load_scheme(args.weights).item(args.item).variants:
         records = load_records(args.records / variant.name)
@@ -96,24 +70,24 @@ def main(argv=None) -> int:
             tape = tapes.get(case.shape_id)
             if tape is None:
                 continue
-            problem, header, arrays = build(case), {"variant": variant.name, "case": case.shape_id}, {}
+            problem, arrays, replay_error = build(case), {}, None
             try:
                 outputs, inputs_after = replay_on(tape, problem)
                 replayed, _ = replay_on(tape, build(case.other_inputs()))
                 arrays = ({f"out_{k}": v for k, v in outputs.items()} | {f"in_{k}": v for k, v in inputs_after.items()}
                           | {f"replay_{k}": v for k, v in replayed.items()})
             except Exception as err:  # a tape that does not replay fails its case, with the reason
-                header["replay_error"] = describe(err)
-            if counting and count_error is None and "replay_error" not in header:
+                replay_error = describe(err)
+            if counting and count_error is None and replay_error is None:
                 try:
                     add_counts(counted, count_executed(tape, problem, INSTRUCTION_CLASSES))
                 except Exception as err:  # evidence that cannot be counted is no evidence
                     count_error = describe(err)
-            write_frame(out, header, arrays)
-            if "cudaError" in header.get("replay_error", "") or "CUDA_ERROR" in header.get("replay_error", ""):
+            channel.send("case", arrays, variant=variant.name, case=case.shape_id, replay_error=replay_error)
+            if is_cuda_error(replay_error):
                 return CUDA_CONTEXT_LOST  # nothing later in this process can run
         if counting:
-            write_frame(out, {"variant": variant.name, "counts": counted, "error": count_error})
+            channel.send("counts", variant=variant.name, counts=counted, error=count_error)
     return 0
 
 

@@ -163,9 +163,7 @@ def programs_in(module: types.ModuleType) -> list[ModuleProgram]:
         if issubclass(type(item), CudaKernel):
             found.setdefault(item.program, item.origin)
         elif cupy is not None and issubclass(type(item), (cupy.RawKernel, cupy.RawModule)) and item.code:
-            program = Program(item.code, tuple(item.options), tuple(getattr(item, "name_expressions", None) or ()),
-                              item.backend, bool(item.enable_cooperative_groups))
-            found.setdefault(program, source_origin(path, item.code))
+            found.setdefault(Program.of(item), source_origin(path, item.code))
     if found:
         return [ModuleProgram(program, origin) for program, origin in found.items()]
     sources = dict.fromkeys(v for v in list(getattr(module, "__dict__", {}).values())

@@ -60,7 +60,7 @@ class Recording:
     """The tape of the call in progress, with the device memory its buffers are, and the first refusal."""
 
     def __init__(self, permitted: frozenset, arguments: dict):
-        self.tape = tapes.Tape(scalars={k: _plain(v) for k, v in arguments.items() if not _is_device_array(v)})
+        self.tape = tapes.Tape(scalars={k: tapes.plain(v) for k, v in arguments.items() if not _is_device_array(v)})
         self.refused: str | None = None  # the first refused operation
         self.permitted = permitted       # names in LIBRARIES
         self._extents: list[tuple[int, int]] = []  # (device address, bytes) of each buffer
@@ -68,19 +68,6 @@ class Recording:
         for name, array in arguments.items():
             if _is_device_array(array) and (array.data.ptr, array.nbytes) not in self._extents:  # once if in place
                 self.add_buffer(array.data.ptr, array.nbytes, name)
-
-    @property
-    def launches(self) -> int:
-        return len(self.tape.launches)
-
-    @property
-    def library_calls(self) -> int:
-        return len(self.tape.library_calls)
-
-    @property
-    def kernels_launched(self) -> list[str]:
-        """The names of the kernels it launched, each once, in order of first launch."""
-        return list(dict.fromkeys(launch.kernel for launch in self.tape.launches))
 
     # ----------------------------------------------------------------------- buffers
 
@@ -146,15 +133,15 @@ class Recording:
         elif isinstance(value, float):
             value = np.float64(value)
         if not isinstance(value, np.generic) or value.dtype.name not in tapes.DTYPES:
-            _WATCH.refuse(f"launched {kernel} with argument {number} of type {type(value).__name__}, which "
-                                f"a tape cannot hold (pass CuPy arrays and NumPy scalars)")
+            _WATCH.refuse(f"launched {kernel} with argument {number} of type {type(value).__name__}, which a tape "
+                          f"cannot hold (pass CuPy arrays and NumPy scalars)")
         if value.dtype.itemsize == 8 and value.dtype.kind in "iu" and value != 0:
             found = self.find(int(value.view(np.uint64)))
             if found is not None:
                 return found
             if _is_device_address(int(value.view(np.uint64))):
-                _WATCH.refuse(f"launched {kernel} with argument {number} a raw pointer into no buffer of the "
-                                    f"call (memory it was not given and did not allocate)")
+                _WATCH.refuse(f"launched {kernel} with argument {number} a raw pointer into no buffer of the call "
+                              f"(memory it was not given and did not allocate)")
         return tapes.Scalar.of(value)
 
     def write(self, array, content=None) -> None:
@@ -185,11 +172,6 @@ class Recording:
 
 def _is_device_array(value) -> bool:
     return cupy is not None and isinstance(value, cupy.ndarray)
-
-
-def _plain(value):
-    """A scalar argument as JSON holds it."""
-    return value.item() if isinstance(value, np.generic) else value
 
 
 def _dims(value) -> tuple[int, int, int]:
@@ -464,10 +446,9 @@ def _watched_fuse(original):
 def program_of(raw) -> tapes.Program:
     """The program of a cupy.RawKernel or cupy.RawModule: its source and how it is compiled."""
     if raw.code is None:
-        _WATCH.refuse(f"launched a kernel loaded from a compiled file ({raw.file_path}): kernels must be "
-                            f"CUDA source, compiled at run time")
-    return tapes.Program(raw.code, tuple(raw.options), tuple(getattr(raw, "name_expressions", None) or ()),
-                         raw.backend, bool(raw.enable_cooperative_groups))
+        _WATCH.refuse(f"launched a kernel loaded from a compiled file ({raw.file_path}): kernels must be CUDA "
+                      f"source, compiled at run time")
+    return tapes.Program.of(raw)
 
 
 class _TapedFunction:

@@ -191,6 +191,25 @@ def functions_of(ptx: str) -> dict[str, tuple[int, int]]:
     return found
 
 
+def calls_of(ptx: str, spans: dict[str, tuple[int, int]]) -> dict[str, set[str]]:
+    """Each function of `spans` (functions_of's) -> the functions its body calls."""
+    return {function: set(_CALL.findall(ptx[start:end])) for function, (start, end) in spans.items()}
+
+
+def statement(piece: str) -> tuple[str | None, str]:
+    """A `;`-ended piece of a PTX line as (its guard such as "@%p1", or None; its instruction, "" where the piece
+    is a declaration, a label or a brace alone)."""
+    text = piece.strip().lstrip("{").strip()
+    guard = _GUARD.match(text)
+    instruction = text[guard.end():] if guard else text
+    return (guard.group(1) if guard else None), ("" if instruction.startswith(".") else instruction)
+
+
+def instructions_of(body: str) -> list[str]:
+    """The instructions of a PTX function body, comments left out, guards taken off."""
+    return [statement(piece)[1] for line in body.split("\n") for piece in line.split("//", 1)[0].split(";")[:-1]]
+
+
 def reachable(function: str, calls: dict[str, set[str]]) -> set[str]:
     """The device functions `function` calls, directly or through each other."""
     seen, pending = set(), list(calls.get(function, ()))
@@ -205,17 +224,15 @@ def reachable(function: str, calls: dict[str, set[str]]) -> set[str]:
 def instrument(ptx: str, classes: tuple[InstructionClass, ...]) -> tuple[str, list, dict]:
     """`ptx` with `red.global.add.u64 [kit_counts+8i], weight` after each instruction of a class, under the
     instruction's own guard; the counters' (function, class) in order; and which functions call which."""
-    counters, calls, pieces, done = [], {}, [], 0
-    for function, (start, end) in sorted(functions_of(ptx).items(), key=lambda item: item[1]):
-        body = ptx[start:end]
-        calls[function] = set(_CALL.findall(body))
-        pieces += [ptx[done:start], _count_in(body, function, classes, counters)]
+    counters, pieces, done, spans = [], [], 0, functions_of(ptx)
+    for function, (start, end) in sorted(spans.items(), key=lambda item: item[1]):
+        pieces += [ptx[done:start], _count_in(ptx[start:end], function, classes, counters)]
         done = end
     text = "".join(pieces) + ptx[done:]
     if counters:
         text = re.sub(r"^(\.address_size[^\n]*\n)", rf"\1.global .align 8 .u64 kit_counts[{len(counters)}];\n", text,
                       count=1, flags=re.M)
-    return text, counters, calls
+    return text, counters, calls_of(ptx, spans)
 
 
 def _count_in(body: str, function: str, classes, counters: list) -> str:
@@ -233,15 +250,11 @@ def _count_in(body: str, function: str, classes, counters: list) -> str:
         statements = code.split(";")
         if len(statements) < 2:
             continue
-        for i, statement in enumerate(statements[:-1]):
-            text = statement.strip().lstrip("{").strip()
-            guard = _GUARD.match(text)
-            instruction = text[guard.end():] if guard else text
-            if not instruction or instruction.startswith("."):
-                continue
+        for i, piece in enumerate(statements[:-1]):
+            guard, instruction = statement(piece)
             for c in classes:
-                if re.search(c.pattern, instruction):
-                    statements[i] += (f"; {guard.group(1) + ' ' if guard else ''}red.global.add.u64 "
+                if instruction and re.search(c.pattern, instruction):
+                    statements[i] += (f"; {guard + ' ' if guard else ''}red.global.add.u64 "
                                       f"[kit_counts+{8 * counter(c.name)}], {c.weight(instruction)}")
         lines[number] = ";".join(statements) + line[len(code):]
     return "\n".join(lines)

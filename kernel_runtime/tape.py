@@ -69,6 +69,12 @@ class Program:
     backend: str = "nvrtc"
     cooperative: bool = False  # compiled and launched for cooperative groups
 
+    @classmethod
+    def of(cls, raw) -> Program:
+        """The program of a cupy.RawKernel or cupy.RawModule made from source (raw.code)."""
+        return cls(raw.code, tuple(raw.options), tuple(getattr(raw, "name_expressions", None) or ()), raw.backend,
+                   bool(raw.enable_cooperative_groups))
+
 
 @dataclasses.dataclass(frozen=True)
 class Pointer:
@@ -131,6 +137,11 @@ class Library:
     args: tuple                    # each a Region or a plain value (str, int, float, bool, None)
     kwargs: tuple[tuple[str, object], ...]
     result: Region | None = None   # where the array it returned lies, when it returned one
+
+
+def plain(value):
+    """A call's scalar argument as a tape's JSON holds it (a NumPy scalar as the Python number)."""
+    return value.item() if isinstance(value, np.generic) else value
 
 
 @dataclasses.dataclass

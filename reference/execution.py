@@ -32,7 +32,7 @@ import numpy as np
 
 from kernel_runtime import recording
 from kernel_runtime.replay import count_instructions, replay
-from kernel_runtime.tape import Tape, TapeError
+from kernel_runtime.tape import Tape, TapeError, plain
 from reference.registry import build
 from reference.spec import Problem
 
@@ -65,13 +65,14 @@ class Execution:
         return 0 if self.tape is None else len(self.tape.library_calls)
 
     @property
-    def kernels_launched(self) -> list[str]:
-        return [] if self.tape is None else list(dict.fromkeys(k for _, k in self.tape.kernels_launched()))
-
-    @property
     def cuda_error(self) -> bool:
         """Whether the call died of a CUDA error (sticky: nothing later in its process can run)."""
-        return any(e is not None and ("cudaError" in e or "CUDA_ERROR" in e) for e in (self.error, self.replay_error))
+        return is_cuda_error(self.error) or is_cuda_error(self.replay_error)
+
+
+def is_cuda_error(description: str | None) -> bool:
+    """Whether an error's description (describe's) is a CUDA error, which leaves its process's context unusable."""
+    return description is not None and ("cudaError" in description or "CUDA_ERROR" in description)
 
 
 def record_call(function: Callable, problem: Problem, permit: tuple[str, ...] = ()) -> Execution:
@@ -133,7 +134,7 @@ def replay_on(tape: Tape, problem: Problem) -> tuple[dict, dict]:
 
     args = call_arguments(problem, cupy)
     scalars = {k: v for k, v in args.items() if not isinstance(v, cupy.ndarray)}
-    if {k: _plain(v) for k, v in scalars.items()} != tape.scalars:
+    if {k: plain(v) for k, v in scalars.items()} != tape.scalars:
         raise TapeError(f"the tape was recorded with {tape.scalars}, not {scalars}")
     replay(tape, {k: v for k, v in args.items() if isinstance(v, cupy.ndarray)})
     cupy.cuda.runtime.deviceSynchronize()
@@ -147,10 +148,6 @@ def count_executed(tape: Tape, problem: Problem, classes) -> dict:
 
     args = call_arguments(problem, cupy)
     return count_instructions(tape, {k: v for k, v in args.items() if isinstance(v, cupy.ndarray)}, classes)
-
-
-def _plain(value):
-    return value.item() if isinstance(value, np.generic) else value
 
 
 # --------------------------------------------------------------------------- the worker's records

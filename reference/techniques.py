@@ -40,7 +40,7 @@ import dataclasses
 import re
 
 from kernel_runtime.compiler import compile_ptx
-from kernel_runtime.replay import InstructionClass, functions_of, multiply_adds, reachable
+from kernel_runtime.replay import InstructionClass, calls_of, functions_of, instructions_of, multiply_adds, reachable
 from reference.execution import count_executed
 from reference.registry import spec
 
@@ -107,16 +107,9 @@ def classes_in_ptx(ptx: str, entry: str) -> set[str]:
     spans = functions_of(ptx)
     if entry not in spans:
         return set()
-    bodies = [ptx[slice(*spans[f])] for f in (entry, *reachable(entry, _calls(ptx, spans))) if f in spans]
-    statements = [s.strip().lstrip("{").strip() for body in bodies for line in body.split("\n")
-                  for s in line.split("//", 1)[0].split(";")]
-    statements = [re.sub(r"^@!?%?\w+\s+", "", s) for s in statements]
-    return {c.name for c in INSTRUCTION_CLASSES if any(re.search(c.pattern, s) for s in statements)}
-
-
-def _calls(ptx: str, spans: dict) -> dict[str, set[str]]:
-    return {f: set(re.findall(r"\bcall(?:\.uni)?\s+(?:\([^)]*\)\s*,\s*)?(\w+)", ptx[slice(*span)]))
-            for f, span in spans.items()}
+    functions = (entry, *reachable(entry, calls_of(ptx, spans)))
+    instructions = [i for f in functions if f in spans for i in instructions_of(ptx[slice(*spans[f])]) if i]
+    return {c.name for c in INSTRUCTION_CLASSES if any(re.search(c.pattern, i) for i in instructions)}
 
 
 def static_classes(launched) -> dict[str, set[str]]:

@@ -19,7 +19,7 @@ import pytest
 
 from gpt2.decoding import kv_cache_stubs
 from grading import reports
-from grading.grade import ItemGrade, Replayed, SubmissionGrade, grade_submission, score_item
+from grading.grade import ItemGrade, Replayed, SubmissionGrade, grade_submission, replay, replayer_command, score_item
 from grading.handout import LEFTOVER_MARKER, MILESTONE_FILES, HandoutError, make_handout, strip_solutions
 from grading.items import SchemeError, load_scheme, scheme_for
 from kernel_runtime.device import gpu_unavailable_reason, nvrtc_unavailable_reason
@@ -126,7 +126,8 @@ def worker_records(out: Path, implementation, functions, launches=1, variant=Non
             arrays = ({f"out_{k}": v for k, v in execution.outputs.items()}
                       | {f"in_{k}": v for k, v in execution.inputs_after.items()}
                       | {f"replay_{k}": v for k, v in execution.replay_outputs.items()})
-            replayed.frames[(name, case.shape_id)] = ({"variant": name, "case": case.shape_id}, arrays)
+            replayed.frames[(name, case.shape_id)] = ({"variant": name, "case": case.shape_id, "replay_error": None},
+                                                      arrays)
     return replayed
 
 
@@ -818,3 +819,13 @@ def test_a_handout_without_git_is_one_line(tmp_path):
 def test_every_declared_variant_has_its_host_function_here():
     """A variant leaves VARIANTS only in a kit without its milestone's specs or modules, never in this repository."""
     assert list(VARIANTS) == [v.name for v in DECLARED]
+
+
+def test_the_replayer_gets_the_seed_on_its_pipe_and_answers_on_it(tmp_path):
+    """The grader's side of the replayer's pipe, without a GPU: a worker that left no tapes gets no case replayed,
+    and the counts of the technique's variant come back empty; the seed is on no command line."""
+    scheme = scheme_for(2)
+    command = replayer_command(tmp_path, scheme, scheme.item("tf32"))
+    assert str(SEED) not in command and "-P" in command
+    replayed = replay(scheme.item("tf32"), scheme, SEED, tmp_path)
+    assert (replayed.frames, replayed.counts, replayed.crash) == ({}, {"matmul_tf32": ({}, None)}, None)
