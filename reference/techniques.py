@@ -29,7 +29,7 @@ nothing. Each is looked at twice:
     cublas         a cuBLAS call (through cupy.cublas) on every case's tape
     fused          exactly one kernel launched by every call: the work of several in one
 
-What would still fool it is in the README (Grading): instructions that execute but do
+What would still fool it is in grading/README.md: instructions that execute but do
 no useful work, such as a tensor-core product of the right size whose result is
 thrown away while plain float32 code computes the answer.
 """

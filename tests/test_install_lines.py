@@ -1,4 +1,4 @@
-"""Every `pip install` line the README gives resolves from PyPI alone, for both CUDA extras.
+"""Every `pip install` line the READMEs give resolves from PyPI alone, for both CUDA extras.
 
 Only when asked (KIT_INSTALL_TESTS=1; CI asks): each check asks PyPI, with pip's own
 defaults (`--isolated`: no local mirror or config) and the pip the README's commands
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.readme import bash_blocks
+from tests.readme import READMES, bash_blocks
 
 ROOT = Path(__file__).parents[1]
 
@@ -30,8 +30,8 @@ CUDA_PACKAGES = re.compile(r"^(nvidia-|cuda-|cupy|torch$|triton$)", re.IGNORECAS
 
 
 def readme_install_lines() -> list[str]:
-    """The arguments of every `.venv/bin/pip install` in the README's code blocks, as written."""
-    blocks = bash_blocks((ROOT / "README.md").read_text())
+    """The arguments of every `.venv/bin/pip install` in the READMEs' code blocks, as written."""
+    blocks = [block for readme in READMES.values() for block in bash_blocks(readme.read_text())]
     found = [m.group("arguments").strip() for block in blocks for m in INSTALL.finditer(block)]
     return list(dict.fromkeys(a for a in found if a != "-U pip"))
 
@@ -70,7 +70,7 @@ def test_the_readme_gives_the_setups_it_promises():
     for expected in ("-e '.[cuda13]'", "-e '.[cuda13,test]'", "-e '.[cuda12,test]'", "-e '.[test]'", "-e .",
                      "-e '.[nvrtc13,test]'", "-e '.[cuda13,test,hf]' 'torch>=2.11'",
                      "-e '.[cuda12,test,hf]' 'torch>=2.4,<2.11'", "-e '.[test,hf]'", "-e '.[experiments]'"):
-        assert expected in lines, f"{expected} is not in the README"
+        assert expected in lines, f"{expected} is in no README"
 
 
 @pytest.mark.parametrize("arguments", with_both_cuda_extras(readme_install_lines()))

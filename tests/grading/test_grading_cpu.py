@@ -28,7 +28,7 @@ from kernel_runtime.tape import Launch, Program, Tape
 from reference.execution import Execution, execute, save_records
 from reference.registry import SPECS, build, cases, unwritten
 from reference.variants import DECLARED, VARIANTS
-from tests.readme import bash_blocks
+from tests.readme import READMES, bash_blocks
 from tests.reference.test_techniques import SAMPLES
 
 ROOT = Path(__file__).parents[2]
@@ -580,6 +580,37 @@ def test_handout_readme_mentions_only_what_the_handout_holds(handout):
         assert staff_only not in readme
     kit_readme = (ROOT / "README.md").read_text()
     assert "tests/kernels/wrong" in kit_paths_mentioned(kit_readme, ROOT)  # the check can see a staff path
+
+
+def prose(readme: str) -> str:
+    """The README without its code blocks."""
+    return re.sub(r"^```.*?^```\n", "", readme, flags=re.MULTILINE | re.DOTALL)
+
+
+def headings(readme: str) -> set[str]:
+    return set(re.findall(r"^#+ .*$", prose(readme), flags=re.MULTILINE))
+
+
+def paragraphs(readme: str) -> set[str]:
+    """The README's paragraphs of prose, each as one line of words."""
+    return {words(paragraph) for paragraph in prose(readme).split("\n\n") if len(paragraph) > 80}
+
+
+@pytest.mark.parametrize("kit", ["handout", "handout_m2", "handout_m3"])
+def test_a_handout_s_readme_is_the_students_alone(kit, request):
+    """Each milestone's README holds what its students need: no section or paragraph of the research README
+    (which it points to) or of the staff README (which stays out with grading/); the research README it
+    ships names only what the kit holds."""
+    destination, _ = request.getfixturevalue(kit)
+    readme = (destination / "README.md").read_text()
+    assert "benchmarks/README.md" in readme and "grading/README.md" in READMES["students"].read_text()
+    assert "grading/README.md" not in readme and not (destination / "grading").exists()
+    for audience in ("research", "staff"):
+        theirs = READMES[audience].read_text()
+        assert headings(theirs) and not headings(theirs) & headings(readme), audience
+        assert paragraphs(theirs) and not paragraphs(theirs) & paragraphs(readme), audience
+    research = (destination / "benchmarks" / "README.md").read_text()
+    assert kit_paths_mentioned(research, ROOT) == kit_paths_mentioned(research, destination)
 
 
 @pytest.mark.skipif(gpu_unavailable_reason() is None, reason="checks the GPU-less run (on a GPU the stubs fail, "
