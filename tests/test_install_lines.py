@@ -30,8 +30,9 @@ CUDA_PACKAGES = re.compile(r"^(nvidia-|cuda-|cupy|torch$|triton$)", re.IGNORECAS
 
 
 def readme_install_lines() -> list[str]:
-    """The arguments of every `.venv/bin/pip install` in the READMEs' code blocks, as written."""
-    blocks = [block for readme in READMES.values() for block in bash_blocks(readme.read_text())]
+    """The arguments of every `.venv/bin/pip install` in the READMEs' code blocks, as written (a starter
+    kit has no staff README)."""
+    blocks = [block for readme in READMES.values() if readme.exists() for block in bash_blocks(readme.read_text())]
     found = [m.group("arguments").strip() for block in blocks for m in INSTALL.finditer(block)]
     return list(dict.fromkeys(a for a in found if a != "-U pip"))
 
