@@ -29,7 +29,7 @@ compiled or loaded while a capture is open, so the first step is launched and th
 capture comes after it.
 
 In a starter kit the KV cache's kernels (kernels/decode.py) are TODO stubs until the
-student writes them (reference.registry.unwritten). A cached decoder would then
+student writes them (reference.registry.not_written_yet). A cached decoder would then
 compute nothing, so make_decoder refuses one with a line that names the stubs, and
 generation (decoder_or_recompute) falls back to the recomputing decoder, saying so
 in one line on stderr: the model still completes text on the student's own kernels.
@@ -44,7 +44,7 @@ import numpy as np
 
 from gpt2.model import GPT2, KVCache
 from kernel_runtime import KitError
-from reference.registry import spec, unwritten
+from reference.registry import not_written_yet
 
 KV_CACHE_FUNCTIONS = ("encoder_at_positions_forward", "kv_cache_append_forward", "decode_attention_forward")
 
@@ -250,6 +250,4 @@ def kv_cache_stubs(model: GPT2, kind: str) -> str | None:
     Else None (always on gold and the reference, which run no kernels directory)."""
     if kind == "recompute" or model.backend.name != "kernels":
         return None
-    stubs = [function for function in KV_CACHE_FUNCTIONS if unwritten(function)]
-    files = sorted({f"kernels/{spec(function).module}.py" for function in stubs})
-    return f"{', '.join(stubs)}: not written yet ({', '.join(files)})" if stubs else None
+    return not_written_yet(KV_CACHE_FUNCTIONS)

@@ -15,7 +15,8 @@ A kernel module imports what it needs from here, and nothing else of the kit:
 * loader:    use_kernels, the one kernels directory a process runs
 * commands:  OneLineArgumentParser: a command-line mistake is one line, status 2
 * recording: record, the tape of a call's own launches, and the refusal of the rest
-* stubs:     holds_stub, whether a kernels file is still a starter kit's TODO stub
+* stubs:     holds_stub, function_holds_stub: whether a kernels file, or a host function
+             of it, is still a starter kit's TODO stub
 * files:     replacing, how every file the kit writes appears whole or not at all
 * errors:    KitError and its kinds: what a user can act on, printed as one line
 

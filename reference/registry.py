@@ -7,7 +7,8 @@
     build(case)            a Problem: the case's inputs, drawn from its seed
     host_function(name)    the function itself, from the kernels directory this process runs
     kernel_module(name)    kernels/<name>.py of that directory
-    unwritten(name)        whether that file still holds a starter kit's TODO stub
+    unwritten(name)        whether that function is still a starter kit's TODO stub there
+    not_written_yet(names) one line naming those still stubs ("gelu_forward: not written yet (kernels/gelu.py)")
 
 This module holds no oracle: the grader's worker imports it (and reference.execution)
 to run a submission, and never reference.cpu, reference.gold or reference.judging.
@@ -19,14 +20,13 @@ import importlib
 import pkgutil
 import traceback
 import types
-from pathlib import Path
 from typing import Callable
 
 import numpy as np
 
 from kernel_runtime.errors import KernelLoadError, KitError
-from kernel_runtime.loader import bound_directory
-from kernel_runtime.stubs import holds_stub
+from kernel_runtime.loader import KIT_KERNELS, bound_directory
+from kernel_runtime.stubs import function_holds_stub
 from reference import specs as _specs
 from reference.spec import Case, Problem, Spec
 
@@ -92,11 +92,21 @@ def kernel_module(module_name: str) -> types.ModuleType:
 
 
 def unwritten(function: str, module_name: str | None = None) -> bool:
-    """Whether `function`'s module (its spec's, or `module_name`) in the kernels directory this process runs
-    still holds a handout's TODO stub (kernel_runtime.stubs): in a starter kit, a host function its student
-    has not written yet, which a tool can name ("gelu_forward: not written yet (kernels/gelu.py)") instead
-    of running it."""
-    return holds_stub(Path(kernel_module(module_name or spec(function).module).__file__).read_text())
+    """Whether `function` in its module (its spec's, or `module_name`) in the kernels directory this process runs
+    still holds a handout's TODO stub in what it runs (kernel_runtime.stubs): in a starter kit, a function its
+    student has not written yet, which a tool names (not_written_yet) instead of running it. The file is read,
+    not imported: a module that does not import, or is missing, is no stub (loading it says what is wrong)."""
+    directory = bound_directory() or KIT_KERNELS
+    path = directory / f"{module_name or spec(function).module}.py"
+    return path.is_file() and function_holds_stub(path.read_text(), function)
+
+
+def not_written_yet(functions, module_name: str | None = None) -> str | None:
+    """One line naming those of `functions` (each in its spec's module, or all in `module_name`) still unwritten,
+    and their files: "gelu_forward: not written yet (kernels/gelu.py)"; None when every one is written."""
+    stubs = [function for function in functions if unwritten(function, module_name)]
+    files = sorted({f"kernels/{module_name or spec(function).module}.py" for function in stubs})
+    return f"{', '.join(stubs)}: not written yet ({', '.join(files)})" if stubs else None
 
 
 def host_functions(functions) -> types.SimpleNamespace:

@@ -30,7 +30,7 @@ def broken_call(spec, mistake):
 
 
 @pytest.mark.parametrize("mistake", MISTAKES)
-@pytest.mark.parametrize("function", list(SPECS))
+@pytest.mark.parametrize("function", [pytest.param(f, marks=pytest.mark.calls(f)) for f in SPECS])
 def test_bad_argument_is_named(function, mistake):
     args, name = broken_call(SPECS[function], mistake)
     with pytest.raises(KernelArgumentError, match=rf"{function}: {name}\b") as raised:
@@ -38,6 +38,7 @@ def test_bad_argument_is_named(function, mistake):
     assert "\n" not in str(raised.value)
 
 
+@pytest.mark.calls("attention_forward")
 def test_attention_rejects_heads_that_do_not_divide_channels():
     import cupy
 
@@ -48,6 +49,7 @@ def test_attention_rejects_heads_that_do_not_divide_channels():
         host_function("attention_forward")(out, qkvr, att, inp, B, T, C, NH)
 
 
+@pytest.mark.calls("decode_attention_forward")
 @pytest.mark.parametrize("case_index", [1, 4], ids=["HS48", "ring"])
 def test_decode_attention_reads_caches_that_are_not_16_byte_aligned(case_index):
     """A contiguous view one float into its allocation is valid input; the kernel then reads float by

@@ -5,7 +5,7 @@ import pytest
 
 from reference.registry import host_function
 
-pytestmark = pytest.mark.gpu
+pytestmark = [pytest.mark.gpu, pytest.mark.calls("encoder_forward")]
 
 
 def test_out_of_range_token_rows_are_nan():

@@ -7,6 +7,8 @@ import pytest
 from kernel_runtime import ceil_div
 from reference.registry import kernel_module
 
+pytestmark = pytest.mark.calls("split_span", module="matmul_split_k")  # skipped, not failed, while a stub
+
 # (M, K, N): a 256-token prompt's projections, the spec's odd sizes, K shorter than one slice
 SHAPES = [(256, 768, 768), (256, 3072, 768), (9, 130, 257), (14, 37, 45), (64, 20, 70), (100, 1, 3), (200, 33, 2000)]
 
