@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from gpt2.ops import MODEL_FUNCTIONS
+
 ROOT = Path(__file__).parents[1]
 MARK = "the submission's own encoder"
 
@@ -67,6 +69,7 @@ def test_a_bad_kernels_option_is_one_line():
 
 
 @pytest.mark.gpu
+@pytest.mark.calls(*MODEL_FUNCTIONS)  # the copy holds the kit's kernels
 @pytest.mark.parametrize("command", [
     ("-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/kernels", "-k", "residual", "--kernels", "{kit}"),
     ("-m", "reference.verify", "--kernels", "{kit}", "--seed", "5"),

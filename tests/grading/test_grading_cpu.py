@@ -23,10 +23,12 @@ from grading.grade import ItemGrade, Replayed, SubmissionGrade, grade_submission
 from grading.handout import LEFTOVER_MARKER, MILESTONE_FILES, HandoutError, make_handout, strip_solutions
 from grading.items import SchemeError, load_scheme, scheme_for
 from kernel_runtime.device import gpu_unavailable_reason, nvrtc_unavailable_reason
+from kernel_runtime.stubs import STUB_LINES, cuda_body, function_holds_stub, reached
 from reference import gold
 from kernel_runtime.tape import Launch, Program, Tape
 from reference.execution import Execution, execute, save_records
 from reference.registry import SPECS, build, cases, unwritten
+from reference.techniques import TECHNIQUES
 from reference.variants import DECLARED, VARIANTS
 from tests.readme import READMES, bash_blocks
 from tests.reference.test_techniques import SAMPLES
@@ -524,17 +526,18 @@ def test_milestone_2_handout_adds_the_variants_stubbed(handout_m2, handout):
 
 
 @pytest.mark.nvrtc
-def test_milestone_2_handout_stubs_compile_and_show_no_technique(handout_m2):
-    """The student's stubs compile, and each variant's technique check on compiled code fails until it
-    is written (the checks that need no GPU: on a GPU the stubs' cases fail too, as the test below shows)."""
+def test_milestone_2_handout_stubs_compile_and_their_technique_checks_say_not_written_yet(handout_m2):
+    """The student's stubs compile, and each variant's technique check on compiled code skips, naming its host
+    function and file as not written yet, instead of failing on the stub's empty kernels."""
     destination, _ = handout_m2
-    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rf",
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rfs",
                            "tests/kernels/test_compile.py",
                            "tests/kernels/test_variants.py::test_variant_module_compiles_to_its_technique"],
-                          capture_output=True, text=True, cwd=destination, timeout=600)
-    failed = sorted(re.findall(r"^FAILED tests/kernels/(\S+)", done.stdout, flags=re.MULTILINE))
-    assert failed == [f"test_variants.py::test_variant_module_compiles_to_its_technique[{name}]" for name in
-                      sorted(["layernorm_reduction", "matmul_tf32", "matmul_tiled", "softmax_reduction"])], done.stdout[-3000:]
+                          capture_output=True, text=True, cwd=destination, timeout=600, env=untruncated())
+    assert done.returncode == 0, done.stdout[-3000:]
+    skipped = re.findall(r"^SKIPPED \[1\] tests/kernels/test_variants.py:\d+: (.*)$", done.stdout, flags=re.MULTILINE)
+    with_technique = [v for v in DECLARED if v.milestone <= 2 and v.technique and TECHNIQUES[v.technique].in_ptx]
+    assert sorted(skipped) == sorted(stub_line(v.function, v.module) for v in with_technique), done.stdout[-3000:]
 
 
 def test_handout_stubs_every_solution_and_leaves_out_staff_files(handout):
@@ -613,24 +616,63 @@ def test_a_handout_s_readme_is_the_students_alone(kit, request):
     assert kit_paths_mentioned(research, ROOT) == kit_paths_mentioned(research, destination)
 
 
-@pytest.mark.skipif(gpu_unavailable_reason() is None, reason="checks the GPU-less run (on a GPU the stubs fail, "
-                                                             "as test_handout_kernel_tests_fail_cleanly_on_a_gpu checks)")
-def test_handout_readme_commands_pass_without_a_gpu(handout):
-    """Exactly the handout README's commands, run in the handout with this environment's Python and
-    no network: each succeeds, or stops with one line naming what is missing (the GPU of a GPU-only
-    tool, the hub of a download)."""
-    destination, _ = handout
+KITS = [("handout", 1), ("handout_m2", 2), ("handout_m3", 3)]
+
+
+def stub_line(function: str, module: str) -> str:
+    return f"{function}: not written yet (kernels/{module}.py)"
+
+
+def kit_stub_lines(milestone: int) -> set[str]:
+    """What a fresh handout of `milestone` says is not written yet: each host function of the milestone and
+    earlier ones, in its spec's module, and each variant module of their own (the TF32, cuBLAS, split-K matmuls)."""
+    functions = [(function, spec.module) for function, spec in SPECS.items() if spec.milestone <= milestone]
+    variants = [(v.function, v.module) for v in DECLARED if v.milestone <= milestone and v.module != SPECS[v.function].module]
+    return {stub_line(function, module) for function, module in functions + variants}
+
+
+def untruncated() -> dict:
+    """The environment of a pytest run whose short summary lines are whole (pytest cuts them to the terminal's
+    width unless it runs under CI)."""
+    return {**os.environ, "CI": "1", "HF_HUB_OFFLINE": "1"}
+
+
+def check_fresh_kit_test_run(command: str, done: subprocess.CompletedProcess, milestone: int) -> None:
+    """A README pytest command in a fresh handout: each failure is one line naming a host function not written
+    yet (no traceback, no other failure), each such function once; the whole run names every one of the kit's."""
+    summary = (done.stdout.strip().splitlines() or ["no output"])[-1]
+    output = f"{command}: {done.stdout[-3000:]}{done.stderr[-3000:]}"
+    failures = re.findall(r"^FAILED \S+ - Failed: (.*)$", done.stdout, flags=re.MULTILINE)
+    assert len(failures) == len(re.findall(r"^FAILED ", done.stdout, flags=re.MULTILINE)), output
+    assert "error" not in summary and len(set(failures)) == len(failures), output
+    assert set(failures) <= kit_stub_lines(milestone), output
+    assert done.returncode == (1 if failures else 0), output
+    if "-k" not in shlex.split(command) and "test_variants.py" not in command:
+        assert set(failures) == kit_stub_lines(milestone), output
+
+
+def pytest_commands(readme: str) -> list[str]:
+    return [command for command in readme_commands(readme) if shlex.split(command)[1:3] == ["-m", "pytest"]]
+
+
+@pytest.mark.skipif(gpu_unavailable_reason() is None, reason="checks the GPU-less run (on a GPU, "
+                                                             "test_handout_test_commands_name_each_stub_on_a_gpu)")
+@pytest.mark.parametrize("kit, milestone", KITS)
+def test_handout_readme_commands_without_a_gpu(kit, milestone, request):
+    """Exactly the handout README's commands, run in a fresh handout with this environment's Python and no
+    network: each pytest command fails with one line per host function not written yet (and nothing else), every
+    other command succeeds or stops with one line naming what is missing (the GPU of a GPU-only tool, the hub of
+    a download)."""
+    destination, _ = request.getfixturevalue(kit)
     commands = readme_commands((destination / "README.md").read_text())
     assert ".venv/bin/python -m pytest" in commands and ".venv/bin/python -m pytest tests/kernels" in commands
-    offline = {**os.environ, "HF_HUB_OFFLINE": "1"}
     for command in commands:
         arguments = shlex.split(command)[1:]
         done = subprocess.run([sys.executable, *arguments], capture_output=True, text=True, cwd=destination,
-                              stdin=subprocess.DEVNULL, env=offline, timeout=900)
+                              stdin=subprocess.DEVNULL, env=untruncated(), timeout=900)
         output = done.stdout[-3000:] + done.stderr[-3000:]
         if arguments[:2] == ["-m", "pytest"]:
-            summary = done.stdout.strip().splitlines()[-1]
-            assert done.returncode == 0 and "error" not in summary, f"{command}: {output}"
+            check_fresh_kit_test_run(command, done, milestone)
         elif done.returncode != 0:
             missing = gpu_unavailable_reason() if done.returncode == 2 else "the Hugging Face hub"
             assert done.stderr.count("\n") == 1 and missing in done.stderr, f"{command}: {output}"
@@ -641,13 +683,16 @@ def test_handout_readme_commands_pass_without_a_gpu(handout):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("kit", ["handout", "handout_m2", "handout_m3"])
-def test_handout_kernel_tests_fail_cleanly_on_a_gpu(kit, request):
+@pytest.mark.parametrize("kit, milestone", KITS)
+def test_handout_test_commands_name_each_stub_on_a_gpu(kit, milestone, request):
+    """On a GPU too, the README's pytest commands in a fresh handout fail with one line per host function not
+    written yet, the tests that would run the stubs skipped with the same line."""
     destination, _ = request.getfixturevalue(kit)
-    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/kernels"],
-                          capture_output=True, text=True, cwd=destination, timeout=600)
-    summary = (done.stdout.strip().splitlines() or ["no output"])[-1]
-    assert done.returncode == 1 and "failed" in summary and "error" not in summary, done.stdout[-3000:]
+    for command in pytest_commands((destination / "README.md").read_text()):
+        done = subprocess.run([sys.executable, *shlex.split(command)[1:], "-p", "no:cacheprovider"],
+                              capture_output=True, text=True, cwd=destination, stdin=subprocess.DEVNULL,
+                              env=untruncated(), timeout=900)
+        check_fresh_kit_test_run(command, done, milestone)
 
 
 @pytest.mark.parametrize("kit", ["handout", "handout_m2"])
@@ -659,34 +704,15 @@ def test_earlier_kits_leave_out_later_milestones_host_functions(kit, request):
 
 
 def launched_kernels(source: str, function: str) -> set[str]:
-    """The kernels (by name) that host function `function` of a kernel module's source launches: the
-    CudaKernel objects it reaches through the names it uses, following the module's own functions and
-    variables (a kernel made by a factory function included)."""
-    tree = ast.parse(source)
-    functions = {node.name: node for node in tree.body if isinstance(node, ast.FunctionDef)}
-    variables = {target.id: node.value for node in tree.body if isinstance(node, ast.Assign)
-                 for target in node.targets if isinstance(target, ast.Name)}
-    kernels, seen, reach = set(), {function}, [functions[function]]
-    while reach:
-        for node in ast.walk(reach.pop()):
-            if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "CudaKernel":
-                kernels.add(node.args[1].value)
-            elif isinstance(node, ast.Name) and node.id not in seen and (node.id in functions or node.id in variables):
-                seen.add(node.id)
-                reach.append(functions.get(node.id) or variables[node.id])
-    return kernels
+    """The kernels (by name) that host function `function` of a kernel module's source launches."""
+    return reached(source, function)[1]
 
 
 def kernel_body(source: str, kernel: str) -> str:
     """The body of CUDA kernel `kernel` in a kernel module's source, between its braces."""
-    head = re.search(rf"__global__[^{{;]*?\b{kernel}\s*\(", source)
-    assert head, f"no kernel {kernel}"
-    depth, start = 0, source.index("{", head.end())
-    for end in range(start, len(source)):
-        depth += {"{": 1, "}": -1}.get(source[end], 0)
-        if depth == 0:
-            return source[start + 1:end]
-    raise AssertionError(f"kernel {kernel} has no closing brace")
+    body = cuda_body(source, kernel)
+    assert body is not None, f"no kernel {kernel}"
+    return body
 
 
 def words(text: str) -> str:
@@ -761,6 +787,47 @@ def test_the_kit_itself_holds_no_stub():
     """The kit's own kernels are written: its decoders run the KV cache as they always have."""
     assert [function for function in SPECS if unwritten(function)] == []
     assert kv_cache_stubs(types.SimpleNamespace(backend=types.SimpleNamespace(name="kernels")), "graph") is None
+
+
+def stubbed_between(module: str, start: str, end: str | None = None) -> str:
+    """kernels/<module>.py with the solution blocks between the text `start` and the text `end` (or the file's end)
+    stubbed as the handout stubs them, the others written."""
+    source = (ROOT / "kernels" / f"{module}.py").read_text()
+    begin, stop = source.index(start), source.index(end) if end else len(source)
+    return source[:begin] + strip_solutions(source[begin:stop])[0] + source[stop:]
+
+
+@pytest.mark.parametrize("module, start, end, unwritten_functions, written_functions", [
+    ("attention", "attention_scores_kernel(float", None, ["attention_forward"], ["softmax_forward"]),
+    # attention_forward runs the softmax too
+    ("attention", "softmax_rows_kernel(float", "attention_scores_kernel(float",
+     ["attention_forward", "softmax_forward"], []),
+    # only the block reduction, a __device__ function that decode_attention_kernel calls
+    ("decode", "__device__ float block_reduce", "decode_attention_kernel(float",
+     ["decode_attention_forward"], ["encoder_at_positions_forward", "kv_cache_append_forward"]),
+    ("decode", "kv_cache_append_kernel(float", "__device__ float block_reduce",
+     ["kv_cache_append_forward"], ["encoder_at_positions_forward", "decode_attention_forward"]),
+    # a Python stub: split_span, and matmul_forward that calls it
+    ("matmul_split_k", "def split_span", "def launch_slices", ["split_span", "matmul_forward"], ["launch_slices"]),
+    ("fused_gemv", "FUSED_GEMV_SOURCE", None,
+     ["layernorm_matmul_forward", "layernorm_matmul_gelu_forward", "matmul_residual_forward"], []),
+])
+def test_a_host_function_is_unwritten_while_what_it_runs_holds_a_stub(module, start, end, unwritten_functions,
+                                                                        written_functions):
+    source = stubbed_between(module, start, end)
+    assert [f for f in unwritten_functions + written_functions if function_holds_stub(source, f)] == unwritten_functions
+
+
+def test_a_module_that_does_not_tell_is_judged_whole():
+    """Without a readable source, or without the function, any stub line in the file counts; none, none does."""
+    partly = stubbed_between("attention", "attention_scores_kernel(float")
+    written = (ROOT / "kernels/attention.py").read_text()
+    for source, stub in ((partly, True), (written, False)):
+        assert function_holds_stub(source + "\ndef broken(:\n", "softmax_forward") is stub
+        assert function_holds_stub(source, "renamed_softmax_forward") is stub
+    stray = written + STUB_LINES["#"] + "\n"  # a stub line outside every function
+    assert not function_holds_stub(stray, "softmax_forward")
+    assert function_holds_stub(stray.replace('"softmax_forward_kernel")', '"made_elsewhere")'), "softmax_forward")
 
 
 def fake_kit(root: Path) -> Path:

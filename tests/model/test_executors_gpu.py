@@ -18,10 +18,12 @@ from gpt2.config import preset
 from gpt2.executors import EXECUTORS, StageClock, make_executor
 from gpt2.generate import GREEDY, Sampling, generate, sampling_probabilities
 from gpt2.model import GPT2
+from gpt2.ops import MODEL_FUNCTIONS
 from gpt2.tokenizer import END_OF_TEXT
 from tests.model.helpers import TINY, eos_leaning_parameters
 
 pytestmark = pytest.mark.gpu
+ON_THE_KERNELS = pytest.mark.calls(*MODEL_FUNCTIONS)  # a model on the kernels backend
 
 SEARCHES = [BeamSearch(5, 1.0, False), BeamSearch(3, 0.5, True), BeamSearch(4, 2.0, "never"), BeamSearch(2, -1.0)]
 
@@ -42,6 +44,7 @@ def leaning_model(lean: float) -> GPT2:
     return GPT2(TINY, eos_leaning_parameters(seed=3, lean=lean), backend="kernels")
 
 
+@ON_THE_KERNELS
 @pytest.mark.parametrize("executor", EXECUTORS)
 @pytest.mark.parametrize("seed", [0, 1], ids=lambda s: f"seed{s}")
 def test_batched_greedy_rows_equal_their_own_generation(big, executor, seed):
@@ -60,6 +63,7 @@ def test_batched_greedy_rows_equal_their_own_generation(big, executor, seed):
     assert again == alone[::-1]
 
 
+@ON_THE_KERNELS
 @pytest.mark.parametrize("executor", EXECUTORS)
 def test_rows_that_end_stop_where_the_eager_path_stops(executor):
     model = leaning_model(1.3)
@@ -70,6 +74,7 @@ def test_rows_that_end_stop_where_the_eager_path_stops(executor):
     assert any(tokens[-1] == END_OF_TEXT and len(tokens) < 40 for tokens in together)
 
 
+@ON_THE_KERNELS
 @pytest.mark.parametrize("executor", ["ptgraph", "grape"])
 @pytest.mark.parametrize("lean", [0.0, 1.5], ids=lambda v: f"lean{v}")
 @pytest.mark.parametrize("search", SEARCHES, ids=str)
@@ -85,6 +90,7 @@ def test_beam_search_equals_the_eager_host_search(executor, lean, search):
         np.testing.assert_allclose(found.scores, eager.scores, rtol=1e-6, atol=0)
 
 
+@ON_THE_KERNELS
 def test_grape_beam_search_at_124M_equals_transformers(weights, big, tmp_path):
     torch = pytest.importorskip("torch", reason="needs PyTorch: the README's Setup says how to add it")
     transformers = pytest.importorskip("transformers", reason="needs transformers: pip install -e '.[hf]'")
@@ -102,6 +108,7 @@ def test_grape_beam_search_at_124M_equals_transformers(weights, big, tmp_path):
     np.testing.assert_allclose(ours.scores[0], theirs.sequences_scores.cpu().numpy(), rtol=1e-4)
 
 
+@ON_THE_KERNELS
 def test_grape_sampling_repeats_with_its_seed_and_keeps_top_k(big):
     run = make_executor(big, "grape")
     prompts = [[464, 2068, 7586], [15496]]
@@ -117,6 +124,7 @@ def test_grape_sampling_repeats_with_its_seed_and_keeps_top_k(big):
             assert row[token] >= np.sort(row)[-40]
 
 
+@ON_THE_KERNELS
 def test_stage_clock_splits_a_beam_search_into_its_stages(big):
     prompt = [list(np.random.default_rng(2).integers(0, 50257, 5))]
     for executor in EXECUTORS:

@@ -18,11 +18,12 @@ from gpt2.generate import GREEDY, generate
 from gpt2.beam_search import BeamSearch, beam_search
 from gpt2.decoding import make_decoder
 from gpt2.model import GPT2
+from gpt2.ops import MODEL_FUNCTIONS
 from gpt2.logits_check import LOGITS_TOLERANCE, allowed_logit_error, tf32_reference_backend
 from reference.precision import COURSE, FP32, TF32
 from reference.variants import FUSED_DECODE_VARIANTS
 
-pytestmark = pytest.mark.gpu
+pytestmark = [pytest.mark.gpu, pytest.mark.calls(*MODEL_FUNCTIONS)]  # the kit's kernels, or beside them
 
 
 @pytest.fixture(scope="module")
