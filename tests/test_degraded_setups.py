@@ -43,13 +43,15 @@ def pytest_in(environment: dict, *args: str) -> subprocess.CompletedProcess:
 
 
 def skip_reasons(output: str) -> set[str]:
-    return set(re.findall(r"^SKIPPED \[\d+\] [^:]+(?::\d+)?: (.*)$", output, re.MULTILINE))
+    """The skip reasons of a run, but those naming a starter kit's host functions not written yet."""
+    reasons = set(re.findall(r"^SKIPPED \[\d+\] [^:]+(?::\d+)?: (.*)$", output, re.MULTILINE))
+    return {reason for reason in reasons if not re.fullmatch(r"[\w, ]+: not written yet \(.*\)", reason)}
 
 
 def test_without_cupy_the_kernel_tests_collect_and_skip_saying_what_to_install(tmp_path):
     (tmp_path / "cupy.py").write_text(NO_CUPY)
     done = pytest_in({"PYTHONPATH": str(tmp_path)}, "tests/kernels", "tests/test_kernel_runtime.py",
-                     "tests/reference")
+                     "tests/reference", "-k", "not is_written")  # in a starter kit, its stubs fail those
     summary = done.stdout.strip().splitlines()[-1]
     assert done.returncode == 0 and "error" not in summary, done.stdout[-3000:] + done.stderr[-2000:]
     install = "CuPy is not installed (pip install -e '.[cuda13]', or '.[cuda12]' for a CUDA 12 driver)"
