@@ -651,8 +651,8 @@ def check_fresh_kit_test_run(command: str, done: subprocess.CompletedProcess, mi
         assert set(failures) == kit_stub_lines(milestone), output
 
 
-def pytest_commands(readme: str) -> list[str]:
-    return [command for command in readme_commands(readme) if shlex.split(command)[1:3] == ["-m", "pytest"]]
+def pytest_commands(commands: list[str]) -> list[str]:
+    return [command for command in commands if shlex.split(command)[1:3] == ["-m", "pytest"]]
 
 
 @pytest.mark.skipif(gpu_unavailable_reason() is None, reason="checks the GPU-less run (on a GPU, "
@@ -662,14 +662,15 @@ def test_handout_readme_commands_without_a_gpu(kit, milestone, request):
     """Exactly the handout README's commands, run in a fresh handout with this environment's Python and no
     network: each pytest command fails with one line per host function not written yet (and nothing else), every
     other command succeeds or stops with one line naming what is missing (the GPU of a GPU-only tool, the hub of
-    a download). A later milestone's kit runs milestone 1's commands on the same code, so of those it runs only
-    the kernel tests, where its kit differs (its whole suite differs from milestone 1's only there)."""
+    a download). A later milestone's kit runs only its pytest commands, and not the whole suite: that differs
+    from milestone 1's only in the kernel tests, which its other pytest commands run."""
     destination, _ = request.getfixturevalue(kit)
     commands = readme_commands((destination / "README.md").read_text())
     assert ".venv/bin/python -m pytest" in commands and ".venv/bin/python -m pytest tests/kernels" in commands
-    shared = readme_commands((request.getfixturevalue("handout")[0] / "README.md").read_text()) if milestone > 1 else []
+    if milestone > 1:
+        commands = [c for c in pytest_commands(commands) if c != ".venv/bin/python -m pytest"]
     outputs = {}
-    for command in (c for c in commands if c not in shared or c.startswith(".venv/bin/python -m pytest tests/")):
+    for command in commands:
         arguments = shlex.split(command)[1:]
         done = outputs[command] = subprocess.run([sys.executable, *arguments], capture_output=True, text=True,
                                                  cwd=destination, stdin=subprocess.DEVNULL, env=untruncated(),
@@ -691,7 +692,7 @@ def test_handout_test_commands_name_each_stub_on_a_gpu(kit, milestone, request):
     """On a GPU too, the README's pytest commands in a fresh handout fail with one line per host function not
     written yet, the tests that would run the stubs skipped with the same line."""
     destination, _ = request.getfixturevalue(kit)
-    for command in pytest_commands((destination / "README.md").read_text()):
+    for command in pytest_commands(readme_commands((destination / "README.md").read_text())):
         done = subprocess.run([sys.executable, *shlex.split(command)[1:], "-p", "no:cacheprovider"],
                               capture_output=True, text=True, cwd=destination, stdin=subprocess.DEVNULL,
                               env=untruncated(), timeout=900)
