@@ -18,22 +18,18 @@ from pathlib import Path
 
 import pytest
 
-from tests.readme import bash_blocks
+from tests.readme import install_lines
 
 ROOT = Path(__file__).parents[1]
 
 pytestmark = pytest.mark.skipif(os.environ.get("KIT_INSTALL_TESTS") != "1",
                                 reason="install checks ask PyPI: set KIT_INSTALL_TESTS=1 to run them")
 
-INSTALL = re.compile(r"\.venv/bin/pip install (?P<arguments>[^&#\n]+)")
 CUDA_PACKAGES = re.compile(r"^(nvidia-|cuda-|cupy|torch$|triton$)", re.IGNORECASE)
 
 
 def readme_install_lines() -> list[str]:
-    """The arguments of every `.venv/bin/pip install` in the README's code blocks, as written."""
-    blocks = bash_blocks((ROOT / "README.md").read_text())
-    found = [m.group("arguments").strip() for block in blocks for m in INSTALL.finditer(block)]
-    return list(dict.fromkeys(a for a in found if a != "-U pip"))
+    return install_lines((ROOT / "README.md").read_text())
 
 
 def with_both_cuda_extras(lines: list[str]) -> list[str]:
