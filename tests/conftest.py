@@ -1,8 +1,11 @@
-"""Shared pytest setup: skipping what this machine cannot run, and the compile report.
+"""Shared pytest setup: skipping what this machine cannot run, the compile report, and
+spreading the whole suite over processes on a machine without a GPU.
 
 Markers: `gpu` (needs a CUDA GPU) and `nvrtc` (needs only NVRTC, which compiles
 without a GPU); without one, the test skips with one line saying why and what to
-install. Collection itself needs neither CuPy nor a GPU.
+install. Collection itself needs neither CuPy nor a GPU. `slow`: runs a suite or the
+124M model again in child processes; these run first, so that a spread run's other
+processes work beside them.
 
 `calls(*functions, module=None)` marks a test that runs those host functions (each in
 its spec's module, or all in `module`): while one of them is still a handout's TODO
@@ -15,11 +18,25 @@ reference/pytest_plugin.py, which pyproject.toml loads before the command line i
 KIT_NO_MEMORY_POOL=1 turns CuPy's memory pool off, for runs under compute-sanitizer.
 """
 
+import dataclasses
 import os
 
 import pytest
 
 from kernel_runtime.device import gpu_unavailable_reason, nvrtc_unavailable_reason
+from tests.spreading import suite_workers
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config):
+    """Before pytest-xdist reads -n: the default number of processes, where -n was not given."""
+    if not config.pluginmanager.has_plugin("xdist") or config.option.numprocesses is not None:
+        return
+    workers = suite_workers(whole_suite=config.args_source is pytest.Config.ArgsSource.TESTPATHS,
+                            gpu_reason=gpu_unavailable_reason(), nested="PYTEST_XDIST_WORKER" in os.environ,
+                            cpus=len(os.sched_getaffinity(0)))
+    if workers:
+        config.option.numprocesses, config.option.dist = workers, "worksteal"
 
 
 def pytest_configure(config):
@@ -27,6 +44,8 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "nvrtc: needs NVRTC (no GPU); skipped with what to install when it is missing")
     config.addinivalue_line("markers", "calls(*functions, module=None): runs these host functions; skipped with one "
                                        "line naming those not written yet")
+    config.addinivalue_line("markers", "slow: runs a suite or the 124M model again in child processes, as what it "
+                                       "proves needs (README, Tests); run first")
     config.compile_reports = []
     if os.environ.get("KIT_NO_MEMORY_POOL") == "1" and gpu_unavailable_reason() is None:
         # Every array its own cudaMalloc: compute-sanitizer then sees an out-of-bounds
@@ -36,6 +55,7 @@ def pytest_configure(config):
 
 
 def pytest_collection_modifyitems(config, items):
+    items.sort(key=lambda item: "slow" not in item.keywords)  # stable: otherwise in collection order
     for marker, reason, what in (("gpu", gpu_unavailable_reason(), "GPU test"),
                                  ("nvrtc", nvrtc_unavailable_reason(), "compile check")):
         if reason is None:
@@ -55,6 +75,20 @@ def pytest_collection_modifyitems(config, items):
                 stubs[key] = not_written_yet(*key)
             if stubs[key]:
                 item.add_marker(pytest.mark.skip(reason=stubs[key]))
+
+
+def pytest_sessionfinish(session):
+    """A worker of a spread run hands its compile reports to the process that prints them."""
+    if hasattr(session.config, "workeroutput"):
+        session.config.workeroutput["compile_reports"] = [dataclasses.asdict(r) for r in session.config.compile_reports]
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    from kernel_runtime.compiler import KernelResources
+
+    reports = getattr(node, "workeroutput", {}).get("compile_reports", [])
+    node.config.compile_reports.extend(KernelResources(**r) for r in reports)
 
 
 def pytest_terminal_summary(terminalreporter, config):

@@ -1,4 +1,5 @@
-"""What the tests read from the kit's READMEs: which they are, and the text of their ```bash code blocks."""
+"""What the tests read from the kit's READMEs: which they are, the text of their ```bash code blocks, and their
+pip install lines."""
 
 import re
 from pathlib import Path
@@ -8,7 +9,14 @@ ROOT = Path(__file__).parents[1]
 READMES = {"students": ROOT / "README.md", "research": ROOT / "benchmarks" / "README.md",
            "staff": ROOT / "grading" / "README.md"}
 BASH_BLOCK = re.compile(r"^```bash\n(.*?)^```", re.MULTILINE | re.DOTALL)
+INSTALL = re.compile(r"\.venv/bin/pip install (?P<arguments>[^&#\n]+)")
 
 
 def bash_blocks(readme: str) -> list[str]:
     return BASH_BLOCK.findall(readme)
+
+
+def install_lines(readme: str) -> list[str]:
+    """The arguments of every `.venv/bin/pip install` in the README's code blocks, as written."""
+    found = [m.group("arguments").strip() for block in bash_blocks(readme) for m in INSTALL.finditer(block)]
+    return list(dict.fromkeys(a for a in found if a != "-U pip"))

@@ -48,6 +48,7 @@ def skip_reasons(output: str) -> set[str]:
     return {reason for reason in reasons if not re.fullmatch(r"[\w, ]+: not written yet \(.*\)", reason)}
 
 
+@pytest.mark.slow  # every test of these that must pass without CuPy runs again, in a child without it
 def test_without_cupy_the_kernel_tests_collect_and_skip_saying_what_to_install(tmp_path):
     (tmp_path / "cupy.py").write_text(NO_CUPY)
     done = pytest_in({"PYTHONPATH": str(tmp_path)}, "tests/kernels", "tests/test_kernel_runtime.py",

@@ -18,23 +18,21 @@ from pathlib import Path
 
 import pytest
 
-from tests.readme import READMES, bash_blocks
+from tests.readme import READMES, install_lines
 
 ROOT = Path(__file__).parents[1]
 
 pytestmark = pytest.mark.skipif(os.environ.get("KIT_INSTALL_TESTS") != "1",
                                 reason="install checks ask PyPI: set KIT_INSTALL_TESTS=1 to run them")
 
-INSTALL = re.compile(r"\.venv/bin/pip install (?P<arguments>[^&#\n]+)")
 CUDA_PACKAGES = re.compile(r"^(nvidia-|cuda-|cupy|torch$|triton$)", re.IGNORECASE)
 
 
 def readme_install_lines() -> list[str]:
     """The arguments of every `.venv/bin/pip install` in the READMEs' code blocks, as written (a starter
     kit has no staff README)."""
-    blocks = [block for readme in READMES.values() if readme.exists() for block in bash_blocks(readme.read_text())]
-    found = [m.group("arguments").strip() for block in blocks for m in INSTALL.finditer(block)]
-    return list(dict.fromkeys(a for a in found if a != "-U pip"))
+    found = [line for readme in READMES.values() if readme.exists() for line in install_lines(readme.read_text())]
+    return list(dict.fromkeys(found))
 
 
 def with_both_cuda_extras(lines: list[str]) -> list[str]:

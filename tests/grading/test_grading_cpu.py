@@ -30,7 +30,7 @@ from reference.execution import Execution, execute, save_records
 from reference.registry import SPECS, build, cases, unwritten
 from reference.techniques import TECHNIQUES
 from reference.variants import DECLARED, VARIANTS
-from tests.readme import READMES, bash_blocks
+from tests.readme import READMES, bash_blocks, install_lines
 from tests.reference.test_techniques import SAMPLES
 
 ROOT = Path(__file__).parents[2]
@@ -533,7 +533,7 @@ def test_milestone_2_handout_stubs_compile_and_their_technique_checks_say_not_wr
     done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rfs",
                            "tests/kernels/test_compile.py",
                            "tests/kernels/test_variants.py::test_variant_module_compiles_to_its_technique"],
-                          capture_output=True, text=True, cwd=destination, timeout=600, env=untruncated())
+                          capture_output=True, text=True, cwd=destination, timeout=600, env=fresh_kit_environment())
     assert done.returncode == 0, done.stdout[-3000:]
     skipped = re.findall(r"^SKIPPED \[1\] tests/kernels/test_variants.py:\d+: (.*)$", done.stdout, flags=re.MULTILINE)
     with_technique = [v for v in DECLARED if v.milestone <= 2 and v.technique and TECHNIQUES[v.technique].in_ptx]
@@ -631,10 +631,11 @@ def kit_stub_lines(milestone: int) -> set[str]:
     return {stub_line(function, module) for function, module in functions + variants}
 
 
-def untruncated() -> dict:
-    """The environment of a pytest run whose short summary lines are whole (pytest cuts them to the terminal's
-    width unless it runs under CI)."""
-    return {**os.environ, "CI": "1", "HF_HUB_OFFLINE": "1"}
+def fresh_kit_environment() -> dict:
+    """The environment of a handout's commands: no network (the hub offline; the handout's install lines are
+    the kit's, which the kit's own run resolves), and pytest's short summary lines whole (it cuts them to the
+    terminal's width unless it runs under CI)."""
+    return {**os.environ, "CI": "1", "HF_HUB_OFFLINE": "1", "KIT_INSTALL_TESTS": "0"}
 
 
 def check_fresh_kit_test_run(command: str, done: subprocess.CompletedProcess, milestone: int) -> None:
@@ -655,37 +656,45 @@ def pytest_commands(commands: list[str]) -> list[str]:
     return [command for command in commands if shlex.split(command)[1:3] == ["-m", "pytest"]]
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(gpu_unavailable_reason() is None, reason="checks the GPU-less run (on a GPU, "
                                                              "test_handout_test_commands_name_each_stub_on_a_gpu)")
-@pytest.mark.parametrize("kit, milestone", KITS)
-def test_handout_readme_commands_without_a_gpu(kit, milestone, request):
+@pytest.mark.parametrize("kit, milestone, runs_pytest", [(kit, milestone, True) for kit, milestone in KITS] +
+                         [("handout", 1, False)], ids=["m1-pytest", "m2-pytest", "m3-pytest", "m1-the-others"])
+def test_handout_readme_commands_without_a_gpu(kit, milestone, runs_pytest, request):
     """Exactly the handout README's commands, run in a fresh handout with this environment's Python and no
     network: each pytest command fails with one line per host function not written yet (and nothing else), every
     other command succeeds or stops with one line naming what is missing (the GPU of a GPU-only tool, the hub of
     a download). A later milestone's kit runs only its pytest commands, and not the whole suite: that differs
-    from milestone 1's only in the kernel tests, which its other pytest commands run."""
+    from milestone 1's only in the kernel tests, which its other pytest commands run. Slow: milestone 1's
+    `pytest` is the handout's whole suite, and its model commands generate on the NumPy backend."""
     destination, _ = request.getfixturevalue(kit)
-    commands = readme_commands((destination / "README.md").read_text())
+    readme = (destination / "README.md").read_text()
+    commands = readme_commands(readme)
     assert ".venv/bin/python -m pytest" in commands and ".venv/bin/python -m pytest tests/kernels" in commands
+    commands = [c for c in commands if (c in pytest_commands(commands)) == runs_pytest]
     if milestone > 1:
-        commands = [c for c in pytest_commands(commands) if c != ".venv/bin/python -m pytest"]
+        commands.remove(".venv/bin/python -m pytest")
     outputs = {}
     for command in commands:
         arguments = shlex.split(command)[1:]
         done = outputs[command] = subprocess.run([sys.executable, *arguments], capture_output=True, text=True,
-                                                 cwd=destination, stdin=subprocess.DEVNULL, env=untruncated(),
-                                                 timeout=900)
+                                                 cwd=destination, stdin=subprocess.DEVNULL,
+                                                 env=fresh_kit_environment(), timeout=900)
         output = done.stdout[-3000:] + done.stderr[-3000:]
-        if arguments[:2] == ["-m", "pytest"]:
+        if runs_pytest:
             check_fresh_kit_test_run(command, done, milestone)
         elif done.returncode != 0:
             missing = gpu_unavailable_reason() if done.returncode == 2 else "the Hugging Face hub"
             assert done.stderr.count("\n") == 1 and missing in done.stderr, f"{command}: {output}"
-    if nvrtc_unavailable_reason() is None:  # the student's stubs compile, and the report says so
+    if runs_pytest:
+        assert set(install_lines(readme)) <= set(install_lines(READMES["students"].read_text()))
+    if runs_pytest and nvrtc_unavailable_reason() is None:  # the student's stubs compile, and the report says so
         assert f"kernel resources (NVRTC, no GPU needed) of {destination / 'kernels'}" in outputs[
             ".venv/bin/python -m pytest tests/kernels"].stdout
 
 
+@pytest.mark.slow
 @pytest.mark.gpu
 @pytest.mark.parametrize("kit, milestone", KITS)
 def test_handout_test_commands_name_each_stub_on_a_gpu(kit, milestone, request):
@@ -695,7 +704,7 @@ def test_handout_test_commands_name_each_stub_on_a_gpu(kit, milestone, request):
     for command in pytest_commands(readme_commands((destination / "README.md").read_text())):
         done = subprocess.run([sys.executable, *shlex.split(command)[1:], "-p", "no:cacheprovider"],
                               capture_output=True, text=True, cwd=destination, stdin=subprocess.DEVNULL,
-                              env=untruncated(), timeout=900)
+                              env=fresh_kit_environment(), timeout=900)
         check_fresh_kit_test_run(command, done, milestone)
 
 

@@ -58,6 +58,7 @@ def submit(script: str, workdir: Path, *args: str, sbatch_options: tuple = (), e
     return done.returncode, job_id, "\n".join(p.read_text() for p in outputs), outputs
 
 
+@pytest.mark.slow  # the job runs tests/kernels
 def test_verify_kernels_runs_the_kernel_tests(tmp_path):
     code, job, text, outputs = submit("verify.slurm", tmp_path, "kernels")
     assert code == 0, text
@@ -73,6 +74,7 @@ def test_verify_steps_skips_without_a_gpu(tmp_path):
     assert "steps: skipped: no NVIDIA GPU or driver on this machine" in text
 
 
+@pytest.mark.slow  # the job runs tests/model
 def test_verify_model_runs_the_model_tests(tmp_path):
     code, _, text, _ = submit("verify.slurm", tmp_path, "model")
     assert code == 0, text
@@ -100,6 +102,7 @@ def test_a_missing_environment_is_one_clear_line(tmp_path):
     assert f"verify.slurm: no environment at {kit}/.venv: run the README's setup" in text
 
 
+@pytest.mark.slow  # the job generates with the 124M model on the CPU
 def test_generate_tokens_completes_the_prompt(tmp_path):
     code, _, text, _ = submit("generate_tokens.slurm", tmp_path)
     assert code == 0, text

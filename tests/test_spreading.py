@@ -1,0 +1,64 @@
+"""The suite spread over processes (tests/spreading.py, tests/conftest.py): only the whole suite on a
+machine without a GPU, the compile report whole, and the slow tests first and named in the README."""
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.readme import READMES
+from tests.spreading import MAX_WORKERS, suite_workers
+
+ROOT = Path(__file__).parents[1]
+
+
+def pytest_run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args], capture_output=True,
+                          text=True, cwd=ROOT, timeout=600)
+
+
+@pytest.mark.parametrize("whole_suite, gpu_reason, nested, cpus, workers", [
+    (True, "no NVIDIA GPU or driver on this machine", False, 2, 2),
+    (True, "no NVIDIA GPU or driver on this machine", False, 64, MAX_WORKERS),  # a shared login node
+    (True, None, False, 16, 0),  # a GPU: its tests keep one process
+    (False, "no NVIDIA GPU or driver on this machine", False, 16, 0),  # pytest tests/kernels
+    (True, "no NVIDIA GPU or driver on this machine", True, 16, 0),  # a pytest run inside a test
+    (True, "no NVIDIA GPU or driver on this machine", False, 1, 0),
+])
+def test_only_the_whole_suite_without_a_gpu_is_spread(whole_suite, gpu_reason, nested, cpus, workers):
+    assert suite_workers(whole_suite, gpu_reason, nested, cpus) == workers
+
+
+REPORT_ROW = re.compile(r"^\w+ +sm_\d+( +\d+){5}$", re.MULTILINE)
+
+
+def kernel_rows(output: str) -> list[str]:
+    """The rows of the compile report's table, sorted."""
+    assert "kernel resources (NVRTC, no GPU needed) of " in output, f"no compile report: {output[-3000:]}"
+    return sorted(m.group(0) for m in REPORT_ROW.finditer(output))
+
+
+@pytest.mark.nvrtc
+def test_a_spread_run_reports_every_kernel_it_compiled():
+    """Each process compiles a share of the kernels; the process that prints gathers every report."""
+    selection = ("tests/kernels/test_compile.py", "-k", "gelu or residual")  # 4 tests: each process gets some
+    spread, alone = (pytest_run("-q", *selection, "-n", n) for n in ("2", "0"))
+    assert spread.returncode == 0 and alone.returncode == 0, spread.stdout[-3000:] + alone.stdout[-3000:]
+    assert "bringing up nodes" in spread.stdout and "bringing up nodes" not in alone.stdout
+    assert kernel_rows(spread.stdout) == kernel_rows(alone.stdout) != []
+
+
+def collected(*args: str) -> list[str]:
+    done = pytest_run("--collect-only", "-q", "-p", "no:xdist", *args)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return [line for line in done.stdout.splitlines() if "::" in line]
+
+
+def test_the_slow_tests_run_first_and_the_readme_says_why_each_is_slow():
+    slow = collected("-m", "slow")
+    assert slow and collected()[:len(slow)] == slow
+    listed = [test for readme in READMES.values() for test in re.findall(r"^- `(test_[^`]+)`", readme.read_text(),
+                                                                          re.MULTILINE)]
+    assert sorted({test.split("::")[-1].split("[")[0] for test in slow}) == sorted(listed)
