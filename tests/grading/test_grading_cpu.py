@@ -640,8 +640,10 @@ def fresh_kit_environment() -> dict:
 
 def check_fresh_kit_test_run(command: str, done: subprocess.CompletedProcess, milestone: int) -> None:
     """A README pytest command in a fresh handout: each failure is one line naming a host function not written
-    yet (no traceback, no other failure), each such function once; the whole run names every one of the kit's."""
+    yet (no traceback, no other failure), each such function once; the whole run names every one of the kit's.
+    Its summary line is printed (pytest -rP shows what a fresh kit's commands say)."""
     summary = (done.stdout.strip().splitlines() or ["no output"])[-1]
+    print(f"milestone {milestone}: {command}: {summary}")
     output = f"{command}: {done.stdout[-3000:]}{done.stderr[-3000:]}"
     failures = re.findall(r"^FAILED \S+ - Failed: (.*)$", done.stdout, flags=re.MULTILINE)
     assert len(failures) == len(re.findall(r"^FAILED ", done.stdout, flags=re.MULTILINE)), output
