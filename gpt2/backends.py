@@ -23,10 +23,10 @@ import types
 
 import numpy as np
 
-from gpt2.ops import FUSED_DECODE_FUNCTIONS, MODEL_FUNCTIONS, OPTIONAL_FUNCTIONS, ForwardOps
+from gpt2.ops import FUSED_DECODE_FUNCTIONS, KV_CACHE_FUNCTIONS, MODEL_FUNCTIONS, OPTIONAL_FUNCTIONS, ForwardOps
 from kernel_runtime import KitError, require_gpu
 from kernel_runtime.loader import use_kernels
-from reference.registry import SPECS, host_function, host_functions
+from reference.registry import SPECS, host_function, host_functions, not_written_yet
 from reference.variants import variant_named
 
 BACKENDS = ("kernels", "gold", "reference")
@@ -87,7 +87,9 @@ def uses_fused_decode(variants: tuple[str, ...]) -> bool:
 
 def kernel_ops(kernels: str | None = None, variants: tuple[str, ...] = ()) -> ForwardOps:
     """The model's host functions from a kernels directory (None: this kit's), bound for this process;
-    each of `variants` (names in reference.variants) stands in for its host function."""
+    each of `variants` (names in reference.variants) stands in for its host function. BackendError, naming
+    them, while any of those is a starter kit's TODO stub (the KV cache's aside: gpt2.decoding then
+    recomputes)."""
     directory = use_kernels(kernels)
     ops = host_functions(MODEL_FUNCTIONS)
     for name in OPTIONAL_FUNCTIONS:  # a later milestone's host function, when this kernels directory has it
@@ -97,6 +99,11 @@ def kernel_ops(kernels: str | None = None, variants: tuple[str, ...] = ()) -> Fo
     functions = [v.function for v in chosen]
     if len(set(functions)) < len(functions):
         raise BackendError(f"variants {', '.join(variants)}: at most one per host function")
+    stubs = [not_written_yet([name for name in MODEL_FUNCTIONS if name not in KV_CACHE_FUNCTIONS + tuple(functions)]),
+             *(not_written_yet([v.function], v.module) for v in chosen)]
+    if any(stubs):  # a starter kit's TODO stubs write nothing: the model would compute with garbage
+        raise BackendError(f"{'; '.join(filter(None, stubs))}: the kernels backend runs them (write them first, "
+                           "or choose the gold or reference backend)")
     for variant in chosen:
         setattr(ops, variant.function, host_function(variant.function, variant.module))
     return ops

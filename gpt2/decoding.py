@@ -43,10 +43,9 @@ import sys
 import numpy as np
 
 from gpt2.model import GPT2, KVCache
+from gpt2.ops import KV_CACHE_FUNCTIONS
 from kernel_runtime import KitError
 from reference.registry import not_written_yet
-
-KV_CACHE_FUNCTIONS = ("encoder_at_positions_forward", "kv_cache_append_forward", "decode_attention_forward")
 
 
 class DecoderError(KitError):

@@ -74,6 +74,8 @@ class ForwardOps(Protocol):
 
 
 FUSED_DECODE_FUNCTIONS = ("layernorm_matmul_forward", "layernorm_matmul_gelu_forward", "matmul_residual_forward")
+# the KV cache's: while they are stubs, generation recomputes every step instead (gpt2.decoding)
+KV_CACHE_FUNCTIONS = ("encoder_at_positions_forward", "kv_cache_append_forward", "decode_attention_forward")
 # a later milestone's: not every kit has them
 OPTIONAL_FUNCTIONS: tuple[str, ...] = ("flash_attention_forward", "local_attention_forward", *FUSED_DECODE_FUNCTIONS)
 MODEL_FUNCTIONS: tuple[str, ...] = tuple(name for name in vars(ForwardOps)

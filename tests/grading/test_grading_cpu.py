@@ -798,6 +798,44 @@ def test_a_kit_without_its_kv_cache_written_generates_by_recomputing_and_says_so
                       "the cache)"
 
 
+STUBBED_MODEL = """
+import sys
+from benchmarks.prefill import row_not_in_this_kit
+from gpt2.backends import kernel_ops
+from kernel_runtime import KitError
+for variants in ((), tuple(sys.argv[1:])):
+    try:
+        kernel_ops(variants=variants)
+        print("built")
+    except KitError as err:
+        print(err)
+print(row_not_in_this_kit(tuple(sys.argv[1:])))
+"""
+BACKEND_REFUSAL = ": the kernels backend runs them (write them first, or choose the gold or reference backend)"
+
+
+@pytest.mark.parametrize("kit, variant", [("handout", "matmul_tf32"), ("handout_m2", "matmul_tf32")])
+def test_a_kit_with_stubs_builds_no_kernels_model_and_its_benchmark_skips_the_rows_it_lacks(kit, variant, request):
+    """The kernels backend refuses a model whose host functions are stubs (which write nothing: the model would
+    compute from garbage) in one line naming them, the KV cache's aside (generation recomputes instead); the
+    prefill benchmark skips a row whose variant the kit lacks or has not written, saying which."""
+    destination, _ = request.getfixturevalue(kit)
+    done = subprocess.run([sys.executable, "-c", STUBBED_MODEL, variant], capture_output=True, text=True,
+                          cwd=destination, env={**os.environ, "PYTHONPATH": str(destination)})
+    assert done.returncode == 0, done.stderr
+    refusal, with_variant, row = done.stdout.splitlines()
+    model_functions = {f for f, s in SPECS.items() if s.milestone == 1 and s.module != "decode"}
+    files = sorted({f"kernels/{SPECS[f].module}.py" for f in model_functions})
+    named, where = refusal.removesuffix(BACKEND_REFUSAL).split(": not written yet ")
+    assert refusal.endswith(BACKEND_REFUSAL) and set(named.split(", ")) == model_functions
+    assert where == f"({', '.join(files)})"
+    if kit == "handout":  # milestone 1's kit has no milestone-2 variant
+        assert with_variant.startswith(f"no variant '{variant}'") and row == f"this kit has no {variant}"
+    else:
+        assert f"; {stub_line('matmul_forward', variant)}{BACKEND_REFUSAL}" in with_variant
+        assert row == stub_line("matmul_forward", variant)
+
+
 def test_the_kit_itself_holds_no_stub():
     """The kit's own kernels are written: its decoders run the KV cache as they always have."""
     assert [function for function in SPECS if unwritten(function)] == []
