@@ -59,6 +59,6 @@ def collected(*args: str) -> list[str]:
 def test_the_slow_tests_run_first_and_the_readme_says_why_each_is_slow():
     slow = collected("-m", "slow")
     assert slow and collected()[:len(slow)] == slow
-    listed = [test for readme in READMES.values() for test in re.findall(r"^- `(test_[^`]+)`", readme.read_text(),
-                                                                          re.MULTILINE)]
+    listed = [test for readme in READMES.values() if readme.exists()  # a starter kit has no staff README
+              for test in re.findall(r"^- `(test_[^`]+)`", readme.read_text(), re.MULTILINE)]
     assert sorted({test.split("::")[-1].split("[")[0] for test in slow}) == sorted(listed)
