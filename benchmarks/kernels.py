@@ -7,7 +7,8 @@ The rows are the benchmark sizes of the specs in reference/specs/: B=8, T=1024,
 C=768, NH=12; the matmul at OC = 2304 (qkv), 768 (attention projection), 3072 (MLP
 up) and 50257 (LM head). After the host functions come the variants of
 reference/variants.py that live in modules of their own (the TF32 and cuBLAS
-matmuls; the others are the host functions' own modules, already timed). Timing:
+matmuls; the others are the host functions' own modules, already timed); a row whose
+function is still a starter kit's stub is named, not timed. Timing:
 CUDA events around each call, after warm-up, median of many calls. The calls are
 queued behind a short spin kernel so that Python's launch overhead never leaves the
 GPU idle between the events: the numbers are GPU time.
@@ -36,7 +37,7 @@ from kernel_runtime.device import exit_without_gpu
 from kernel_runtime.files import replacing
 from kernel_runtime.loader import use_kernels
 from reference.execution import call_arguments
-from reference.registry import SPECS, build, host_function
+from reference.registry import SPECS, build, host_function, not_written_yet
 from reference.precision import TF32
 from reference.variants import VARIANTS, resolve_profile
 
@@ -129,8 +130,9 @@ def benchmark(args) -> int:
 
     from reference import gold
 
+    stubs = {name: not_written_yet([spec.function], module) for name, spec, module, _, _ in timed}
     rows = [(name, spec, case, host_function(spec.function, module), profile)
-            for name, spec, module, profile, case in timed]
+            for name, spec, module, profile, case in timed if not stubs[name]]
     device = cupy.cuda.runtime.getDeviceProperties(0)["name"].decode()
     print(f"measuring copy bandwidth on {device} ...", flush=True)
     copy_gbs = copy_bandwidth_gbs()
@@ -139,6 +141,9 @@ def benchmark(args) -> int:
     header = (f"{'host function':18s} {'size':32s} {'ms':>8s} {'gold ms':>8s} {'vs gold':>8s} "
               f"{'GB/s':>7s} {'%copy':>6s} {'%same':>6s} {'TFLOP/s':>8s} {'gold TF/s':>9s} {'TF32 TF/s':>9s} {'vs ceiling':>10s}")
     print(header)
+    for name, stub in stubs.items():
+        if stub:  # a starter kit's stub: named, not timed
+            print(f"{name:18s} {stub}")
     table, ceilings = [], {}  # case id -> (gold ms, cuBLAS TF32 ms, same-size copy GB/s): timed once per size
     for name, spec, case, function, profile in rows:
         call_args = tuple(call_arguments(build(case), cupy).values())
@@ -166,6 +171,9 @@ def benchmark(args) -> int:
               f"{row['gbs']:7.0f} {row['pct_copy']:5.0f}% {row['pct_same_size_copy']:5.0f}% {tf}", flush=True)
         del call_args
         cupy.get_default_memory_pool().free_all_blocks()
+    if not table:
+        print("\nnothing was timed: every row's function is still a stub")
+        return 1
     if args.csv:
         with replacing(args.csv) as partial, open(partial, "w", newline="") as f:
             writer = csv.DictWriter(f, fieldnames=list(table[0]))

@@ -32,9 +32,11 @@ from typing import Callable
 from grading.items import Item, Scheme, capped_total
 from grading.channel import Channel, ChannelError
 from grading.replayer import split_arrays
+from kernel_runtime.errors import KitError
+from kernel_runtime.loader import kernels_directory
 from reference.execution import CUDA_CONTEXT_LOST, Execution, load_records
 from reference.judging import Result, judge
-from reference.registry import build, cases
+from reference.registry import build, cases, not_written_yet
 from reference.techniques import TECHNIQUES, missing_technique, products_of
 from reference.variants import Variant, resolve_profile
 
@@ -89,10 +91,26 @@ def grade_item(submission: Path, item: Item, scheme: Scheme, seed: int) -> ItemG
                                                   "--seed", str(RECORDING_SEED)], Path(records),
                                scheme.time_limit_seconds)
         except subprocess.TimeoutExpired:
-            return ItemGrade(item, 0.0, f"timed out after {scheme.time_limit_seconds:g} s (a kernel that never "
-                                        f"returns?)", 0, case_count(item, seed))
+            return with_stub_named(ItemGrade(item, 0.0, f"timed out after {scheme.time_limit_seconds:g} s (a kernel "
+                                                        f"that never returns?)", 0, case_count(item, seed)), submission)
         replayed = replay(item, scheme, seed, Path(records))
-        return score_item(item, scheme, seed, Path(records), replayed, crash)
+        return with_stub_named(score_item(item, scheme, seed, Path(records), replayed, crash), submission)
+
+
+def with_stub_named(grade: ItemGrade, submission: Path) -> ItemGrade:
+    """`grade`, its reason led by the line naming a variant of its item still a starter kit's stub when it lost
+    points ("gelu_forward: not written yet (kernels/gelu.py); ..."). The score stays what the cases earned: a
+    kernel written under a TODO line left in place is graded by what it computes."""
+    try:
+        directory = kernels_directory(submission)
+    except KitError:  # no kernels directory: the grade's reason says what its worker found
+        return grade
+    if grade.score < grade.item.weight:
+        stub = next(filter(None, (not_written_yet([v.function], v.module, directory) for v in grade.item.variants)),
+                    None)
+        if stub:
+            return dataclasses.replace(grade, reason=f"{stub}; {grade.reason}")
+    return grade
 
 
 def run_worker(module: str, arguments: list[str], out: Path, time_limit: float,

@@ -16,10 +16,12 @@ to run a submission, and never reference.cpu, reference.gold or reference.judgin
 
 from __future__ import annotations
 
+import functools
 import importlib
 import pkgutil
 import traceback
 import types
+from pathlib import Path
 from typing import Callable
 
 import numpy as np
@@ -65,10 +67,17 @@ def cases(function: str, base_seed: int = 0) -> list[Case]:
     return spec(function).test_cases(base_seed)
 
 
+@functools.lru_cache(maxsize=2)
 def build(case: Case) -> Problem:
-    """Fresh inputs for `case`, drawn from its seed."""
+    """The inputs of `case`, drawn from its seed. A case and its other inputs (Case.other_inputs) are kept once
+    drawn, since a check draws them again (the call, its replay, each judgement), so the arrays are read-only: a
+    call gets copies (reference.execution.call_arguments)."""
     function_spec = spec(case.function)
-    return Problem(function_spec, case, function_spec.build(case, np.random.default_rng(case.seed)))
+    arguments = function_spec.build(case, np.random.default_rng(case.seed))
+    for value in (*arguments.values.values(), *arguments.initial.values()):
+        if isinstance(value, np.ndarray):
+            value.flags.writeable = False
+    return Problem(function_spec, case, arguments)
 
 
 def host_function(function: str, module_name: str | None = None) -> Callable:
@@ -91,20 +100,22 @@ def kernel_module(module_name: str) -> types.ModuleType:
         raise KernelLoadError(f"cannot load {_where(module_name, err)}: {type(err).__name__}: {err}") from None
 
 
-def unwritten(function: str, module_name: str | None = None) -> bool:
-    """Whether `function` in its module (its spec's, or `module_name`) in the kernels directory this process runs
-    still holds a handout's TODO stub in what it runs (kernel_runtime.stubs): in a starter kit, a function its
-    student has not written yet, which a tool names (not_written_yet) instead of running it. The file is read,
-    not imported: a module that does not import, or is missing, is no stub (loading it says what is wrong)."""
-    directory = bound_directory() or KIT_KERNELS
+def unwritten(function: str, module_name: str | None = None, directory: Path | None = None) -> bool:
+    """Whether `function` in its module (its spec's, or `module_name`) in `directory` (default: the kernels
+    directory this process runs) still holds a handout's TODO stub in what it runs (kernel_runtime.stubs): in a
+    starter kit, a function its student has not written yet, which a tool names (not_written_yet) instead of
+    running it. The file is read, not imported: a module that does not import, or is missing, is no stub (loading
+    it says what is wrong)."""
+    directory = Path(directory or bound_directory() or KIT_KERNELS)
     path = directory / f"{module_name or spec(function).module}.py"
     return path.is_file() and function_holds_stub(path.read_text(), function)
 
 
-def not_written_yet(functions, module_name: str | None = None) -> str | None:
-    """One line naming those of `functions` (each in its spec's module, or all in `module_name`) still unwritten,
-    and their files: "gelu_forward: not written yet (kernels/gelu.py)"; None when every one is written."""
-    stubs = [function for function in functions if unwritten(function, module_name)]
+def not_written_yet(functions, module_name: str | None = None, directory: Path | None = None) -> str | None:
+    """One line naming those of `functions` (each in its spec's module, or all in `module_name`) still unwritten
+    (in `directory`, as unwritten reads it), and their files: "gelu_forward: not written yet (kernels/gelu.py)";
+    None when every one is written."""
+    stubs = [function for function in functions if unwritten(function, module_name, directory)]
     files = sorted({f"kernels/{module_name or spec(function).module}.py" for function in stubs})
     return f"{', '.join(stubs)}: not written yet ({', '.join(files)})" if stubs else None
 

@@ -112,6 +112,8 @@ class Problem:
     spec: Spec
     case: Case
     arguments: Arguments
+    references: dict = dataclasses.field(default_factory=dict, repr=False, compare=False)  # computed so far:
+    # what they were computed against (reference.judging.expected_outputs) -> the float64 outputs
 
     @property
     def args(self) -> dict:

@@ -1,6 +1,5 @@
 """The grader's logic on the CPU: the scheme, scoring, reports, the handout, no-GPU exit."""
 
-import ast
 import csv
 import dataclasses
 import errno
@@ -256,7 +255,7 @@ def test_a_variant_passing_every_case_without_its_technique_scores_zero_with_the
                        "matmul_tf32", counts, error)
     grade = score_item(m2_item("tf32"), scheme_for(2), SEED, tmp_path, replayed)
     assert grade.score == 0 and grade.cases_passed == grade.cases_run
-    assert f"cases pass, but matmul_tf32: " in grade.reason and expected in grade.reason, grade.reason
+    assert "cases pass, but matmul_tf32: " in grade.reason and expected in grade.reason, grade.reason
 
 
 @pytest.mark.nvrtc
@@ -541,6 +540,23 @@ def test_milestone_2_handout_stubs_compile_and_their_technique_checks_say_not_wr
     assert sorted(skipped) == sorted(stub_line(v.function, v.module) for v in with_technique), done.stdout[-3000:]
 
 
+def test_a_grade_lost_on_a_stub_names_it_first_and_keeps_its_score(handout):
+    """The grader's reason for an item a fresh kit loses starts with the stub line; a full score, a written kernel
+    and a kit without a kernels directory leave the reason as it was; the score is never touched."""
+    from grading.grade import with_stub_named
+
+    destination, _ = handout
+    scheme = load_scheme()
+    item = scheme.item("gelu")
+    lost = ItemGrade(item, 0.0, "10 of 10 cases fail; first: ...", 0, 10)
+    named = with_stub_named(lost, destination)
+    assert named.reason == "gelu_forward: not written yet (kernels/gelu.py); 10 of 10 cases fail; first: ..."
+    assert named.score == 0.0 and with_stub_named(lost, destination / "kernels").reason == named.reason
+    full = ItemGrade(item, item.weight, "all 10 cases pass", 10, 10)
+    assert with_stub_named(full, destination) == full
+    assert with_stub_named(lost, ROOT) == lost and with_stub_named(lost, destination / "nowhere") == lost
+
+
 def test_handout_stubs_every_solution_and_leaves_out_staff_files(handout):
     destination, stubbed = handout
     assert len(stubbed) == 7  # milestone 1's six kernel modules and the KV cache's decode.py
@@ -702,9 +718,14 @@ def test_handout_readme_commands_without_a_gpu(kit, milestone, runs_pytest, requ
 @pytest.mark.parametrize("kit, milestone", KITS)
 def test_handout_test_commands_name_each_stub_on_a_gpu(kit, milestone, request):
     """On a GPU too, the README's pytest commands in a fresh handout fail with one line per host function not
-    written yet, the tests that would run the stubs skipped with the same line."""
+    written yet, the tests that would run the stubs skipped with the same line. As without a GPU, a later
+    milestone's whole suite is left out: it differs from milestone 1's only in the kernel tests, which its other
+    pytest commands run."""
     destination, _ = request.getfixturevalue(kit)
-    for command in pytest_commands(readme_commands((destination / "README.md").read_text())):
+    commands = pytest_commands(readme_commands((destination / "README.md").read_text()))
+    if milestone > 1:
+        commands.remove(".venv/bin/python -m pytest")
+    for command in commands:
         done = subprocess.run([sys.executable, *shlex.split(command)[1:], "-p", "no:cacheprovider"],
                               capture_output=True, text=True, cwd=destination, stdin=subprocess.DEVNULL,
                               env=fresh_kit_environment(), timeout=900)
