@@ -46,7 +46,10 @@ class Backend:
     fused_decode: bool = False     # a decode step calls the fused matmuls (gpt2.ops.FUSED_DECODE_FUNCTIONS)
 
     def upload(self, host_array: np.ndarray):
-        return self.xp.asarray(host_array)
+        """A host array on the backend's device; a float one in the activations' dtype (the reference backend's
+        weights in float64 once, rather than at every call)."""
+        floating = np.issubdtype(np.asarray(host_array).dtype, np.floating)
+        return self.xp.asarray(host_array, dtype=self.activation_dtype if floating else None)
 
     def to_host(self, array) -> np.ndarray:
         return array.get() if hasattr(array, "get") else np.asarray(array)

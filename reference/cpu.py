@@ -13,6 +13,12 @@ from reference.numerics import softmax_rows, window_mask
 LAYERNORM_EPS = 1e-5
 
 
+def exact(weights: np.ndarray) -> np.ndarray:
+    """Weights in float64: float32 ones converted (exactly), float64 ones as they are. A model on the reference
+    backend holds its weights in float64 (gpt2.backends), so a call does not convert them again."""
+    return np.asarray(weights, dtype=np.float64)
+
+
 def encoder_forward(out, inp, wte, wpe, B, T, C):
     tokens = np.asarray(inp).reshape(B, T)
     V = wte.size // C
@@ -20,8 +26,7 @@ def encoder_forward(out, inp, wte, wpe, B, T, C):
     if bad.any():
         b, t = np.argwhere(bad)[0]
         raise ValueError(f"encoder_forward: token id {tokens[b, t]} at (b={b}, t={t}) is outside [0, {V})")
-    embedded = wte.reshape(V, C).astype(np.float64)[tokens]
-    out.reshape(B, T, C)[...] = embedded + wpe.reshape(-1, C)[:T].astype(np.float64)
+    out.reshape(B, T, C)[...] = exact(wte.reshape(V, C)[tokens]) + exact(wpe.reshape(-1, C)[:T])
 
 
 def layernorm_forward(out, mean, rstd, inp, weight, bias, B, T, C):
@@ -29,15 +34,15 @@ def layernorm_forward(out, mean, rstd, inp, weight, bias, B, T, C):
     mu = x.mean(axis=-1, keepdims=True)
     variance = ((x - mu) ** 2).mean(axis=-1, keepdims=True)  # biased, as GPT-2
     s = 1.0 / np.sqrt(variance + LAYERNORM_EPS)
-    out.reshape(B, T, C)[...] = (x - mu) * s * weight.astype(np.float64) + bias.astype(np.float64)
+    out.reshape(B, T, C)[...] = (x - mu) * s * exact(weight) + exact(bias)
     mean.reshape(B, T)[...] = mu[..., 0]
     rstd.reshape(B, T)[...] = s[..., 0]
 
 
 def matmul_forward(out, inp, weight, bias, B, T, C, OC):
-    product = inp.reshape(B * T, C).astype(np.float64) @ weight.reshape(OC, C).astype(np.float64).T
+    product = inp.reshape(B * T, C).astype(np.float64) @ exact(weight.reshape(OC, C)).T
     if bias is not None:
-        product += bias.astype(np.float64)
+        product += exact(bias)
     out.reshape(B * T, OC)[...] = product
 
 
@@ -120,7 +125,7 @@ def encoder_at_positions_forward(out, inp, positions, wte, wpe, B, T, C):
     """out[b, t] = wte[inp[b, t]] + wpe[positions[b] + t]."""
     tokens = np.asarray(inp).reshape(B, T)
     where = np.asarray(positions).reshape(B, 1) + np.arange(T)
-    out.reshape(B, T, C)[...] = wte.reshape(-1, C).astype(np.float64)[tokens] + wpe.reshape(-1, C).astype(np.float64)[where]
+    out.reshape(B, T, C)[...] = exact(wte.reshape(-1, C)[tokens]) + exact(wpe.reshape(-1, C)[where])
 
 
 def kv_cache_append_forward(k_cache, v_cache, qkv, lengths, B, T, C, NH, max_T):
