@@ -3,6 +3,7 @@
 import csv
 import dataclasses
 import errno
+import functools
 import json
 import os
 import re
@@ -730,6 +731,26 @@ def test_handout_test_commands_name_each_stub_on_a_gpu(kit, milestone, request):
                               capture_output=True, text=True, cwd=destination, stdin=subprocess.DEVNULL,
                               env=fresh_kit_environment(), timeout=900)
         check_fresh_kit_test_run(command, done, milestone)
+
+
+@pytest.mark.gpu
+def test_a_fresh_kit_s_quick_check_and_benchmark_name_each_stub_on_a_gpu(handout):
+    """In a fresh milestone-1 kit on a GPU, the quick check names each host function not written yet (one row each)
+    and runs none, and the kernel benchmark names the stubs it would time and times nothing."""
+    destination, _ = handout
+    run = functools.partial(subprocess.run, capture_output=True, text=True, cwd=destination, timeout=600,
+                            stdin=subprocess.DEVNULL, env=fresh_kit_environment())
+    verify = run([sys.executable, "-m", "reference.verify", "--seed", "3"])
+    rows = [line for line in verify.stdout.splitlines() if " TODO " in line]
+    quick = [spec for spec in SPECS.values() if spec.milestone == 1 and spec.quick is not None]
+    assert verify.returncode == 1, verify.stdout + verify.stderr
+    assert sorted(row.split()[0] for row in rows) == sorted(spec.function for spec in quick), verify.stdout
+    assert all(row.endswith(stub_line(row.split()[0], SPECS[row.split()[0]].module)) for row in rows), verify.stdout
+    assert verify.stdout.splitlines()[-1] == f"0 of {len(quick)} host functions pass, {len(quick)} not written yet"
+    timed = run([sys.executable, "-m", "benchmarks.kernels", "--only", "gelu"])
+    assert timed.returncode == 1, timed.stdout + timed.stderr
+    assert f"gelu_forward       {stub_line('gelu_forward', 'gelu')}" in timed.stdout.splitlines(), timed.stdout
+    assert timed.stdout.splitlines()[-1] == "nothing was timed: every row's function is still a stub"
 
 
 @pytest.mark.parametrize("kit", ["handout", "handout_m2"])
