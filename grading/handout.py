@@ -10,7 +10,9 @@ Every solution block in kernels/ (a kernel body between `// BEGIN SOLUTION` and
 a TODO stub (kernel_runtime.stubs): it compiles, writes nothing, and so fails its
 tests cleanly (the outputs stay NaN). Everything else is kept, except what only the
 staff use: the grader and its tests, the known-wrong implementations and the tests
-that run them, the Slurm job tests and the CI setup; and what belongs to later
+that run them, the Slurm job tests, the CI setup and the tests of the kit's own build
+(which a student's work cannot change, and which would double their suite's time);
+and what belongs to later
 milestones (a later milestone's variant modules, such as milestone 2's TF32 matmul or
 milestone 3's split-K one, and milestone 2's test of variants; a later milestone's
 host functions, their spec and kernel module).
@@ -69,7 +71,10 @@ def _milestone_files() -> dict[int, tuple[str, ...]]:
 MILESTONE_FILES = _milestone_files()
 STAFF_FILES = ("grading/", "tests/grading/", "tests/kernels/wrong/", "tests/kernels/wrong_technique/",
                "tests/kernels/test_known_wrong.py", "tests/kernels/test_wrong_techniques.py", "tests/slurm/",
-               "slurm/grade_class.slurm", ".ci/")
+               "slurm/grade_class.slurm", ".ci/",
+               # the kit's own build: its layering, how the suite spreads, its install lines, its setups without CuPy
+               "tests/test_layering.py", "tests/test_spreading.py", "tests/test_install_lines.py",
+               "tests/test_degraded_setups.py")
 SOLUTION = re.compile(r"^([ \t]*)(//|#) BEGIN SOLUTION\n.*?^[ \t]*\2 END SOLUTION\n", re.MULTILINE | re.DOTALL)
 LEFTOVER_MARKER = re.compile(r"^[ \t]*(//|#) (BEGIN|END) SOLUTION", re.MULTILINE)
 STAFF_SECTION = re.compile(r"^<!-- staff only.*?^<!-- end staff only -->\n\n?", re.MULTILINE | re.DOTALL)
