@@ -16,7 +16,7 @@ from gpt2.checkpoint import (LLMC_HEADER_INTS, CheckpointError, hub_repo_id, loa
                              random_parameters, read_hf, read_llmc, write_hf, write_llmc)
 from gpt2.config import GPT2Config, preset
 from gpt2.model import GPT2
-from tests.model.helpers import TINY
+from tests.model.helpers import TINY, interruptible
 
 ROOT = Path(__file__).parents[2]
 
@@ -353,7 +353,8 @@ def test_ctrl_c_during_convert_keeps_the_previous_checkpoint_and_progress_is_sho
     write_llmc(out, TINY, params)
     before = out.read_bytes()
     process = subprocess.Popen([sys.executable, "-m", "gpt2.checkpoint", "convert", "random:gpt2-medium", str(out)],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+                               preexec_fn=interruptible)
     try:
         lines = []
         for line in process.stderr:  # each progress line as it is printed

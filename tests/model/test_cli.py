@@ -11,7 +11,7 @@ import pytest
 import gpt2.__main__ as cli
 from gpt2 import profile
 from gpt2.checkpoint import perturbed_parameters, write_hf, write_llmc
-from tests.model.helpers import TINY
+from tests.model.helpers import TINY, interruptible
 
 ROOT = Path(__file__).parents[2]
 
@@ -30,7 +30,7 @@ def gpt2_cli(*args, stdin=None, env=None):
 
 def start_gpt2_cli(*args):
     return subprocess.Popen([sys.executable, "-m", "gpt2", *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, cwd=ROOT)
+                            stderr=subprocess.PIPE, cwd=ROOT, preexec_fn=interruptible)
 
 
 def test_completes_a_prompt(tiny_model):
