@@ -1,5 +1,6 @@
 """`python -m gpt2` end to end on the CPU: a tiny random model, the reference backend."""
 
+import re
 import os
 import signal
 import subprocess
@@ -201,10 +202,16 @@ def test_closed_pipe_ends_quietly(tiny_model):
 def test_ctrl_c_while_loading_exits_quietly_with_130():
     with start_gpt2_cli("--model", "random", "--backend", "reference") as running:  # 124M: seconds of loading
         for line in running.stderr:
-            if b"loading" in line:
+            if line.startswith(b"[gpt2] loading "):
                 break
         running.send_signal(signal.SIGINT)
-        assert running.wait(timeout=120) == 130
+        try:
+            status = running.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            signals = Path(f"/proc/{running.pid}/status").read_text()
+            pytest.fail(f"still running 120 s after Ctrl-C, its last line {line!r}; its signal masks: "
+                        f"{re.findall(r'Sig(?:Blk|Ign|Pnd): +[0-9a-f]+', signals)}")
+        assert status == 130
         assert "Traceback" not in running.stderr.read().decode()
 
 
