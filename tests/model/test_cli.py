@@ -1,7 +1,7 @@
 """`python -m gpt2` end to end on the CPU: a tiny random model, the reference backend."""
 
-import re
 import os
+import re
 import signal
 import subprocess
 import sys
