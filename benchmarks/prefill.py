@@ -34,8 +34,7 @@ from gpt2.config import preset
 from gpt2.model import GPT2
 from kernel_runtime.commands import POSITIVE_INT, OneLineArgumentParser, run_command
 from kernel_runtime.device import exit_without_gpu
-from reference.registry import not_written_yet
-from reference.variants import VARIANTS
+from reference.variants import VARIANTS, first_unwritten
 
 KIT_ROWS = (("kernels", "kernels", ()), ("kernels + matmul_tf32", "kernels", ("matmul_tf32",)),
             ("kernels + matmul_cublas", "kernels", ("matmul_cublas",)),
@@ -63,8 +62,7 @@ def row_not_in_this_kit(variants: tuple[str, ...]) -> str | None:
     missing = [name for name in variants if name not in VARIANTS]
     if missing:
         return f"this kit has no {', '.join(missing)}"
-    return next(filter(None, (not_written_yet([VARIANTS[name].function], VARIANTS[name].module) for name in variants)),
-                None)
+    return first_unwritten(VARIANTS[name] for name in variants)
 
 
 def benchmark(args) -> int:

@@ -36,9 +36,9 @@ from kernel_runtime.errors import KitError
 from kernel_runtime.loader import kernels_directory
 from reference.execution import CUDA_CONTEXT_LOST, Execution, load_records
 from reference.judging import Result, judge
-from reference.registry import build, cases, not_written_yet
+from reference.registry import build, cases
 from reference.techniques import TECHNIQUES, missing_technique, products_of
-from reference.variants import Variant, resolve_profile
+from reference.variants import Variant, first_unwritten, resolve_profile
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 RECORDING_SEED = 0  # the inputs the worker's calls are recorded on: no secret, since only replays are judged
@@ -101,16 +101,13 @@ def with_stub_named(grade: ItemGrade, submission: Path) -> ItemGrade:
     """`grade`, its reason led by the line naming a variant of its item still a starter kit's stub when it lost
     points ("gelu_forward: not written yet (kernels/gelu.py); ..."). The score stays what the cases earned: a
     kernel written under a TODO line left in place is graded by what it computes."""
+    if grade.score >= grade.item.weight:
+        return grade
     try:
-        directory = kernels_directory(submission)
+        stub = first_unwritten(grade.item.variants, kernels_directory(submission))
     except KitError:  # no kernels directory: the grade's reason says what its worker found
         return grade
-    if grade.score < grade.item.weight:
-        stub = next(filter(None, (not_written_yet([v.function], v.module, directory) for v in grade.item.variants)),
-                    None)
-        if stub:
-            return dataclasses.replace(grade, reason=f"{stub}; {grade.reason}")
-    return grade
+    return dataclasses.replace(grade, reason=f"{stub}; {grade.reason}") if stub else grade
 
 
 def run_worker(module: str, arguments: list[str], out: Path, time_limit: float,

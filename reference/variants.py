@@ -39,12 +39,13 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from pathlib import Path
 from typing import Iterable, Mapping
 
 from kernel_runtime import KitError
 from kernel_runtime.loader import KIT_KERNELS
 from reference.precision import Profile, ProfileError, profile_named
-from reference.registry import SPECS
+from reference.registry import SPECS, not_written_yet
 from reference.techniques import TECHNIQUES
 
 
@@ -133,6 +134,12 @@ def resolve_profile(name: str | None, variants: Iterable[Variant] = (),
                 raise ProfileError(f"{source}: {err}") from None
     own = {variant.profile_name for variant in variants}
     return profile_named("tf32" if "tf32" in own else "fp32")
+
+
+def first_unwritten(variants: Iterable[Variant], directory: Path | None = None) -> str | None:
+    """The line naming the first of `variants` whose host function is still a starter kit's stub in the variant's
+    module (reference.registry.not_written_yet, in `directory` as it reads it), or None."""
+    return next(filter(None, (not_written_yet([v.function], v.module, directory) for v in variants)), None)
 
 
 def milestone_variants(milestone: int) -> list[Variant]:
