@@ -24,7 +24,8 @@ from gpt2.generate import Sampling, fit_prompt, generate
 from gpt2.model import GPT2, check_sources
 from gpt2.tokenizer import get_tokenizer
 from kernel_runtime import GPUUnavailableError, gpu_unavailable_reason
-from kernel_runtime.commands import NON_NEGATIVE_INT, SEED, OneLineArgumentParser, checked, run_command
+from kernel_runtime.commands import (NON_NEGATIVE_INT, SEED, OneLineArgumentParser, checked, raise_lost_interrupt,
+                                     run_command)
 
 COURSE_CHECKPOINT = "gpt2_124M.bin"
 
@@ -152,6 +153,7 @@ def complete(args) -> None:
     model = GPT2(*checkpoint.load(source), backend=make_backend(backend, args.kernels, tuple(args.variant)))
     interactive = args.prompt is None
     for prompt in _interactive_prompts() if interactive else [args.prompt]:
+        raise_lost_interrupt()
         tokens = fit_prompt(tokenizer.encode(prompt), args.max_new_tokens, model.config.max_T, note)
         if not interactive:  # a typed prompt is on the screen already
             print(tokenizer.decode(tokens), end="", flush=True)  # what the model reads, after any cut

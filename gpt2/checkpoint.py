@@ -41,7 +41,7 @@ import numpy as np
 
 from gpt2.config import PRESET_ALIASES, PRESETS, ConfigError, GPT2Config, preset
 from kernel_runtime import KitError
-from kernel_runtime.commands import OneLineArgumentParser, run_command
+from kernel_runtime.commands import OneLineArgumentParser, raise_lost_interrupt, run_command
 from kernel_runtime.files import replacing
 
 LLMC_MAGIC = 20240326
@@ -98,6 +98,7 @@ def random_parameters(config: GPT2Config, seed: int = 0, progress: Progress | No
             params[name] = np.empty(shape, np.float32)
             for piece in _pieces(name, params[name]):
                 rng.standard_normal(dtype=np.float32, out=piece)
+                raise_lost_interrupt()  # a Ctrl-C it swallowed
                 piece *= np.float32(std)
                 tenths.add(piece.nbytes)
             continue

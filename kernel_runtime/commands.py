@@ -10,8 +10,11 @@ a KitError while running is one line too; Ctrl-C and a closed pipe end quietly.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import signal
 import sys
+import threading
 from typing import Callable
 
 from kernel_runtime.errors import KitError
@@ -49,7 +52,8 @@ SEED = checked(int, lambda n: 0 <= n < SEED_LIMIT, "a seed, an integer from 0 to
 def run_command(program: str, body: Callable[[], int | None], error_status: int = 1) -> int:
     """`body()`'s exit status (None: 0); a KitError prints `program: message` and gives `error_status`."""
     try:
-        return body() or 0
+        with _interrupts_recorded():
+            return body() or 0
     except KitError as err:
         print(f"{program}: {err}", file=sys.stderr)
         return error_status
@@ -62,3 +66,42 @@ def run_command(program: str, body: Callable[[], int | None], error_status: int 
         # when SIGPIPE ends them: 128 + 13, which says that not all the text was taken.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141
+
+
+# NumPy's random generators sometimes swallow a Ctrl-C: Python's C handler runs (it writes the
+# signal's number to the wakeup file descriptor) but no KeyboardInterrupt is ever raised; about 1 in
+# 200 Ctrl-Cs sent while `Generator.standard_normal` fills an array on a busy machine. A command
+# records the signals in a pipe of its own, and raise_lost_interrupt() raises one that was lost.
+_recorded: list[int] = []  # the read end of the pipe of the command running, while one runs
+
+
+@contextlib.contextmanager
+def _interrupts_recorded():
+    if threading.current_thread() is not threading.main_thread():  # only the main thread receives signals
+        yield
+        return
+    read, write = os.pipe()
+    os.set_blocking(read, False)
+    os.set_blocking(write, False)
+    previous = signal.set_wakeup_fd(write, warn_on_full_buffer=False)
+    _recorded.append(read)
+    try:
+        yield
+    finally:
+        _recorded.remove(read)
+        signal.set_wakeup_fd(previous)
+        os.close(read)
+        os.close(write)
+
+
+def raise_lost_interrupt() -> None:
+    """KeyboardInterrupt if a Ctrl-C reached the running command without raising one (see above). Called where
+    a command passes from one long step to the next: a lost Ctrl-C takes effect there."""
+    if not _recorded:
+        return
+    try:
+        received = os.read(_recorded[-1], 512)
+    except BlockingIOError:
+        return
+    if signal.SIGINT in received:
+        raise KeyboardInterrupt

@@ -273,3 +273,30 @@ def test_arrays_that_touch_are_each_a_buffer_and_an_in_place_one_is_one():
         patch.setattr(recording, "_is_device_array", lambda value: isinstance(value, Array))
         taping = recording.Recording(frozenset(), arguments)
     assert [b.name for b in taping.tape.buffers] == ["out", "inp"] and taping.tape.scalars == {"N": 128}
+
+
+def test_a_ctrl_c_that_raised_nothing_ends_the_command_at_its_next_step(capsys):
+    """What Python's C handler does on a Ctrl-C that NumPy then swallows: it writes the signal's number to the
+    wakeup descriptor and no KeyboardInterrupt follows. The command's next raise_lost_interrupt() raises it."""
+    import os
+    import signal
+
+    from kernel_runtime.commands import raise_lost_interrupt, run_command
+
+    steps = []
+
+    def body():
+        wakeup = signal.set_wakeup_fd(-1)
+        signal.set_wakeup_fd(wakeup)
+        raise_lost_interrupt()  # nothing received yet
+        steps.append("first")
+        os.write(wakeup, bytes([signal.SIGUSR1]))  # another signal is not a Ctrl-C
+        raise_lost_interrupt()
+        steps.append("second")
+        os.write(wakeup, bytes([signal.SIGINT]))
+        raise_lost_interrupt()
+        steps.append("third")
+
+    assert run_command("test", body) == 130 and steps == ["first", "second"]
+    assert capsys.readouterr().err == "\n" and signal.set_wakeup_fd(-1) == -1  # the command put back what it found
+    raise_lost_interrupt()  # outside a command: nothing to read, nothing raised

@@ -200,8 +200,8 @@ def test_closed_pipe_ends_quietly(tiny_model):
 
 
 def test_ctrl_c_while_loading_exits_quietly_with_130():
-    # 355M: seconds of loading even on a loaded machine, so the Ctrl-C lands while loading and not at the prompt
-    # (a Ctrl-C there, just as the prompt starts reading, is sometimes lost: a known open bug)
+    # 355M: seconds of loading even on a loaded machine, so the Ctrl-C lands while NumPy draws the weights, where
+    # it is sometimes swallowed (kernel_runtime.commands.raise_lost_interrupt)
     with start_gpt2_cli("--model", "random:gpt2-medium", "--backend", "reference") as running:
         for line in running.stderr:
             if line.startswith(b"[gpt2] loading "):
