@@ -1,9 +1,15 @@
 """Every command of the kit answers a mistake on its command line with one line and status 2
-(for those with subcommands, the missing subcommand is the mistake named)."""
+(for those with subcommands, the missing subcommand is the mistake named).
+
+Each command starts in a fresh interpreter once (an unknown flag), which shows nothing its imports
+print gets in the way; the other mistakes run the same `python -m` entry in this process, since
+what they prove is the parsing and the order of the checks, not the interpreter's start."""
 
 import os
+import runpy
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -30,14 +36,39 @@ def test_an_unknown_flag_is_one_line(command):
     (["--beams", "1"], "argument --beams: must be an integer in 2..16"),
     (["--max-length", "3"], "argument --max-length: must be an integer >= 7"),
 ], ids=["executor", "beams", "max-length"])
-def test_the_grape_study_names_a_bad_option(flags, message):
-    done = subprocess.run([sys.executable, "-m", "benchmarks.grape_study", "runtime", *flags], capture_output=True,
-                          text=True, cwd=ROOT, timeout=60)
+def test_the_grape_study_names_a_bad_option(flags, message, run_kit):
+    done = run_kit("benchmarks.grape_study", "runtime", *flags)
     assert done.returncode == 2 and done.stderr.splitlines() == [f"python -m benchmarks.grape_study: {message}, "
                                                                  f"got {flags[1]} (see --help)"], done.stderr
 
 
-def run_kit(*args, env=None):
+@pytest.fixture
+def run_kit(capsys, monkeypatch):
+    """run_kit(module, *args, env=None): `python -m module args` run in this process, from the kit's root, with
+    `env` added to the environment; its exit status and what it wrote, as subprocess.run returns them."""
+    def run(module, *args, env=None):
+        with monkeypatch.context() as patch:
+            patch.chdir(ROOT)
+            patch.setattr(sys, "argv", [module, *args])
+            for name, value in (env or {}).items():
+                patch.setenv(name, value)
+            capsys.readouterr()
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)  # runpy: the module was imported before
+                try:
+                    runpy.run_module(module, run_name="__main__", alter_sys=True)
+                    status = 0
+                except SystemExit as stop:
+                    status = stop.code or 0
+                    if not isinstance(status, int):  # a message: printed, with status 1, as Python does
+                        print(status, file=sys.stderr)
+                        status = 1
+        out, err = capsys.readouterr()
+        return subprocess.CompletedProcess([module, *args], status, out, err)
+    return run
+
+
+def run_fresh(*args, env=None):
     return subprocess.run([sys.executable, "-m", *args], capture_output=True, text=True, cwd=ROOT, timeout=120,
                           env=None if env is None else os.environ | env)
 
@@ -50,7 +81,7 @@ if (ROOT / "grading").exists():
 
 @pytest.mark.parametrize("seed", ["-5", "2147483648", "99999999999999999999999", "abc"])
 @pytest.mark.parametrize("command", SEED_FLAGS, ids=" ".join)
-def test_a_seed_out_of_range_is_one_line_at_parsing(command, seed):
+def test_a_seed_out_of_range_is_one_line_at_parsing(command, seed, run_kit):
     done = run_kit(*command, "--seed", seed)
     prog = " ".join(part for part in command if part not in ("hi", "submission"))
     assert (done.returncode, done.stderr.splitlines()) == (
@@ -61,7 +92,7 @@ def test_a_seed_out_of_range_is_one_line_at_parsing(command, seed):
                                                ([], {"KIT_SEED": "abc"}, "$KIT_SEED"),
                                                ([], {"KIT_SEED": "2147483648"}, "$KIT_SEED")])
 def test_pytest_s_seed_out_of_range_is_one_usage_line(flag, env, source):
-    done = run_kit("pytest", "tests/kernels/test_arguments.py", "-p", "no:cacheprovider", "--collect-only", *flag,
+    done = run_fresh("pytest", "tests/kernels/test_arguments.py", "-p", "no:cacheprovider", "--collect-only", *flag,
                    env=env)
     given = flag[1] if flag else env["KIT_SEED"]
     lines = done.stderr.strip().splitlines()  # pytest ends a UsageError with a blank line of its own
@@ -80,7 +111,7 @@ def test_pytest_s_seed_out_of_range_is_one_usage_line(flag, env, source):
      "python -m benchmarks.grape_study: /no/such/model.bin: no such file"),
 ], ids=["verify-kernels", "step_check-kernels", "step_check-model", "profile-kernels", "profile-model",
         "benchmarks.kernels", "benchmarks.generation", "grape_study"])
-def test_a_missing_path_is_named_before_a_missing_gpu(command, message):
+def test_a_missing_path_is_named_before_a_missing_gpu(command, message, run_kit):
     done = run_kit(*command)
     lines = done.stderr.splitlines()
     assert done.returncode in (1, 2) and len(lines) == 1 and lines[0].startswith(message), done.stderr
@@ -90,7 +121,7 @@ def test_a_missing_path_is_named_before_a_missing_gpu(command, message):
     (["--profile", "bogus"], {}, "--profile: no precision profile 'bogus'"),
     ([], {"KIT_PROFILE": "bogus"}, "$KIT_PROFILE: no precision profile 'bogus'"),
 ], ids=["flag", "environment"])
-def test_verify_takes_a_profile_as_the_other_checks_do(flag, env, message):
+def test_verify_takes_a_profile_as_the_other_checks_do(flag, env, message, run_kit):
     done = run_kit("reference.verify", *flag, env=env)
     assert done.returncode == 2 and done.stderr.splitlines() == [f"reference.verify: {message}; the profiles are "
                                                                  "fp32, tf32, course"], done.stderr
