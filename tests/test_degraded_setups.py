@@ -48,11 +48,16 @@ def skip_reasons(output: str) -> set[str]:
     return {reason for reason in reasons if not re.fullmatch(r"[\w, ]+: not written yet \(.*\)", reason)}
 
 
+# In a starter kit, its stubs fail test_is_written. The cases at GPT-2's largest sizes run the same code as
+# the smaller ones of their function, on larger arrays, for most of the time these take.
+LARGEST_SIZES = "T1024 or 50257 or 50304"
+
+
 @pytest.mark.slow  # every test of these that must pass without CuPy runs again, in a child without it
 def test_without_cupy_the_kernel_tests_collect_and_skip_saying_what_to_install(tmp_path):
     (tmp_path / "cupy.py").write_text(NO_CUPY)
     done = pytest_in({"PYTHONPATH": str(tmp_path)}, "tests/kernels", "tests/test_kernel_runtime.py",
-                     "tests/reference", "-k", "not is_written")  # in a starter kit, its stubs fail those
+                     "tests/reference", "-k", f"not is_written and not ({LARGEST_SIZES})")
     summary = done.stdout.strip().splitlines()[-1]
     assert done.returncode == 0 and "error" not in summary, done.stdout[-3000:] + done.stderr[-2000:]
     install = "CuPy is not installed (pip install -e '.[cuda13]', or '.[cuda12]' for a CUDA 12 driver)"
