@@ -74,11 +74,13 @@ def test_verify_steps_skips_without_a_gpu(tmp_path):
     assert "steps: skipped: no NVIDIA GPU or driver on this machine" in text
 
 
-@pytest.mark.slow  # the job runs tests/model
 def test_verify_model_runs_the_model_tests(tmp_path):
-    code, _, text, _ = submit("verify.slurm", tmp_path, "model")
+    # The job's pytest runs the tests that read the tokenizer's cache and write files in the job's environment;
+    # the suite runs the rest of tests/model itself.
+    code, _, text, _ = submit("verify.slurm", tmp_path, "model",
+                              export="PYTEST_ADDOPTS=-k 'test_tokenizer.py or test_checkpoint.py'")
     assert code == 0, text
-    assert re.search(r"\d+ passed", text) and "== verify.slurm: PASSED" in text
+    assert re.search(r"\d+ passed, \d+ deselected", text) and "== verify.slurm: PASSED" in text
 
 
 def test_verify_refuses_an_unknown_check(tmp_path):
