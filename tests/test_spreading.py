@@ -50,15 +50,24 @@ def test_a_spread_run_reports_every_kernel_it_compiled():
     assert kernel_rows(spread.stdout) == kernel_rows(alone.stdout) != []
 
 
-def collected(*args: str) -> list[str]:
-    done = pytest_run("--collect-only", "-q", "-p", "no:xdist", *args)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    return [line for line in done.stdout.splitlines() if "::" in line]
+# The suite's order of collection, each test marked slow or not: one collection of the whole suite.
+COLLECTION_ORDER = """
+import sys, pytest
+class Order:
+    def pytest_collection_finish(self, session):
+        for item in session.items:
+            print(("slow " if "slow" in item.keywords else "fast ") + item.nodeid)
+sys.exit(pytest.main(["--collect-only", "-q", "-p", "no:xdist", "-p", "no:cacheprovider"], plugins=[Order()]))
+"""
 
 
 def test_the_slow_tests_run_first_and_the_readme_says_why_each_is_slow():
-    slow = collected("-m", "slow")
-    assert slow and collected()[:len(slow)] == slow
+    done = subprocess.run([sys.executable, "-c", COLLECTION_ORDER], capture_output=True, text=True, cwd=ROOT,
+                          timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    order = [line.split(" ", 1) for line in done.stdout.splitlines() if line.startswith(("slow ", "fast "))]
+    slow = [test for mark, test in order if mark == "slow"]
+    assert slow and [test for _, test in order[:len(slow)]] == slow
     listed = [test for readme in READMES.values() if readme.exists()  # a starter kit has no staff README
               for test in re.findall(r"^- `(test_[^`]+)`", readme.read_text(), re.MULTILINE)]
     assert sorted({test.split("::")[-1].split("[")[0] for test in slow}) == sorted(listed)
