@@ -110,6 +110,8 @@ def build_parser() -> OneLineArgumentParser:
 def parse_args(argv) -> argparse.Namespace:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.prompt == "":  # no tokens to start from: said before the model loads
+        parser.error("argument prompt: is empty: give text to complete, or none to type prompts one per line")
     for option, given in (("--kernels", args.kernels is not None), ("--variant", bool(args.variant))):
         if given and args.backend not in (None, "kernels"):
             parser.error(f"argument {option}: applies to --backend kernels, not {args.backend}")

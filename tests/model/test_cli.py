@@ -91,7 +91,7 @@ def test_bad_option_is_one_line_at_parsing(capsys, flag, value, rule):
     assert line == f"python -m gpt2: argument {flag}: must be {rule}, got {value} (see --help)"
 
 
-def test_unknown_option_and_misplaced_kernels_are_one_line(capsys):
+def test_unknown_option_misplaced_kernels_and_an_empty_prompt_are_one_line(capsys):
     status, line = one_line_exit(capsys, ["hi", "--bogus"])
     assert (status, line) == (2, "python -m gpt2: unrecognized arguments: --bogus (see --help)")
     status, line = one_line_exit(capsys, ["hi", "--backend", "reference", "--kernels", "kernels"])
@@ -100,6 +100,9 @@ def test_unknown_option_and_misplaced_kernels_are_one_line(capsys):
     status, line = one_line_exit(capsys, ["hi", "--backend", "gold", "--variant", "attention_flash"])
     assert (status, line) == (2, "python -m gpt2: argument --variant: applies to --backend kernels, not gold "
                                  "(see --help)")
+    status, line = one_line_exit(capsys, ["", "--model", "random"])
+    assert (status, line) == (2, "python -m gpt2: argument prompt: is empty: give text to complete, or none to type "
+                                 "prompts one per line (see --help)")
 
 
 def test_zero_new_tokens_prints_nothing_and_loads_no_model(capsys):
@@ -136,7 +139,6 @@ def test_a_missing_path_is_named_before_a_missing_gpu(capsys, monkeypatch, tiny_
 @pytest.mark.parametrize("args, message", [
     (("hi", "--model", "/no/such/model.bin"), "gpt2: /no/such/model.bin: no such file"),
     (("hi", "--model", "random:huge"), "gpt2: unknown GPT-2 size 'huge'"),
-    (("", "--model", "random"), "gpt2: the prompt is empty"),
 ])
 def test_errors_are_one_line(args, message):
     done = gpt2_cli(*args, "--backend", "reference")
