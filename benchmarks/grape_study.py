@@ -148,7 +148,7 @@ def hf_runs(study: Study, runs: int) -> dict[str, list[float]]:
 
 def runtime(study: Study, out: Path, runs: int, executors, with_hf: bool, device: str) -> list[Path]:
     print(f"runtime: {runs} timed runs per executor after a warm-up", flush=True)
-    beams, greedy, table = [], [], []  # the figure shows the beam rows, then the greedy ones
+    beams, greedy = [], []  # the figure shows the beam rows, then the greedy ones
     beam_attrs, greedy_attrs = study.attrs(f"beam{study.beams}"), study.attrs("greedy") | {"Batch": 1}
     for name in executors:
         beams.append(Timing(name, beam_attrs, timed(lambda: study.beam_run(name), runs, f"{name} beam{study.beams}")))
@@ -164,9 +164,9 @@ def runtime(study: Study, out: Path, runs: int, executors, with_hf: bool, device
         print(f"{name:14s} {beam_s:8.3f} {1e3 * beam_s / steps:12.3f} {greedy_s:9.3f} "
               f"{study.new_tokens / greedy_s:12.0f}")
     if "grape" in executors:
-        for label, beams, median in (("beam", True, table[executors.index("grape")][1]),
-                                     ("greedy", False, table[executors.index("grape")][2])):
-            gpu = grape_gpu_seconds(study, beams)
+        for label, beam_search, median in (("beam", True, table[executors.index("grape")][1]),
+                                           ("greedy", False, table[executors.index("grape")][2])):
+            gpu = grape_gpu_seconds(study, beam_search)
             print(f"grape {label}: GPU {1e3 * gpu / steps:.3f} ms/step (its graphs back to back), wall "
                   f"{1e3 * median / steps:.3f} ms/step: the host adds {100 * (median / gpu - 1):.1f}%")
     return list(write_speedometer(out, beams + greedy, device))

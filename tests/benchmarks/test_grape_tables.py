@@ -70,3 +70,24 @@ def test_an_interrupted_table_keeps_the_previous_one(tmp_path):
         write_csv(path, SPEEDOMETER_COLUMNS, [Timing("baseline", {}, [3.0]), Interrupted()])
     assert path.read_text() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["speedometer.csv"]
+
+
+def test_runtime_writes_a_beam_and_a_greedy_row_per_executor(tmp_path, monkeypatch, capsys):
+    """The runtime experiment end to end on made-up timings: every executor's two rows reach speedometer.csv,
+    after grape's GPU-time line."""
+    from types import SimpleNamespace
+
+    from benchmarks import grape_study
+
+    monkeypatch.setattr(grape_study, "timed", lambda run, runs, label: [0.5 + 0.1 * i for i in range(runs)])
+    monkeypatch.setattr(grape_study, "grape_gpu_seconds", lambda study, beam_search: 0.4 if beam_search else 0.2)
+    study = SimpleNamespace(beams=5, new_tokens=11, attrs=lambda search: {"Model": "GPT-2 124M", "Search": search},
+                            beam_run=lambda name: None, greedy_run=lambda name: None)
+    executors = ["baseline", "ptgraph", "grape"]
+    paths = grape_study.runtime(study, tmp_path, runs=3, executors=executors, with_hf=False, device="a GPU")
+    rows = read(tmp_path / "speedometer.csv")
+    assert [(r["Name"], json.loads(r["Attrs"])["Search"]) for r in rows] == (
+        [(name, "beam5") for name in executors] + [(name, "greedy") for name in executors])
+    assert {float(r["Median"]) for r in rows} == {0.6} and tmp_path / "speedometer.png" in paths
+    printed = capsys.readouterr().out
+    assert "grape beam: GPU 40.000 ms/step" in printed and "grape greedy: GPU 20.000 ms/step" in printed
