@@ -114,6 +114,8 @@ class Problem:
     arguments: Arguments
     references: dict = dataclasses.field(default_factory=dict, repr=False, compare=False)  # computed so far:
     # what they were computed against (reference.judging.expected_outputs) -> the float64 outputs
+    fp32_bounds: dict = dataclasses.field(default_factory=dict, repr=False, compare=False)  # likewise, the fp32
+    # rounding bounds of the outputs against each reference (reference.judging.allowed_errors)
 
     @property
     def args(self) -> dict:
@@ -125,7 +127,8 @@ class Problem:
 
 def normal(rng: np.random.Generator, *shape: int, scale: float = 1.0) -> np.ndarray:
     """float32 samples of a normal distribution with standard deviation `scale`."""
-    return (rng.standard_normal(shape) * scale).astype(np.float32)
+    samples = rng.standard_normal(shape)
+    return (samples if scale == 1.0 else samples * scale).astype(np.float32)
 
 
 def cache_lengths(rng: np.random.Generator, B: int, max_T: int, T: int = 1) -> np.ndarray:
