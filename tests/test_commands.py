@@ -21,10 +21,14 @@ if (ROOT / "grading").exists():  # a student's kit has no grader
     COMMANDS.append("grading")
 
 
+def run_fresh(*args, env=None):
+    return subprocess.run([sys.executable, "-m", *args], capture_output=True, text=True, cwd=ROOT, timeout=120,
+                          env=None if env is None else os.environ | env)
+
+
 @pytest.mark.parametrize("command", COMMANDS)
 def test_an_unknown_flag_is_one_line(command):
-    done = subprocess.run([sys.executable, "-m", command, "--no-such-flag"], capture_output=True, text=True,
-                          cwd=ROOT, timeout=60)
+    done = run_fresh(command, "--no-such-flag")
     lines = done.stderr.splitlines()
     assert done.returncode == 2 and len(lines) == 1, done.stderr
     assert lines[0].startswith(f"python -m {command}: ") and lines[0].endswith(" (see --help)")
@@ -66,11 +70,6 @@ def run_kit(capsys, monkeypatch):
         out, err = capsys.readouterr()
         return subprocess.CompletedProcess([module, *args], status, out, err)
     return run
-
-
-def run_fresh(*args, env=None):
-    return subprocess.run([sys.executable, "-m", *args], capture_output=True, text=True, cwd=ROOT, timeout=120,
-                          env=None if env is None else os.environ | env)
 
 
 SEED_RULE = "must be a seed, an integer from 0 to 2**31 - 1"

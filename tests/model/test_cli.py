@@ -1,7 +1,6 @@
 """`python -m gpt2` end to end on the CPU: a tiny random model, the reference backend."""
 
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -210,15 +209,7 @@ def test_ctrl_c_while_loading_exits_quietly_with_130():
                 break
         running.send_signal(signal.SIGINT)
         running.stdin.close()  # a Ctrl-C the CLI lost shows as exit 0 at the end of its input, not as a hang
-        try:
-            status = running.wait(timeout=120)
-        except subprocess.TimeoutExpired:
-            status_file = Path(f"/proc/{running.pid}/status").read_text()
-            masks = re.findall(r"(?:Sig|Shd)(?:Pnd|Blk|Ign|Cgt):\s+[0-9a-f]+", status_file)
-            running.kill()
-            pytest.fail(f"still running 120 s after Ctrl-C, its last line {line!r}; its signal masks: {masks}; "
-                        f"what it printed since: {running.stderr.read().decode()[-2000:]}")
-        assert status == 130
+        assert running.wait(timeout=120) == 130
         assert "Traceback" not in running.stderr.read().decode()
 
 
