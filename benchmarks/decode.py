@@ -10,7 +10,7 @@ For the matmuls and the fused matmuls, which at a few rows are matrix-vector pro
 that stream their weights, GB/s counts every array they take once, against the
 copy bandwidth measured here (1 GiB, "%copy") and against a copy of the call's own
 bytes ("%same"). The last lines time the whole step replayed as one CUDA graph
-(gpt2.decoding), whose kernels follow each other without the host: its time per
+(generation.decoding), whose kernels follow each other without the host: its time per
 step sets the ceiling of decode tokens per second. On sm_90 and later it is timed
 twice: with the kernels that wait for the previous one launched to overlap it, as
 the model runs them, and with every launch ordinary (kernel_runtime.overlap).
@@ -22,12 +22,12 @@ import sys
 import numpy as np
 
 from benchmarks.kernels import copy_bandwidth_gbs, gpu_times_ms
-from gpt2.backends import make_backend
+from model_runtime.backends import make_backend
 from gpt2.checkpoint import random_parameters
 from gpt2.config import preset
-from gpt2.decoding import make_decoder
+from generation.decoding import make_decoder
 from gpt2.model import GPT2
-from gpt2.ops import FUSED_DECODE_FUNCTIONS
+from model_runtime.ops import FUSED_DECODE_FUNCTIONS
 from kernel_runtime import overlap
 from kernel_runtime.commands import POSITIVE_INT, OneLineArgumentParser, run_command
 from kernel_runtime.device import exit_without_gpu

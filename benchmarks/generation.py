@@ -8,9 +8,9 @@ back to the host every token, so each step ends synchronised). Decode tok/s coun
 the 127 tokens after the first, whose time is the prefill's. --hf also times Hugging
 Face transformers' GPT2LMHeadModel.generate on the same weights and GPU: eager, and
 with a static cache and the forward compiled by torch.compile (reduce-overhead).
-"KV cache + CUDA graph" replays one captured decode step per token (gpt2.decoding);
+"KV cache + CUDA graph" replays one captured decode step per token (generation.decoding);
 "KV cache" launches the step's kernels one by one from Python. "grape executor" also
-chooses each token on the device (gpt2.executors), so no step waits for the host.
+chooses each token on the device (generation.executors), so no step waits for the host.
 """
 
 import sys
@@ -20,9 +20,9 @@ import warnings
 import numpy as np
 
 from benchmarks.transformers_model import hf_model
-from gpt2.backends import make_backend
-from gpt2.executors import make_executor
-from gpt2.generate import GREEDY, generate
+from model_runtime.backends import make_backend
+from generation.executors import make_executor
+from generation.generate import GREEDY, generate
 from gpt2.model import GPT2, check_sources
 from kernel_runtime.commands import OneLineArgumentParser, run_command
 from kernel_runtime.device import exit_without_gpu, first_line

@@ -8,7 +8,7 @@
 GPT-2 124M in float32 (random weights unless --model), a random prompt of 5 tokens.
 Configurations: Grape's, beam search with 5 beams up to 1024 tokens (length penalty 1,
 no early stopping), and greedy batch 1 to the same length. Executors: baseline,
-ptgraph and grape (gpt2.executors), and transformers' eager generate on the same
+ptgraph and grape (generation.executors), and transformers' eager generate on the same
 weights as a reference row (--no-hf leaves it out).
 
 runtime: per executor, a warm-up run (it reaches every length, so ptgraph has captured
@@ -17,7 +17,7 @@ runtime: per executor, a warm-up run (it reaches every length, so ptgraph has ca
     with CUDA events around them and nothing from the host between them, which is the
     GPU's time for the steps alone; the wall clock over it is what the host adds.
 breakdown: one run per executor after a warm-up, a CUDA event as each stage begins
-    (gpt2.executors.StageClock), on the executor's stream; no synchronisation is added,
+    (generation.executors.StageClock), on the executor's stream; no synchronisation is added,
     so grape's graphs run as they do untimed, and a stage the host runs (baseline's and
     ptgraph's choosing) shows as the time the GPU waits for the host to queue the next
     stage.
@@ -43,9 +43,9 @@ import numpy as np
 from benchmarks.grape_tables import (Breakdown, GraphMemory, Timing, write_breakdown, write_graph_memory,
                                      write_speedometer)
 from benchmarks.transformers_model import hf_model as transformers_gpt2
-from gpt2.beam_search import BeamSearch
-from gpt2.executors import EXECUTORS, StageClock, make_executor
-from gpt2.generate import GREEDY
+from generation.beam_search import BeamSearch
+from generation.executors import EXECUTORS, StageClock, make_executor
+from generation.generate import GREEDY
 from gpt2.model import GPT2, check_sources
 from kernel_runtime.commands import POSITIVE_INT, OneLineArgumentParser, checked, run_command
 from kernel_runtime.device import exit_without_gpu

@@ -28,7 +28,7 @@ import numpy as np
 
 from benchmarks.kernels import gpu_times_ms
 from benchmarks.transformers_model import hf_model
-from gpt2.backends import make_backend
+from model_runtime.backends import make_backend
 from gpt2.checkpoint import random_parameters
 from gpt2.config import preset
 from gpt2.model import GPT2

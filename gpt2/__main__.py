@@ -18,9 +18,9 @@ import sys
 from pathlib import Path
 
 from gpt2 import checkpoint
-from gpt2.backends import BACKENDS, make_backend
+from model_runtime.backends import BACKENDS, make_backend
 from gpt2.config import LONGEST_CONTEXT
-from gpt2.generate import Sampling, fit_prompt, generate
+from generation.generate import Sampling, fit_prompt, generate
 from gpt2.model import GPT2, check_sources
 from gpt2.tokenizer import get_tokenizer
 from kernel_runtime import GPUUnavailableError, gpu_unavailable_reason

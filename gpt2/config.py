@@ -25,6 +25,7 @@ class GPT2Config:
     num_layers: int = 12          # L
     num_heads: int = 12           # NH
     channels: int = 768           # C
+    end_of_text: int = 50256      # the token that ends a text: generation stops there
 
     def __post_init__(self):
         for field in dataclasses.fields(self):

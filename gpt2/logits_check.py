@@ -17,7 +17,7 @@ import types
 
 import numpy as np
 
-from gpt2.backends import Backend, make_backend
+from model_runtime.backends import Backend, make_backend
 from gpt2.model import GPT2
 from reference.precision import Profile, to_tf32
 

@@ -29,7 +29,7 @@ import sys
 
 import numpy as np
 
-from gpt2.ops import parameters
+from model_runtime.ops import parameters
 from kernel_runtime.commands import SEED, OneLineArgumentParser, run_command
 from kernel_runtime.device import exit_without_gpu
 from reference.judging import rounding_bounds
@@ -141,7 +141,7 @@ def main(argv=None) -> int:
 
 
 def check(args) -> int:
-    from gpt2.backends import kernel_ops, uses_flash
+    from model_runtime.backends import kernel_ops, uses_flash
     from gpt2.model import GPT2, check_sources
 
     profile = resolve_profile(args.profile, [variant_named(name) for name in args.variant])

@@ -24,7 +24,7 @@ items are milestone 1's kernels; milestone 3's KV-cache item is decode.py, whose
 kernels and block reduction also answer milestone 1's encoder and milestone 2's
 reduction). Milestone 3's kit adds flash and local attention, the fused matmuls and
 the split-K matmul, stubbed. Until a student writes decode.py, generation recomputes
-every step instead of using the KV cache, and says so (gpt2.decoding).
+every step instead of using the KV cache, and says so (generation.decoding).
 
 The README loses what it says of what the kit leaves out: each section between
 `<!-- staff only -->` and `<!-- end staff only -->`, each line that ends with

@@ -37,7 +37,7 @@ import numpy as np
 
 from gpt2.checkpoint import Parameters, perturbed_parameters
 from gpt2.config import GPT2Config, preset
-from gpt2.generate import Sampling
+from generation.generate import Sampling
 from kernel_runtime import KitError
 from reference.numerics import element_errors
 

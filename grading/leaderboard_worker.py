@@ -26,10 +26,10 @@ import sys
 
 import numpy as np
 
-from gpt2.backends import make_backend
-from gpt2.decoding import make_decoder
-from gpt2.executors import make_executor
-from gpt2.generate import decoder_kind
+from model_runtime.backends import make_backend
+from generation.decoding import make_decoder
+from generation.executors import make_executor
+from generation.generate import decoder_kind
 from gpt2.model import GPT2
 from gpt2.tokenizer import get_tokenizer
 from grading.channel import Channel, worker_channel

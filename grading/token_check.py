@@ -44,7 +44,7 @@ import math
 
 import numpy as np
 
-from gpt2.generate import Sampling
+from generation.generate import Sampling
 from gpt2.model import GPT2
 
 FALSE_ALARM = 1e-6      # the chance that a correct sampler's run is refused by the mean log-probability check

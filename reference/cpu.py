@@ -15,7 +15,7 @@ LAYERNORM_EPS = 1e-5
 
 def exact(weights: np.ndarray) -> np.ndarray:
     """Weights in float64: float32 ones converted (exactly), float64 ones as they are. A model on the reference
-    backend holds its weights in float64 (gpt2.backends), so a call does not convert them again."""
+    backend holds its weights in float64 (model_runtime.backends), so a call does not convert them again."""
     return np.asarray(weights, dtype=np.float64)
 
 
@@ -149,3 +149,26 @@ def decode_attention_forward(out, qkv, k_cache, v_cache, lengths, B, C, NH, max_
         k, v = keys[b, :, :length + 1].astype(np.float64), values[b, :, :length + 1].astype(np.float64)
         weights = softmax_rows(np.einsum("hd,hjd->hj", q[b], k) / np.sqrt(HS))
         out.reshape(B, C)[b] = np.einsum("hj,hjd->hd", weights, v).reshape(C)
+
+
+def rotary_sin_cos(max_T: int, rotary_dim: int) -> np.ndarray:
+    """The table rotary_forward reads (max_T, rotary_dim), in float64: row p holds sin(p * theta_i) for
+    i < rotary_dim / 2, then cos(p * theta_i), with theta_i = 10000^(-2i / rotary_dim) (GPT-J's angles)."""
+    theta = 10000.0 ** (-np.arange(0, rotary_dim, 2) / rotary_dim)
+    angles = np.arange(max_T)[:, None] * theta
+    return np.concatenate([np.sin(angles), np.cos(angles)], axis=1)
+
+
+def rotary_forward(out, inp, positions, sin_cos, B, T, C, NH, rotary_dim):
+    """out = inp (B, T, 3C) with the first rotary_dim values of every query and key head turned pair by pair
+    (2i, 2i+1) by the angle of position positions[b] + t: sin_cos[p, i] and sin_cos[p, rotary_dim/2 + i]."""
+    HS, half = C // NH, rotary_dim // 2
+    x = exact(inp).reshape(B, T, 3, NH, HS)
+    table = exact(sin_cos).reshape(-1, rotary_dim)[np.asarray(positions).reshape(B, 1) + np.arange(T)]
+    sin, cos = table[:, :, None, :half], table[:, :, None, half:]  # (B, T, 1 head, half): the same for every head
+    y = x.copy()
+    for part in (0, 1):  # queries, keys
+        even, odd = x[:, :, part, :, 0:rotary_dim:2], x[:, :, part, :, 1:rotary_dim:2]
+        y[:, :, part, :, 0:rotary_dim:2] = even * cos - odd * sin
+        y[:, :, part, :, 1:rotary_dim:2] = odd * cos + even * sin
+    out.reshape(B, T, 3, NH, HS)[...] = y

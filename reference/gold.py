@@ -160,3 +160,17 @@ def decode_attention_forward(out, qkv, k_cache, v_cache, lengths, B, C, NH, max_
     weights = xp.exp(scores - scores.max(axis=-1, keepdims=True))
     weights /= weights.sum(axis=-1, keepdims=True)
     out.reshape(B, C)[...] = xp.einsum("bhj,bhjd->bhd", weights, xp.where(visible[..., None], values, 0)).reshape(B, C)
+
+
+def rotary_forward(out, inp, positions, sin_cos, B, T, C, NH, rotary_dim):
+    # each pair (2i, 2i+1) as the complex number x + iy, multiplied by cos + i sin
+    xp = array_module(inp)
+    HS, half = C // NH, rotary_dim // 2
+    table = sin_cos.reshape(-1, rotary_dim)[positions.reshape(B, 1) + xp.arange(T, dtype=positions.dtype)]
+    turn = (table[:, :, half:] + 1j * table[:, :, :half]).astype(xp.complex64)[:, :, None, None, :]
+    heads = inp.reshape(B, T, 3, NH, HS)
+    pairs = heads[:, :, :2, :, :rotary_dim].reshape(B, T, 2, NH, half, 2)
+    turned = (pairs[..., 0] + 1j * pairs[..., 1]).astype(xp.complex64) * turn
+    result = out.reshape(B, T, 3, NH, HS)
+    result[...] = heads
+    result[:, :, :2, :, :rotary_dim] = xp.stack([turned.real, turned.imag], axis=-1).reshape(B, T, 2, NH, rotary_dim)

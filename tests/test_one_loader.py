@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from gpt2.ops import MODEL_FUNCTIONS
+from model_runtime.ops import MODEL_FUNCTIONS
 
 ROOT = Path(__file__).parents[1]
 MARK = "the submission's own encoder"
@@ -23,7 +23,7 @@ MARK = "the submission's own encoder"
 @pytest.fixture(scope="module")
 def own_kit(tmp_path_factory):
     kit = tmp_path_factory.mktemp("mine")
-    for name in ("kernel_runtime", "kernels", "reference", "gpt2", "grading", "benchmarks", "tests"):
+    for name in ("kernel_runtime", "kernels", "reference", "model_runtime", "generation", "gpt2", "grading", "benchmarks", "tests"):
         if (ROOT / name).exists():  # a student's kit has no grading/
             shutil.copytree(ROOT / name, kit / name, ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(ROOT / "pyproject.toml", kit)
@@ -58,7 +58,7 @@ def test_pytest_reports_a_compile_error_in_the_kernels_it_is_given(own_kit, tmp_
 
 @pytest.mark.calls(*MODEL_FUNCTIONS)  # the copy holds the kit's kernels, which the backend refuses as stubs
 def test_the_model_backend_loads_the_kernels_it_is_given(own_kit):
-    done = run("-c", "import sys; from gpt2.backends import kernel_ops; ops = kernel_ops(sys.argv[1]); "
+    done = run("-c", "import sys; from model_runtime.backends import kernel_ops; ops = kernel_ops(sys.argv[1]); "
                      "print(sys.modules[ops.residual_forward.__module__].MARK)", str(own_kit))
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == MARK

@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 
 from gpt2.checkpoint import perturbed_parameters
-from gpt2.executors import make_executor
-from gpt2.generate import GREEDY
+from generation.executors import make_executor
+from generation.generate import GREEDY
 from gpt2.model import GPT2
 from gpt2.tokenizer import get_tokenizer
 from grading.channel import worker_channel

@@ -17,8 +17,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gpt2.decoding import kv_cache_stubs
-from gpt2.ops import KV_CACHE_FUNCTIONS, MODEL_FUNCTIONS
+from generation.decoding import kv_cache_stubs
+from model_runtime.ops import KV_CACHE_FUNCTIONS, MODEL_FUNCTIONS
 from grading import reports
 from grading.grade import ItemGrade, Replayed, SubmissionGrade, grade_submission, replay, replayer_command, score_item
 from grading.handout import LEFTOVER_MARKER, MILESTONE_FILES, HandoutError, make_handout, strip_solutions
@@ -823,7 +823,7 @@ def test_the_graded_kernel_check_can_fail():
 
 FALLBACK = """
 import types
-from gpt2.decoding import DecoderError, decoder_or_recompute, make_decoder
+from generation.decoding import DecoderError, decoder_or_recompute, make_decoder
 from reference.registry import SPECS, unwritten
 model = types.SimpleNamespace(backend=types.SimpleNamespace(name="kernels"))  # all a decoder's choice reads
 print([function for function in SPECS if unwritten(function)])
@@ -855,7 +855,7 @@ def test_a_kit_without_its_kv_cache_written_generates_by_recomputing_and_says_so
 STUBBED_MODEL = """
 import sys
 from benchmarks.prefill import row_not_in_this_kit
-from gpt2.backends import kernel_ops
+from model_runtime.backends import kernel_ops
 from kernel_runtime import KitError
 for variants in ((), tuple(sys.argv[1:])):
     try:
@@ -1001,7 +1001,7 @@ def test_a_handout_from_a_directory_that_is_not_a_git_checkout_is_refused(tmp_pa
 def test_a_handout_from_an_installed_copy_is_one_line(tmp_path):
     """As from `pip install .`: the kit's packages in a directory of their own, no git work tree around them."""
     site = tmp_path / "site-packages"
-    for package in ("kernel_runtime", "kernels", "reference", "gpt2", "grading"):
+    for package in ("kernel_runtime", "kernels", "reference", "model_runtime", "generation", "gpt2", "grading"):
         shutil.copytree(ROOT / package, site / package, ignore=shutil.ignore_patterns("__pycache__"))
     done = subprocess.run([sys.executable, "-m", "grading", "handout", str(tmp_path / "kit")], capture_output=True,
                           text=True, cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(site)})

@@ -15,7 +15,7 @@ import pytest
 
 from gpt2.checkpoint import perturbed_parameters
 from gpt2.config import preset
-from gpt2.generate import GREEDY, Sampling, generate_batch
+from generation.generate import GREEDY, Sampling, generate_batch
 from gpt2.model import GPT2
 from gpt2.tokenizer import get_tokenizer
 from grading import leaderboard

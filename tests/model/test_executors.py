@@ -5,12 +5,13 @@ the device-side selection kernels compiling for the course's GPUs."""
 import numpy as np
 import pytest
 
-from gpt2 import selection_kernels
-from gpt2.beam_search import BeamSearch, beam_search
+from generation import selection_kernels
+from generation.beam_search import BeamSearch, beam_search
 from gpt2.checkpoint import perturbed_parameters
-from gpt2.executors import EXECUTORS, ExecutorError, make_executor, rebuild_finished
-from gpt2.generate import GREEDY, Sampling, generate_batch
-from gpt2.model import GPT2, TokenError
+from generation.executors import EXECUTORS, ExecutorError, make_executor, rebuild_finished
+from generation.generate import GREEDY, Sampling, generate_batch
+from gpt2.model import GPT2
+from model_runtime.causal_lm import TokenError
 from kernel_runtime import CudaKernel
 from kernel_runtime.compiler import compile_report, programs_in
 from tests.model.helpers import TINY

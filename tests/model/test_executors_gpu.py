@@ -12,13 +12,13 @@ transformers at 124M the logits themselves differ (cuBLAS against the kit's matm
 import numpy as np
 import pytest
 
-from gpt2.beam_search import BeamSearch, beam_search
+from generation.beam_search import BeamSearch, beam_search
 from gpt2.checkpoint import perturbed_parameters
 from gpt2.config import preset
-from gpt2.executors import EXECUTORS, StageClock, make_executor
-from gpt2.generate import GREEDY, Sampling, generate, sampling_probabilities
+from generation.executors import EXECUTORS, StageClock, make_executor
+from generation.generate import GREEDY, Sampling, generate, sampling_probabilities
 from gpt2.model import GPT2
-from gpt2.ops import MODEL_FUNCTIONS
+from model_runtime.ops import MODEL_FUNCTIONS
 from gpt2.tokenizer import END_OF_TEXT
 from tests.model.helpers import TINY, eos_leaning_parameters
 
@@ -140,7 +140,7 @@ def draw(logits: np.ndarray, rows: int, sampling: Sampling, seed: int) -> np.nda
     """`rows` tokens drawn by the device from the same logits (each row its own random stream)."""
     import cupy
 
-    from gpt2 import selection_kernels
+    from generation import selection_kernels
 
     V = logits.size
     tokens = cupy.full(rows, -1, np.int32)

@@ -7,7 +7,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from gpt2.backends import make_backend, uses_fused_decode
+from model_runtime.backends import make_backend, uses_fused_decode
 from gpt2.checkpoint import perturbed_parameters
 from gpt2.model import GPT2
 from reference.variants import FUSED_DECODE_VARIANTS, VARIANTS

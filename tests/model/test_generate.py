@@ -3,11 +3,12 @@
 import numpy as np
 import pytest
 
-from gpt2.beam_search import BeamSearch, beam_search
+from generation.beam_search import BeamSearch, beam_search
 from gpt2.checkpoint import perturbed_parameters
-from gpt2.decoding import make_decoder
-from gpt2.generate import GREEDY, Sampling, SamplingError, fit_prompt, generate, generate_batch, next_token
-from gpt2.model import GPT2, TokenError
+from generation.decoding import make_decoder
+from generation.generate import GREEDY, Sampling, SamplingError, fit_prompt, generate, generate_batch, next_token
+from gpt2.model import GPT2
+from model_runtime.causal_lm import TokenError
 from gpt2.tokenizer import END_OF_TEXT
 from tests.model.helpers import TINY
 
@@ -195,7 +196,7 @@ def test_a_batch_row_that_ends_takes_no_more_tokens():
 @pytest.mark.parametrize("seed", [0, 1, 2], ids=lambda s: f"seed{s}")
 def test_beam_searchs_top_indices_are_a_stable_sorts(seed):
     """The partition shortcut picks what a stable sort of the whole row picks, ties by id included."""
-    from gpt2.beam_search import _top_indices
+    from generation.beam_search import _top_indices
 
     rng = np.random.default_rng(seed)
     for n in (1, 2, 5, 9, 64, 257):

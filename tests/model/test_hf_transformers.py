@@ -12,7 +12,7 @@ import pytest
 torch = pytest.importorskip("torch", reason="needs PyTorch and transformers: the README's Setup says how to add them")
 transformers = pytest.importorskip("transformers", reason="needs transformers: pip install -e '.[hf]'")
 
-from gpt2.beam_search import BeamSearch, beam_search  # noqa: E402
+from generation.beam_search import BeamSearch, beam_search  # noqa: E402
 from gpt2.checkpoint import read_hf, write_hf  # noqa: E402
 from gpt2.checkpoint import perturbed_parameters
 from gpt2.model import GPT2  # noqa: E402

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from gpt2.checkpoint import perturbed_parameters
-from gpt2.generate import GREEDY, generate
+from generation.generate import GREEDY, generate
 from gpt2.model import GPT2
 from tests.model.helpers import TINY
 

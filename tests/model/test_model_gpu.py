@@ -13,12 +13,12 @@ import pytest
 from gpt2 import step_check
 from gpt2.checkpoint import perturbed_parameters
 from gpt2.config import preset
-from gpt2.backends import kernel_ops, make_backend, uses_flash
-from gpt2.generate import GREEDY, generate
-from gpt2.beam_search import BeamSearch, beam_search
-from gpt2.decoding import make_decoder
+from model_runtime.backends import kernel_ops, make_backend, uses_flash
+from generation.generate import GREEDY, generate
+from generation.beam_search import BeamSearch, beam_search
+from generation.decoding import make_decoder
 from gpt2.model import GPT2
-from gpt2.ops import MODEL_FUNCTIONS
+from model_runtime.ops import MODEL_FUNCTIONS
 from gpt2.logits_check import LOGITS_TOLERANCE, allowed_logit_error, tf32_reference_backend
 from reference.precision import COURSE, FP32, TF32
 from reference.variants import FUSED_DECODE_VARIANTS
@@ -188,8 +188,8 @@ def test_beam_search_on_a_graph_equals_launched_steps(weights):
 UNWRITTEN_CACHE = """
 import sys
 from gpt2.checkpoint import perturbed_parameters
-from gpt2.executors import make_executor
-from gpt2.generate import GREEDY, generate
+from generation.executors import make_executor
+from generation.generate import GREEDY, generate
 from gpt2.model import GPT2
 from kernel_runtime import KitError
 from tests.model.helpers import TINY

@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 
 from gpt2 import step_check
-from gpt2.backends import Backend
+from model_runtime.backends import Backend
 from gpt2.checkpoint import perturbed_parameters
 from gpt2.model import GPT2
-from gpt2.ops import MODEL_FUNCTIONS
+from model_runtime.ops import MODEL_FUNCTIONS
 from reference import cpu, gold
 from reference.precision import COURSE, FP32, TF32
 from tests.model.helpers import TINY
@@ -75,7 +75,7 @@ def test_a_wrong_kernel_fails_under_tf32_too(model):
 
 
 def test_variants_in_a_model_are_named_and_one_per_host_function():
-    from gpt2.backends import BackendError, kernel_ops
+    from model_runtime.backends import BackendError, kernel_ops
     from reference.variants import VARIANTS, VariantError
 
     with pytest.raises(VariantError, match=f"no variant 'matmul_fp16'; the variants are {', '.join(VARIANTS)}$"):

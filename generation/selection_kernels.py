@@ -7,7 +7,7 @@ its choice into the buffer the next step reads its tokens from, so steps queue u
 back to back and the host only looks at the results every few steps.
 
 * sample_forward: per row, greedy (argmax, lowest id on ties) or sampling with a
-  temperature, then top-k, then top-p, as gpt2.generate.next_token defines them.
+  temperature, then top-k, then top-p, as generation.generate.next_token defines them.
   The cuts are found by radix selection on the values' bits (four passes of 8 bits):
   the k-th largest logit for top-k; for top-p, the smallest probability whose
   tokens and all likelier ones hold at least p of the mass (the mass counted in
@@ -19,9 +19,9 @@ back to back and the host only looks at the results every few steps.
   2K best (score, token), best first: each thread keeps a sorted list of its own,
   warps merge their lanes' lists, then the first warp merges the warps'.
 * beam_update_forward: one thread per launch runs beam search's bookkeeping for all
-  prompts exactly as gpt2.beam_search does on the host, in the same float32
+  prompts exactly as generation.beam_search does on the host, in the same float32
   operations. It keeps back-pointers (each new beam's parent beam and token) instead of
-  whole sequences; gpt2.executors rebuilds the hypotheses from them at the end.
+  whole sequences; generation.executors rebuilds the hypotheses from them at the end.
   `done` holds 0 while the search goes on, then the final length: after that every
   kernel here returns at once, so steps queued past the end change nothing.
 * reorder_rows_forward: row b of one layer's k and v caches becomes a copy of row

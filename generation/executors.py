@@ -2,7 +2,7 @@
 
     executor = make_executor(model, "grape")
     new_tokens = executor.generate(prompts, max_new_tokens, sampling)          # greedy or sampling
-    found = executor.beam_search(prompts, max_new_tokens, BeamSearch(5))      # gpt2.beam_search.Hypotheses
+    found = executor.beam_search(prompts, max_new_tokens, BeamSearch(5))      # generation.beam_search.Hypotheses
 
 baseline  every step's kernels launched from Python; tokens chosen on the host, so the
           GPU waits for the host every step.
@@ -11,7 +11,7 @@ ptgraph   one CUDA graph per KV-cache length, captured the first time the length
           activations of its own. Tokens chosen on the host, as with PyTorch graphs.
 grape     one graph serves every length, because the kit's kernels read lengths from
           device memory. The work after the logits runs on the device too
-          (gpt2.selection_kernels): log-softmax, top-k / top-p, sampling with the
+          (generation.selection_kernels): log-softmax, top-k / top-p, sampling with the
           device's own seeded generator, beam search's bookkeeping, the KV cache's
           reordering for beams, and writing the chosen tokens where the next step reads
           them. A step never waits for the host: the host queues steps and looks at the
@@ -25,7 +25,7 @@ length: the reordering copies each row's filled positions only, read from the de
 
 For the same inputs, greedy and beam tokens are the same on all three.
 All three run the KV cache's kernels: where those are still a starter kit's TODO stubs,
-the first call stops with one line naming them (gpt2.decoding.DecoderError).
+the first call stops with one line naming them (generation.decoding.DecoderError).
 """
 
 from __future__ import annotations
@@ -34,12 +34,11 @@ import types
 
 import numpy as np
 
-from gpt2 import selection_kernels as selection
-from gpt2.beam_search import NEGATIVE, BeamSearch, Hypotheses, beam_search, equal_length_prompts, hypotheses
-from gpt2.decoding import captured, make_decoder
-from gpt2.generate import GREEDY, Sampling, fit_prompt, generate_batch, warn_on_stderr
-from gpt2.model import GPT2
-from gpt2.tokenizer import END_OF_TEXT
+from generation import selection_kernels as selection
+from generation.beam_search import NEGATIVE, BeamSearch, Hypotheses, beam_search, equal_length_prompts, hypotheses
+from generation.decoding import captured, make_decoder
+from generation.generate import GREEDY, Sampling, fit_prompt, generate_batch, warn_on_stderr
+from model_runtime.causal_lm import CausalLM
 from kernel_runtime import KitError
 
 EXECUTORS = ("baseline", "ptgraph", "grape")
@@ -80,7 +79,7 @@ class StageClock:
 class HostExecutor:
     """baseline and ptgraph: a decoder per batch size, kept across calls; choosing on the host."""
 
-    def __init__(self, model: GPT2, name: str, decoder_kind: str):
+    def __init__(self, model: CausalLM, name: str, decoder_kind: str):
         self.model, self.name, self.decoder_kind = model, name, decoder_kind
         self.decoders: dict[int, object] = {}
 
@@ -122,7 +121,7 @@ class GrapeExecutor:
 
     name = "grape"
 
-    def __init__(self, model: GPT2):
+    def __init__(self, model: CausalLM):
         self.model = model
         self.runs: dict[int, GrapeRun] = {}
 
@@ -150,7 +149,7 @@ class GrapeRun:
     """What grape keeps for one number of rows: a decoder (cache and activations), the
     device buffers the selection reads and writes, the stages' graphs, and its stream."""
 
-    def __init__(self, model: GPT2, rows: int):
+    def __init__(self, model: CausalLM, rows: int):
         import cupy
 
         self.model, self.rows = model, rows
@@ -186,6 +185,7 @@ class GrapeRun:
         Vp = self.model.config.padded_vocab_size
         choose = self._choose_stage(key, lambda: self._sample(step_logits, Vp, sampling))
         starts = [len(p) for p in prompts]
+        stop_token = self.model.config.end_of_text if stop_at_end_of_text else None
         streamed = [0] * self.rows
         produced = 1
 
@@ -193,12 +193,12 @@ class GrapeRun:
             """Stream each row's tokens up to `count` new ones; True when every row has ended."""
             all_ended = True
             for row, start in enumerate(starts):
-                new = _row_tokens(sequences[row, start:start + count], stop_at_end_of_text)
+                new = _row_tokens(sequences[row, start:start + count], stop_token)
                 if on_token is not None:
                     for token in new[streamed[row]:]:
                         on_token(row, int(token))
                 streamed[row] = len(new)
-                all_ended &= len(new) < count or (stop_at_end_of_text and bool(new) and new[-1] == END_OF_TEXT)
+                all_ended &= len(new) < count or (bool(new) and new[-1] == stop_token)
             return all_ended
 
         with self.stream:
@@ -220,7 +220,7 @@ class GrapeRun:
             self.stream.synchronize()
             sequences = self.sequences.get()
         stream_until(sequences, produced)
-        return [_row_tokens(sequences[row, start:start + produced], stop_at_end_of_text)[:max_new_tokens]
+        return [_row_tokens(sequences[row, start:start + produced], stop_token)[:max_new_tokens]
                 for row, start in enumerate(starts)]
 
     def _sample(self, logits, stride, sampling: Sampling) -> None:
@@ -289,9 +289,9 @@ class GrapeRun:
             parents = s.parents.get()[:steps * P * K].reshape(steps, P * K)
             chosen = s.chosen.get()[:steps * P * K].reshape(steps, P * K)
             finished = rebuild_finished(prompts, parents, chosen, s.finished_step.get(), s.finished_beam.get(),
-                                        s.finished_token.get(), K, max_length, END_OF_TEXT)
+                                        s.finished_token.get(), K, max_length, c.end_of_text)
             scores = s.finished_scores.get().reshape(P, K)
-        return hypotheses(finished, scores, prompt_length, steps, END_OF_TEXT)
+        return hypotheses(finished, scores, prompt_length, steps, c.end_of_text)
 
     def start_beams(self, prompts: np.ndarray, search: BeamSearch, max_length: int, mark=lambda stage: None) -> None:
         """Reset the search's state, prefill, and choose the first tokens (on the run's stream)."""
@@ -316,7 +316,7 @@ class GrapeRun:
         selection.beam_candidates_forward(s.candidate_scores, s.candidate_tokens, logits, s.beam_scores, s.done,
                                           self.rows, c.vocab_size, stride, 2 * K)
         selection.beam_update_forward(s, self.decoder.cache.lengths, P, K, c.vocab_size, prompt_length, max_length,
-                                      search.length_penalty, search.early_stopping, END_OF_TEXT)
+                                      search.length_penalty, search.early_stopping, c.end_of_text)
 
     def _reorder(self) -> None:
         c, cache = self.model.config, self.decoder.cache
@@ -332,11 +332,11 @@ class GrapeRun:
         return self.choose_stages[key]
 
 
-def _row_tokens(new: np.ndarray, stop_at_end_of_text: bool) -> list[int]:
-    """A row's new tokens, up to and with its first end-of-text when stopping there."""
+def _row_tokens(new: np.ndarray, stop_token: int | None) -> list[int]:
+    """A row's new tokens, up to and with the first stop_token (the end of text) when one is given."""
     tokens = [int(t) for t in new]
-    if stop_at_end_of_text and END_OF_TEXT in tokens:
-        return tokens[:tokens.index(END_OF_TEXT) + 1]
+    if stop_token in tokens:
+        return tokens[:tokens.index(stop_token) + 1]
     return tokens
 
 
@@ -348,7 +348,7 @@ def rebuild_finished(prompts: np.ndarray, parents: np.ndarray, chosen: np.ndarra
     parents[s, p*K + i] and chosen[s, p*K + i]: the beam that beam i of prompt p came from at
     step s, and the token it took. A hypothesis made at step s from beam b with token t is
     beam b's path through the steps before s, then t; step -1 marks a slot never filled,
-    which is end_of_text throughout (as gpt2.beam_search starts it)."""
+    which is end_of_text throughout (as generation.beam_search starts it)."""
     P, prompt_length = prompts.shape
     K = num_beams
     finished = np.full((P, K, max_length), end_of_text, np.int64)
@@ -366,7 +366,7 @@ def rebuild_finished(prompts: np.ndarray, parents: np.ndarray, chosen: np.ndarra
     return finished
 
 
-def make_executor(model: GPT2, name: str):
+def make_executor(model: CausalLM, name: str):
     """The executor called `name` (one of EXECUTORS) for this model."""
     if name not in EXECUTORS:
         raise ExecutorError(f"no executor {name!r}; the executors are {', '.join(EXECUTORS)}")

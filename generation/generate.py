@@ -2,11 +2,11 @@
 
 With the cache (the default) the prompt is run once (prefill) and every new token
 costs one decode step against the cached keys and values; on the kernels backend
-that step is captured once as a CUDA graph and replayed (gpt2.decoding). Without it, every new
+that step is captured once as a CUDA graph and replayed (generation.decoding). Without it, every new
 token re-runs the whole sequence: slower, and the yardstick the cache is tested
 against (under greedy decoding both must give the same tokens).
 Where the kernels directory's KV-cache kernels are still a starter kit's TODO stubs,
-generation recomputes instead, and warn() says so in one line (gpt2.decoding).
+generation recomputes instead, and warn() says so in one line (generation.decoding).
 
 A prompt too long to leave room for the new tokens in the model's context is cut
 from the left, keeping its end, with a warning that says how many tokens were
@@ -22,9 +22,8 @@ from typing import Callable
 
 import numpy as np
 
-from gpt2.decoding import decoder_or_recompute
-from gpt2.model import GPT2, TokenError
-from gpt2.tokenizer import END_OF_TEXT
+from generation.decoding import decoder_or_recompute
+from model_runtime.causal_lm import CausalLM, TokenError
 from kernel_runtime import KitError
 
 
@@ -101,19 +100,19 @@ def fit_prompt(prompt: list[int], max_new_tokens: int, context: int, warn: Calla
     return prompt
 
 
-def generate(model: GPT2, prompt: list[int], max_new_tokens: int, sampling: Sampling = GREEDY, *,
+def generate(model: CausalLM, prompt: list[int], max_new_tokens: int, sampling: Sampling = GREEDY, *,
              use_cache: bool = True, use_graph: bool = True, stop_at_end_of_text: bool = True,
              on_token: Callable[[int], None] | None = None,
              warn: Callable[[str], None] = warn_on_stderr) -> list[int]:
     """The new token ids (without the prompt), streamed one by one to on_token: a
-    sampling loop over a decoder (gpt2.decoding). With the cache on the kernels
+    sampling loop over a decoder (generation.decoding). With the cache on the kernels
     backend, decode steps replay a CUDA graph of the step unless use_graph is False."""
     stream = None if on_token is None else lambda row, token: on_token(token)
     return generate_batch(model, [prompt], max_new_tokens, sampling, use_cache=use_cache, use_graph=use_graph,
                           stop_at_end_of_text=stop_at_end_of_text, on_token=stream, warn=warn)[0]
 
 
-def generate_batch(model: GPT2, prompts: list[list[int]], max_new_tokens: int, sampling: Sampling = GREEDY, *,
+def generate_batch(model: CausalLM, prompts: list[list[int]], max_new_tokens: int, sampling: Sampling = GREEDY, *,
                    use_cache: bool = True, use_graph: bool = True, decoder=None, stop_at_end_of_text: bool = True,
                    on_token: Callable[[int, int], None] | None = None,
                    warn: Callable[[str], None] = warn_on_stderr
@@ -123,7 +122,7 @@ def generate_batch(model: GPT2, prompts: list[list[int]], max_new_tokens: int, s
     or its budget) takes no more tokens, while the others go on. Under greedy decoding
     each row's tokens are its own generate()'s; sampling draws every row's tokens from
     one generator seeded by sampling.seed, row after row. `decoder`: one to run on
-    (gpt2.decoding, of len(prompts) rows) instead of a new one chosen by the flags."""
+    (generation.decoding, of len(prompts) rows) instead of a new one chosen by the flags."""
     prompts = [fit_prompt(list(prompt), max_new_tokens, model.config.max_T, warn) for prompt in prompts]
     if max_new_tokens == 0:
         return [[] for _ in prompts]
@@ -140,13 +139,13 @@ def generate_batch(model: GPT2, prompts: list[list[int]], max_new_tokens: int, s
             if on_token is not None:
                 on_token(row, tokens[row])
         running = [row for row in running if len(new[row]) < max_new_tokens
-                   and not (stop_at_end_of_text and tokens[row] == END_OF_TEXT)]
+                   and not (stop_at_end_of_text and tokens[row] == model.config.end_of_text)]
         if not running:
             return new
         logits = decoder.step(tokens)
 
 
-def decoder_kind(model: GPT2, use_cache: bool, use_graph: bool) -> str:
+def decoder_kind(model: CausalLM, use_cache: bool, use_graph: bool) -> str:
     if not use_cache:
         return "recompute"
     return "graph" if use_graph and model.backend.name == "kernels" else "launched"

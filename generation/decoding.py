@@ -42,8 +42,8 @@ import sys
 
 import numpy as np
 
-from gpt2.model import GPT2, KVCache
-from gpt2.ops import KV_CACHE_FUNCTIONS
+from model_runtime.causal_lm import CausalLM, KVCache
+from model_runtime.ops import KV_CACHE_FUNCTIONS
 from kernel_runtime import KitError
 from reference.registry import not_written_yet
 
@@ -76,7 +76,7 @@ class RecomputeDecoder:
 
     stream = contextlib.nullcontext()  # where its work runs, entered by callers: the current stream
 
-    def __init__(self, model: GPT2, batch_size: int):
+    def __init__(self, model: CausalLM, batch_size: int):
         self.model, self.batch_size = model, batch_size
         self.rows: list[np.ndarray] = []
 
@@ -103,7 +103,7 @@ class LaunchedDecoder:
 
     stream = contextlib.nullcontext()  # the current stream; a GraphDecoder has a stream of its own
 
-    def __init__(self, model: GPT2, batch_size: int):
+    def __init__(self, model: CausalLM, batch_size: int):
         self.model, self.batch_size = model, batch_size
         self.cache = model.new_cache(batch_size)
         self.activations = model.new_activations(batch_size, 1)
@@ -143,7 +143,7 @@ class GraphDecoder(LaunchedDecoder):
     Everything runs on the decoder's own stream, so its work is ordered without
     device-wide synchronisation; the host waits only for the logits it copies back."""
 
-    def __init__(self, model: GPT2, batch_size: int):
+    def __init__(self, model: CausalLM, batch_size: int):
         if model.backend.name != "kernels":
             raise ValueError(f"CUDA graphs need the kernels backend, not {model.backend.name!r} "
                              "(gold allocates inside its calls, the reference runs on the CPU)")
@@ -222,7 +222,7 @@ def print_on_stderr(line: str) -> None:
     print(line, file=sys.stderr)
 
 
-def make_decoder(model: GPT2, kind: str, batch_size: int):
+def make_decoder(model: CausalLM, kind: str, batch_size: int):
     """A decoder of `kind` (one of KINDS) for `batch_size` rows."""
     if kind not in DECODERS:
         raise ValueError(f"no decoder {kind!r}; the kinds are {', '.join(KINDS)}")
@@ -233,7 +233,7 @@ def make_decoder(model: GPT2, kind: str, batch_size: int):
     return DECODERS[kind](model, batch_size)
 
 
-def decoder_or_recompute(model: GPT2, kind: str, batch_size: int, say=print_on_stderr):
+def decoder_or_recompute(model: CausalLM, kind: str, batch_size: int, say=print_on_stderr):
     """make_decoder's decoder, or the recomputing one when `kind` needs the KV cache and the model's kernels
     directory has not written the cache's host functions yet; say(line) then tells why."""
     stubs = kv_cache_stubs(model, kind)
@@ -243,7 +243,7 @@ def decoder_or_recompute(model: GPT2, kind: str, batch_size: int, say=print_on_s
     return make_decoder(model, kind, batch_size)
 
 
-def kv_cache_stubs(model: GPT2, kind: str) -> str | None:
+def kv_cache_stubs(model: CausalLM, kind: str) -> str | None:
     """When a decoder of `kind` needs the KV cache and the model's kernels directory still has some of its
     host functions as TODO stubs: those functions and their file ("...: not written yet (kernels/decode.py)").
     Else None (always on gold and the reference, which run no kernels directory)."""

@@ -1,7 +1,7 @@
 """The host functions the model calls, as a typed protocol: follow `ops.matmul_forward(...)`
 in gpt2/model.py to here, and from each method's docstring to its kernel module.
 
-Every backend (gpt2.backends) offers exactly these functions: the kernels of the
+Every backend (model_runtime.backends) offers exactly these functions: the kernels of the
 kernels directory the process runs, reference.gold, or reference.cpu. Arrays are the
 backend's (CuPy float32 on the GPU, NumPy on the CPU); each call writes its outputs
 in place and returns None. Each method's spec is reference/specs/<name without _forward>.py.
@@ -34,12 +34,17 @@ class ForwardOps(Protocol):
     def flash_attention_forward(self, out: Array, lse: Array, inp: Array, B: int, T: int, C: int, NH: int) -> None:
         """kernels/flash_attention.py (milestone 3): attention_forward's out without the T x T probabilities;
         lse (B, NH, T) gets each softmax's log-sum-exp. Optional (OPTIONAL_FUNCTIONS): the model calls it in
-        attention_forward's place when its backend has it (gpt2.backends, the attention_flash variant)."""
+        attention_forward's place when its backend has it (model_runtime.backends, the attention_flash variant)."""
 
     def local_attention_forward(self, out: Array, lse: Array, inp: Array, B: int, T: int, C: int, NH: int,
                                 W: int) -> None:
         """kernels/flash_attention.py (milestone 3): flash attention over each query's W most recent keys.
         Optional: a local model (GPT2(..., window=W)) calls it in attention_forward's place."""
+
+    def rotary_forward(self, out: Array, inp: Array, positions: Array, sin_cos: Array, B: int, T: int, C: int,
+                       NH: int, rotary_dim: int) -> None:
+        """kernels/rotary.py (milestone 3): packed q|k|v with each query and key head's first rotary_dim values
+        turned by the angle of position positions[b] + t. Optional: GPT-J (gptj.model) calls it."""
 
     def residual_forward(self, out: Array, inp1: Array, inp2: Array, N: int) -> None:
         """kernels/residual.py: out = inp1 + inp2."""
@@ -62,7 +67,7 @@ class ForwardOps(Protocol):
     def layernorm_matmul_forward(self, out: Array, inp: Array, ln_weight: Array, ln_bias: Array, weight: Array,
                                  bias: Array, B: int, T: int, C: int, OC: int) -> None:
         """kernels/fused_gemv.py (milestone 3): out = layernorm(inp) @ weight^T + bias, in one kernel.
-        Optional: the decode step calls the fused functions when its backend has them (gpt2.backends, FUSED_DECODE_VARIANTS)."""
+        Optional: the decode step calls the fused functions when its backend has them (model_runtime.backends, FUSED_DECODE_VARIANTS)."""
 
     def layernorm_matmul_gelu_forward(self, out: Array, inp: Array, ln_weight: Array, ln_bias: Array,
                                       weight: Array, bias: Array, B: int, T: int, C: int, OC: int) -> None:
@@ -74,10 +79,11 @@ class ForwardOps(Protocol):
 
 
 FUSED_DECODE_FUNCTIONS = ("layernorm_matmul_forward", "layernorm_matmul_gelu_forward", "matmul_residual_forward")
-# the KV cache's: while they are stubs, generation recomputes every step instead (gpt2.decoding)
+# the KV cache's: while they are stubs, generation recomputes every step instead (generation.decoding)
 KV_CACHE_FUNCTIONS = ("encoder_at_positions_forward", "kv_cache_append_forward", "decode_attention_forward")
 # a later milestone's: not every kit has them
-OPTIONAL_FUNCTIONS: tuple[str, ...] = ("flash_attention_forward", "local_attention_forward", *FUSED_DECODE_FUNCTIONS)
+OPTIONAL_FUNCTIONS: tuple[str, ...] = ("flash_attention_forward", "local_attention_forward", "rotary_forward",
+                                       *FUSED_DECODE_FUNCTIONS)
 MODEL_FUNCTIONS: tuple[str, ...] = tuple(name for name in vars(ForwardOps)
                                          if name.endswith("_forward") and name not in OPTIONAL_FUNCTIONS)
 

@@ -1,5 +1,5 @@
 """Where the model's host functions come from: a backend is an array module plus the
-functions of gpt2.ops.ForwardOps.
+functions of model_runtime.ops.ForwardOps.
 
 * kernels:   the kernels directory this process runs (this kit's kernels/, or another
              one: `kernels=` binds it, see kernel_runtime.loader), on the GPU; with
@@ -23,7 +23,7 @@ import types
 
 import numpy as np
 
-from gpt2.ops import FUSED_DECODE_FUNCTIONS, KV_CACHE_FUNCTIONS, MODEL_FUNCTIONS, OPTIONAL_FUNCTIONS, ForwardOps
+from model_runtime.ops import FUSED_DECODE_FUNCTIONS, KV_CACHE_FUNCTIONS, MODEL_FUNCTIONS, OPTIONAL_FUNCTIONS, ForwardOps
 from kernel_runtime import KitError, require_gpu
 from kernel_runtime.loader import use_kernels
 from reference.registry import SPECS, host_function, host_functions, not_written_yet
@@ -43,7 +43,7 @@ class Backend:
     activation_dtype: type
     ops: ForwardOps
     flash_attention: bool = False  # the model calls ops.flash_attention_forward, not ops.attention_forward
-    fused_decode: bool = False     # a decode step calls the fused matmuls (gpt2.ops.FUSED_DECODE_FUNCTIONS)
+    fused_decode: bool = False     # a decode step calls the fused matmuls (model_runtime.ops.FUSED_DECODE_FUNCTIONS)
 
     def upload(self, host_array: np.ndarray):
         """A host array on the backend's device; a float one in the activations' dtype (the reference backend's
@@ -91,7 +91,7 @@ def uses_fused_decode(variants: tuple[str, ...]) -> bool:
 def kernel_ops(kernels: str | None = None, variants: tuple[str, ...] = ()) -> ForwardOps:
     """The model's host functions from a kernels directory (None: this kit's), bound for this process;
     each of `variants` (names in reference.variants) stands in for its host function. BackendError, naming
-    them, while any of those is a starter kit's TODO stub (the KV cache's aside: gpt2.decoding then
+    them, while any of those is a starter kit's TODO stub (the KV cache's aside: generation.decoding then
     recomputes)."""
     directory = use_kernels(kernels)
     ops = host_functions(MODEL_FUNCTIONS)

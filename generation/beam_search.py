@@ -21,9 +21,8 @@ import dataclasses
 
 import numpy as np
 
-from gpt2.decoding import decoder_or_recompute
-from gpt2.model import GPT2, TokenError
-from gpt2.tokenizer import END_OF_TEXT
+from generation.decoding import decoder_or_recompute
+from model_runtime.causal_lm import CausalLM, TokenError
 
 NEGATIVE = np.float32(-1e9)  # transformers' "impossible" score
 
@@ -49,16 +48,17 @@ class Hypotheses:
     scores: np.ndarray  # (prompts, num_beams) float32
 
 
-def beam_search(model: GPT2, prompts: list[list[int]], max_new_tokens: int, search: BeamSearch,
-                decoder="launched", end_of_text: int = END_OF_TEXT, clock=None) -> Hypotheses:
+def beam_search(model: CausalLM, prompts: list[list[int]], max_new_tokens: int, search: BeamSearch,
+                decoder="launched", clock=None) -> Hypotheses:
     """Beam search from each prompt (all of one length) for at most max_new_tokens new tokens.
 
-    decoder: a kind of gpt2.decoding (recompute, saying so on stderr, while the KV cache's kernels are
+    decoder: a kind of generation.decoding (recompute, saying so on stderr, while the KV cache's kernels are
     TODO stubs), or a decoder of prompts * num_beams rows to run on.
     clock: when given, clock.mark(stage) is called as each stage begins (InputPrep: the
     cache's reordering; Model: the step; BeamSearch: choosing on the host)."""
     prompts = equal_length_prompts(prompts)
     P, prompt_length = prompts.shape
+    end_of_text = model.config.end_of_text
     K = search.num_beams
     max_length = prompt_length + max_new_tokens
     if isinstance(decoder, str):
