@@ -19,10 +19,10 @@ A source is a local checkpoint when it is a file (llm.c) or a directory holding
 config.json (Hugging Face); otherwise a hub name is looked up on the hub, so that
 "gpt2" means the model even where a folder named gpt2/ is in the way.
 
-Every problem with a file is one `CheckpointError` line naming the file and what is wrong.
-Every file is written under a temporary name and renamed into place when complete
-(kernel_runtime.files), so an interrupted conversion leaves the previous file as it was.
-Given `progress` (a function taking a line), reading, writing and random init report
+The file formats themselves (safetensors, shards, JSON, the hub) are every family's:
+model_runtime.checkpoint_files; this module maps GPT-2's tensors onto them. Every
+problem with a file is one `CheckpointError` line naming the file and what is wrong;
+every file is written whole or not at all. Given `progress` (a function taking a line), reading, writing and random init report
 each tenth of their bytes: the command line prints those lines on stderr.
 
     python -m gpt2.checkpoint convert gpt2 gpt2_124M.bin   # any source -> llm.c float32 (version 3)
@@ -30,51 +30,26 @@ each tenth of their bytes: the command line prints those lines on stderr.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 import sys
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 
 from gpt2.config import PRESET_ALIASES, PRESETS, ConfigError, GPT2Config, preset
-from kernel_runtime import KitError
-from kernel_runtime.commands import OneLineArgumentParser, raise_lost_interrupt, run_command
+from kernel_runtime.commands import OneLineArgumentParser, run_command
 from kernel_runtime.files import replacing
+from model_runtime import checkpoint_files
+from model_runtime.checkpoint_files import (HF_PREFIX, CheckpointError, Parameters, Progress, Tenths,
+                                            bfloat16_to_float32, download_from_hub, expect_shape, float32_to_bfloat16,
+                                            is_int, open_weights, os_errors, read_json_object, write_text,
+                                            write_safetensors_directory)
 
 LLMC_MAGIC = 20240326
 LLMC_VERSIONS = {3: "float32", 5: "bfloat16"}
 LLMC_HEADER_INTS = 256
 
-Parameters = dict  # name -> float32 np.ndarray, GPT2Config.parameter_shapes() order
-Progress = Callable[[str], None]  # takes one line saying how far a long read or write has come
-
-
-class CheckpointError(KitError):
-    """A weights file or directory that cannot be read as GPT-2."""
-
-
-class _Tenths:
-    """Counts a job's bytes and gives `progress` (if any) one line each time the job passes another tenth."""
-
-    def __init__(self, progress: Progress | None, what: str, total_bytes: int):
-        self.progress, self.what, self.total = progress, what, total_bytes
-        self.done = self.said = 0
-
-    def add(self, nbytes: int) -> None:
-        self.done += nbytes
-        tenths = self.done * 10 // max(self.total, 1)
-        if self.progress is not None and tenths > self.said:
-            self.said = tenths
-            self.progress(f"{self.what}: {100 * self.done // max(self.total, 1)}% "
-                          f"({self.done / 1e6:.0f} of {self.total / 1e6:.0f} MB)")
-
-
-def _pieces(name: str, tensor: np.ndarray):
-    """A stacked layer tensor one layer at a time (so that progress moves within the big ones), else whole."""
-    return tensor if name in _HF_LAYER_TENSORS else [tensor]
 
 
 # --------------------------------------------------------------------------- random
@@ -82,39 +57,19 @@ def _pieces(name: str, tensor: np.ndarray):
 
 def random_parameters(config: GPT2Config, seed: int = 0, progress: Progress | None = None) -> Parameters:
     """GPT-2's initialisation: weights N(0, 0.02), the two residual projections scaled
-    by 1/sqrt(2L), biases 0, layernorm weights 1; wte's padding rows 0. Drawn in place,
-    layer by layer: the same numbers as one draw per tensor, without a second copy."""
-    rng = np.random.default_rng(seed)
+    by 1/sqrt(2L), biases 0, layernorm weights 1; wte's padding rows 0."""
     residual_std = 0.02 / math.sqrt(2 * config.num_layers)
-    tenths = _Tenths(progress, "initialising random weights", 4 * config.num_parameters())
-    params = {}
-    for name, shape in config.parameter_shapes().items():
-        if name in ("ln1w", "ln2w", "lnfw"):
-            params[name] = np.ones(shape, np.float32)
-        elif name.endswith("b"):
-            params[name] = np.zeros(shape, np.float32)
-        else:
-            std = residual_std if name in ("attprojw", "fcprojw") else 0.02
-            params[name] = np.empty(shape, np.float32)
-            for piece in _pieces(name, params[name]):
-                rng.standard_normal(dtype=np.float32, out=piece)
-                raise_lost_interrupt()  # a Ctrl-C it swallowed
-                piece *= np.float32(std)
-                tenths.add(piece.nbytes)
-            continue
-        tenths.add(params[name].nbytes)
+    params = checkpoint_files.random_parameters(config.parameter_shapes(), _HF_LAYER_TENSORS, seed, progress,
+                                                stds={"attprojw": residual_std, "fcprojw": residual_std})
     params["wte"][config.vocab_size:] = 0
     return params
 
 
 def perturbed_parameters(config: GPT2Config, seed: int) -> Parameters:
-    """GPT-2's init, plus noise on the biases and layernorm weights, which the init
-    leaves at 0 and 1: a model (or kernel) that swapped or dropped them shows."""
-    params = random_parameters(config, seed)
-    rng = np.random.default_rng(seed + 1)
-    for name in ("ln1w", "ln1b", "qkvb", "attprojb", "ln2w", "ln2b", "fcb", "fcprojb", "lnfw", "lnfb"):
-        params[name] = params[name] + rng.normal(0, 0.1, params[name].shape).astype(np.float32)
-    return params
+    """GPT-2's init, plus noise on the biases and layernorm weights (checkpoint_files.perturbed)."""
+    return checkpoint_files.perturbed(random_parameters(config, seed), ("ln1w", "ln1b", "qkvb", "attprojb", "ln2w",
+                                                                        "ln2b", "fcb", "fcprojb", "lnfw", "lnfb"),
+                                      seed + 1)
 
 
 # --------------------------------------------------------------------------- llm.c
@@ -122,7 +77,7 @@ def perturbed_parameters(config: GPT2Config, seed: int) -> Parameters:
 
 def read_llmc(path: str | Path, progress: Progress | None = None) -> tuple[GPT2Config, Parameters]:
     path = Path(path)
-    with _os_errors(path, "read"):
+    with os_errors(path, "read"):
         return _read_llmc(path, progress)
 
 
@@ -149,14 +104,14 @@ def _read_llmc(path: Path, progress: Progress | None) -> tuple[GPT2Config, Param
         raise CheckpointError(f"{path}: {what}: {size} bytes, expected {expected} for "
                               f"L={L} NH={NH} C={C} V={V} Vp={Vp} max_T={max_T} in {LLMC_VERSIONS[version]}")
     params, offset = {}, 4 * LLMC_HEADER_INTS
-    tenths = _Tenths(progress, f"reading {path}", size)
+    tenths = Tenths(progress, f"reading {path}", size)
     tenths.add(offset)
     for name, shape in config.parameter_shapes().items():
         count = math.prod(shape)
         if version == 3:
             tensor = np.fromfile(path, dtype="<f4", count=count, offset=offset)
         else:
-            tensor = _bfloat16_to_float32(np.fromfile(path, dtype="<u2", count=count, offset=offset))
+            tensor = bfloat16_to_float32(np.fromfile(path, dtype="<u2", count=count, offset=offset))
         params[name] = tensor.reshape(shape)
         offset += count * item
         tenths.add(count * item)
@@ -174,25 +129,15 @@ def write_llmc(path: str | Path, config: GPT2Config, params: Parameters, dtype: 
     header[:8] = [LLMC_MAGIC, versions[dtype], config.max_T, config.vocab_size, config.num_layers,
                   config.num_heads, config.channels, config.padded_vocab_size]
     item = 4 if dtype == "float32" else 2
-    tenths = _Tenths(progress, f"writing {path}", header.nbytes + config.num_parameters() * item)
-    with _os_errors(path, "write"), replacing(path) as partial, open(partial, "wb") as f:
+    tenths = Tenths(progress, f"writing {path}", header.nbytes + config.num_parameters() * item)
+    with os_errors(path, "write"), replacing(path) as partial, open(partial, "wb") as f:
         header.tofile(f)
         tenths.add(header.nbytes)
         for name in config.parameter_shapes():
-            for piece in _pieces(name, params[name]):
+            for piece in params[name] if name in _HF_LAYER_TENSORS else [params[name]]:  # a layer at a time
                 piece = np.ascontiguousarray(piece, dtype="<f4")
-                (piece if dtype == "float32" else _float32_to_bfloat16(piece)).tofile(f)
+                (piece if dtype == "float32" else float32_to_bfloat16(piece)).tofile(f)
                 tenths.add(piece.size * item)
-
-
-def _bfloat16_to_float32(bits: np.ndarray) -> np.ndarray:
-    return (bits.astype(np.uint32) << 16).view(np.float32)
-
-
-def _float32_to_bfloat16(values: np.ndarray) -> np.ndarray:
-    bits = values.view(np.uint32)
-    rounding = ((bits >> 16) & 1) + 0x7FFF  # round to nearest, ties to even
-    return ((bits + rounding) >> 16).astype("<u2")
 
 
 # --------------------------------------------------------------------------- Hugging Face
@@ -207,23 +152,21 @@ _HF_LAYER_TENSORS = {
     "fcprojw": ("h.{l}.mlp.c_proj.weight", True), "fcprojb": ("h.{l}.mlp.c_proj.bias", False),
 }
 _HF_GLOBAL_TENSORS = {"wte": "wte.weight", "wpe": "wpe.weight", "lnfw": "ln_f.weight", "lnfb": "ln_f.bias"}
-_SAFETENSORS_DTYPES = {"F32": "<f4", "F16": "<f2", "BF16": "<u2"}
-_HF_PREFIX = "transformer."
 
 
 def read_hf(directory: str | Path, progress: Progress | None = None) -> tuple[GPT2Config, Parameters]:
     directory = Path(directory)
     config = _read_hf_config(directory / "config.json")
-    tensors = _open_safetensors(directory)
+    tensors = open_weights(directory)
     params = {}
     shapes = config.parameter_shapes()
     V = config.vocab_size
     stored_shapes = shapes | {"wte": (V, config.channels)}  # HF stores only the real vocabulary's rows
     padding_rows = (config.padded_vocab_size - V) * config.channels
-    tenths = _Tenths(progress, f"reading {directory}", 4 * (config.num_parameters() - padding_rows))
+    tenths = Tenths(progress, f"reading {directory}", 4 * (config.num_parameters() - padding_rows))
     for name, hf_name in _HF_GLOBAL_TENSORS.items():
         params[name] = tensors.load(hf_name)
-        _expect_shape(tensors, hf_name, params[name], stored_shapes[name])
+        expect_shape(tensors, hf_name, params[name], stored_shapes[name])
         tenths.add(params[name].nbytes)
     padded = np.zeros(shapes["wte"], np.float32)
     padded[:V] = params["wte"]
@@ -234,7 +177,7 @@ def read_hf(directory: str | Path, progress: Progress | None = None) -> tuple[GP
             hf_name = pattern.format(l=layer)
             tensor = tensors.load(hf_name)
             want = shapes[name][1:][::-1] if transposed else shapes[name][1:]
-            _expect_shape(tensors, hf_name, tensor, want)
+            expect_shape(tensors, hf_name, tensor, want)
             stacked[layer] = tensor.T if transposed else tensor
             tenths.add(tensor.nbytes)
         params[name] = stacked
@@ -247,28 +190,17 @@ def write_hf(directory: str | Path, config: GPT2Config, params: Parameters,
     max_shard_bytes is given and the weights exceed it)."""
     _check_parameters(config, params, str(directory))
     directory = Path(directory)
-    with _os_errors(directory, "write"):
+    with os_errors(directory, "write"):
         directory.mkdir(parents=True, exist_ok=True)
-    tensors = {_HF_PREFIX + "wte.weight": params["wte"][:config.vocab_size]}
-    tensors[_HF_PREFIX + "wpe.weight"] = params["wpe"]
+    tensors = {HF_PREFIX + "wte.weight": params["wte"][:config.vocab_size]}
+    tensors[HF_PREFIX + "wpe.weight"] = params["wpe"]
     for layer in range(config.num_layers):
         for name, (pattern, transposed) in _HF_LAYER_TENSORS.items():
             tensor = params[name][layer]
-            tensors[_HF_PREFIX + pattern.format(l=layer)] = tensor.T if transposed else tensor
-    tensors[_HF_PREFIX + "ln_f.weight"], tensors[_HF_PREFIX + "ln_f.bias"] = params["lnfw"], params["lnfb"]
-    _write_text(directory / "config.json", json.dumps(_hf_config(config), indent=2) + "\n")
-    shards = _split_shards(tensors, max_shard_bytes)
-    if len(shards) == 1:
-        _write_safetensors(directory / "model.safetensors", shards[0])
-        return
-    weight_map = {}
-    for k, shard in enumerate(shards, start=1):
-        filename = f"model-{k:05d}-of-{len(shards):05d}.safetensors"
-        _write_safetensors(directory / filename, shard)
-        weight_map.update({name: filename for name in shard})
-    total = sum(t.size * 4 for t in tensors.values())
-    index = {"metadata": {"total_size": total}, "weight_map": weight_map}
-    _write_text(directory / "model.safetensors.index.json", json.dumps(index, indent=2) + "\n")
+            tensors[HF_PREFIX + pattern.format(l=layer)] = tensor.T if transposed else tensor
+    tensors[HF_PREFIX + "ln_f.weight"], tensors[HF_PREFIX + "ln_f.bias"] = params["lnfw"], params["lnfb"]
+    write_text(directory / "config.json", json.dumps(_hf_config(config), indent=2) + "\n")
+    write_safetensors_directory(directory, tensors, max_shard_bytes)
 
 
 def _hf_config(config: GPT2Config) -> dict:
@@ -283,7 +215,7 @@ def _hf_config(config: GPT2Config) -> dict:
 
 
 def _read_hf_config(path: Path) -> GPT2Config:
-    raw = _read_json_object(path)
+    raw = read_json_object(path)
     if raw.get("model_type", "gpt2") != "gpt2":
         raise CheckpointError(f"{path}: model_type is {raw['model_type']!r}, not 'gpt2'")
     if raw.get("activation_function", "gelu_new") not in ("gelu_new", "gelu_pytorch_tanh"):
@@ -295,7 +227,7 @@ def _read_hf_config(path: Path) -> GPT2Config:
     for field in ("n_layer", "n_head", "n_embd", "vocab_size", "n_positions"):
         if field not in raw:
             raise CheckpointError(f"{path}: missing field {field}")
-        if not _is_int(raw[field]) or raw[field] < 1:
+        if not is_int(raw[field]) or raw[field] < 1:
             raise CheckpointError(f"{path}: {field} must be a positive integer, got {raw[field]!r}")
         sizes[field] = raw[field]
     if raw.get("n_inner") not in (None, 4 * sizes["n_embd"]):
@@ -305,155 +237,6 @@ def _read_hf_config(path: Path) -> GPT2Config:
                                 max_T=sizes["n_positions"])
     except ConfigError as err:
         raise CheckpointError(f"{path}: {err}") from None
-
-
-def _read_json_object(path: Path) -> dict:
-    with _os_errors(path, "read"):
-        data = path.read_bytes()
-    try:
-        raw = json.loads(data)
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise CheckpointError(f"{path}: not valid JSON ({err})") from None
-    if not isinstance(raw, dict):
-        raise CheckpointError(f"{path}: holds a JSON {_json_kind(raw)}, expected an object")
-    return raw
-
-
-def _json_kind(value) -> str:
-    kinds = {list: "list", str: "string", bool: "boolean", int: "number", float: "number", type(None): "null"}
-    return kinds.get(type(value), type(value).__name__)
-
-
-def _is_int(value) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)  # Python counts JSON's true as the int 1
-
-
-class _SafetensorsFiles:
-    """Lazy access to the tensors of one or several .safetensors files, by HF name."""
-
-    def __init__(self, files: list[Path]):
-        self.where: dict[str, tuple[Path, dict, int]] = {}
-        for path in files:
-            header, data_start = _read_safetensors_header(path)
-            for name, info in header.items():
-                if name != "__metadata__":
-                    self.where[name.removeprefix(_HF_PREFIX)] = (path, info, data_start)
-
-    def load(self, name: str) -> np.ndarray:
-        if name not in self.where:
-            files = sorted({str(p) for p, _, _ in self.where.values()}) or ["(no tensors)"]
-            raise CheckpointError(f"{', '.join(files)}: missing tensor {name}")
-        path, info, data_start = self.where[name]
-        dtype, shape = info.get("dtype"), tuple(info["shape"])
-        if dtype not in _SAFETENSORS_DTYPES:
-            raise CheckpointError(f"{path}: tensor {name} has dtype {dtype}; F32, F16 and BF16 are supported")
-        begin, end = info["data_offsets"]
-        element = np.dtype(_SAFETENSORS_DTYPES[dtype])
-        expected = math.prod(shape) * element.itemsize
-        if end - begin != expected:
-            raise CheckpointError(f"{path}: tensor {name} of shape {shape} in {dtype} needs {expected} bytes, "
-                                  f"its data_offsets hold {end - begin}")
-        with _os_errors(path, "read"):
-            raw = np.fromfile(path, dtype=element, count=math.prod(shape), offset=data_start + begin)
-        values = _bfloat16_to_float32(raw) if dtype == "BF16" else raw.astype(np.float32)
-        return values.reshape(shape)
-
-    def describe(self, name: str) -> str:
-        return str(self.where[name][0]) if name in self.where else "?"
-
-
-def _open_safetensors(directory: Path) -> _SafetensorsFiles:
-    index = directory / "model.safetensors.index.json"
-    single = directory / "model.safetensors"
-    if index.exists():
-        weight_map = _read_json_object(index).get("weight_map")
-        if not isinstance(weight_map, dict) or not all(isinstance(f, str) for f in weight_map.values()):
-            raise CheckpointError(f"{index}: weight_map must map tensor names to file names")
-        files = sorted({directory / f for f in weight_map.values()})
-    elif single.exists():
-        files = [single]
-    else:
-        raise CheckpointError(f"{directory}: no model.safetensors or model.safetensors.index.json")
-    for path in files:
-        if not path.exists():
-            raise CheckpointError(f"{path}: missing shard")
-    return _SafetensorsFiles(files)
-
-
-def _read_safetensors_header(path: Path) -> tuple[dict, int]:
-    with _os_errors(path, "read"), open(path, "rb") as f:
-        size = path.stat().st_size
-        prefix = f.read(8)
-        if len(prefix) < 8:
-            raise CheckpointError(f"{path}: too short for a safetensors file")
-        length = int.from_bytes(prefix, "little")
-        if length > size - 8:
-            raise CheckpointError(f"{path}: truncated safetensors header")
-        encoded = f.read(length)
-    try:
-        header = json.loads(encoded)
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        raise CheckpointError(f"{path}: unreadable safetensors header") from None
-    if not isinstance(header, dict):
-        raise CheckpointError(f"{path}: safetensors header holds a JSON {_json_kind(header)}, expected an object")
-    data_size = size - 8 - length
-    for name, info in header.items():
-        if name != "__metadata__":
-            _check_safetensors_entry(path, name, info, data_size)
-    return header, 8 + length
-
-
-def _check_safetensors_entry(path: Path, name: str, info, data_size: int) -> None:
-    """An entry's layout (dtypes are checked when a tensor is loaded: unused ones may be anything)."""
-    if not isinstance(info, dict):
-        raise CheckpointError(f"{path}: tensor {name}: header entry is a JSON {_json_kind(info)}, expected an object")
-    offsets, shape, dtype = info.get("data_offsets"), info.get("shape"), info.get("dtype")
-    if not isinstance(dtype, str):
-        raise CheckpointError(f"{path}: tensor {name}: dtype must be a name such as F32, got {dtype!r}")
-    if not (_is_int_list(offsets) and len(offsets) == 2 and 0 <= offsets[0] <= offsets[1]):
-        raise CheckpointError(f"{path}: tensor {name}: data_offsets must be [begin, end], got {offsets!r}")
-    if not (_is_int_list(shape) and all(size >= 0 for size in shape)):
-        raise CheckpointError(f"{path}: tensor {name}: shape must be a list of sizes, got {shape!r}")
-    if offsets[1] > data_size:
-        raise CheckpointError(f"{path}: truncated: tensor {name} ends past the end of the file")
-
-
-def _is_int_list(value) -> bool:
-    return isinstance(value, list) and all(_is_int(item) for item in value)
-
-
-def _write_safetensors(path: Path, tensors: dict) -> None:
-    header, offset = {}, 0
-    for name, tensor in tensors.items():
-        nbytes = tensor.size * 4
-        header[name] = {"dtype": "F32", "shape": list(tensor.shape), "data_offsets": [offset, offset + nbytes]}
-        offset += nbytes
-    header["__metadata__"] = {"format": "pt"}
-    encoded = json.dumps(header, separators=(",", ":")).encode()
-    encoded += b" " * (-len(encoded) % 8)
-    with _os_errors(path, "write"), replacing(path) as partial, open(partial, "wb") as f:
-        f.write(len(encoded).to_bytes(8, "little"))
-        f.write(encoded)
-        for tensor in tensors.values():
-            np.ascontiguousarray(tensor, dtype="<f4").tofile(f)
-
-
-def _split_shards(tensors: dict, max_shard_bytes: int | None) -> list[dict]:
-    shards, current, current_bytes = [], {}, 0
-    for name, tensor in tensors.items():
-        nbytes = tensor.size * 4
-        if current and max_shard_bytes is not None and current_bytes + nbytes > max_shard_bytes:
-            shards.append(current)
-            current, current_bytes = {}, 0
-        current[name] = tensor
-        current_bytes += nbytes
-    return shards + [current]
-
-
-def _expect_shape(tensors: _SafetensorsFiles, name: str, tensor: np.ndarray, shape: tuple) -> None:
-    if tuple(tensor.shape) != tuple(shape):
-        raise CheckpointError(f"{tensors.describe(name)}: tensor {name} has shape {tuple(tensor.shape)}, "
-                              f"expected {tuple(shape)}")
 
 
 # --------------------------------------------------------------------------- any source
@@ -470,7 +253,7 @@ def load(source: str | Path, progress: Progress | None = None) -> tuple[GPT2Conf
         config = PRESETS["gpt2"] if text == "random" else _preset_or_error(text.split(":", 1)[1])
         return config, random_parameters(config, seed=0, progress=progress)
     path = Path(source).expanduser()
-    with _os_errors(path, "read"):  # a name too long for a path, say
+    with os_errors(path, "read"):  # a name too long for a path, say
         is_file, is_hf_directory, is_directory = path.is_file(), (path / "config.json").exists(), path.is_dir()
     if is_file:
         return read_llmc(path, progress)
@@ -491,21 +274,6 @@ def hub_repo_id(name: str) -> str | None:
     return f"{HUB_OWNER}/{name}" if name in PRESETS else None
 
 
-def download_from_hub(repo_id: str) -> Path:
-    """The hub's snapshot of `repo_id` in huggingface_hub's cache: config.json and the
-    safetensors weights only. Needs the network unless the cache has them already."""
-    try:
-        from huggingface_hub import snapshot_download
-    except ImportError:
-        raise CheckpointError(f"{repo_id}: downloading needs huggingface_hub (pip install huggingface_hub)") from None
-    try:
-        return Path(snapshot_download(repo_id=repo_id,
-                                      allow_patterns=["config.json", "*.safetensors", "*.safetensors.index.json"]))
-    except Exception as err:  # offline, unknown repository, ...: one line either way
-        message = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise CheckpointError(f"{repo_id}: could not download from the Hugging Face hub ({message})") from None
-
-
 def _preset_or_error(name: str) -> GPT2Config:
     try:
         return preset(name)
@@ -519,20 +287,6 @@ def _check_parameters(config: GPT2Config, params: Parameters, where: str) -> Non
             raise CheckpointError(f"{where}: parameters lack {name}")
         if tuple(params[name].shape) != shape:
             raise CheckpointError(f"{where}: {name} has shape {tuple(params[name].shape)}, expected {shape}")
-
-
-@contextlib.contextmanager
-def _os_errors(path: Path, action: str):
-    """An OSError inside (no such file, a directory, no permission, ...) as one CheckpointError line."""
-    try:
-        yield
-    except OSError as err:
-        raise CheckpointError(f"{path}: cannot {action} ({err.strerror or err})") from None
-
-
-def _write_text(path: Path, text: str) -> None:
-    with _os_errors(path, "write"), replacing(path) as partial:
-        partial.write_text(text)
 
 
 # --------------------------------------------------------------------------- command line

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from gpt2 import checkpoint
+from model_runtime import checkpoint_files
 from gpt2.checkpoint import (LLMC_HEADER_INTS, CheckpointError, hub_repo_id, load, perturbed_parameters,
                              random_parameters, read_hf, read_llmc, write_hf, write_llmc)
 from gpt2.config import GPT2Config, preset
@@ -330,7 +331,7 @@ def test_an_interrupted_write_keeps_the_previous_checkpoint(tmp_path, params, mo
     path = tmp_path / "m.bin"
     write_llmc(path, TINY, params)
     before = path.read_bytes()
-    to_bfloat16, converted = checkpoint._float32_to_bfloat16, []
+    to_bfloat16, converted = checkpoint_files.float32_to_bfloat16, []
 
     def interrupted_on_the_third_call(values):  # as Ctrl-C would, with two tensors' bytes written
         if len(converted) == 2:
@@ -338,7 +339,7 @@ def test_an_interrupted_write_keeps_the_previous_checkpoint(tmp_path, params, mo
         converted.append(values)
         return to_bfloat16(values)
 
-    monkeypatch.setattr(checkpoint, "_float32_to_bfloat16", interrupted_on_the_third_call)
+    monkeypatch.setattr(checkpoint, "float32_to_bfloat16", interrupted_on_the_third_call)
     with pytest.raises(KeyboardInterrupt):
         write_llmc(path, TINY, params, dtype="bfloat16")
     assert path.read_bytes() == before
