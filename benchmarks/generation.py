@@ -23,7 +23,8 @@ from benchmarks.transformers_model import hf_model
 from model_runtime.backends import make_backend
 from generation.executors import make_executor
 from generation.generate import GREEDY, generate
-from gpt2.model import GPT2, check_sources
+from gpt2.families import check_sources
+from gpt2.model import GPT2
 from kernel_runtime.commands import OneLineArgumentParser, run_command
 from kernel_runtime.device import exit_without_gpu, first_line
 

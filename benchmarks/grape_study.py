@@ -46,7 +46,8 @@ from benchmarks.transformers_model import hf_model as transformers_gpt2
 from generation.beam_search import BeamSearch
 from generation.executors import EXECUTORS, StageClock, make_executor
 from generation.generate import GREEDY
-from gpt2.model import GPT2, check_sources
+from gpt2.families import check_sources
+from gpt2.model import GPT2
 from kernel_runtime.commands import POSITIVE_INT, OneLineArgumentParser, checked, run_command
 from kernel_runtime.device import exit_without_gpu
 

@@ -17,11 +17,9 @@ import os
 import sys
 from pathlib import Path
 
-from gpt2 import checkpoint
 from model_runtime.backends import BACKENDS, make_backend
-from gpt2.config import LONGEST_CONTEXT
 from generation.generate import Sampling, fit_prompt, generate
-from gpt2.model import GPT2, check_sources
+from gpt2.families import LONGEST_CONTEXT, check_sources, load_model
 from gpt2.tokenizer import get_tokenizer
 from kernel_runtime import GPUUnavailableError, gpu_unavailable_reason
 from kernel_runtime.commands import (NON_NEGATIVE_INT, SEED, OneLineArgumentParser, checked, raise_lost_interrupt,
@@ -78,10 +76,12 @@ NEW_TOKENS = checked(int, lambda n: 0 <= n < LONGEST_CONTEXT, f"an integer from 
 
 
 def build_parser() -> OneLineArgumentParser:
-    parser = OneLineArgumentParser(prog="python -m gpt2", description="Complete text with GPT-2 on the kit's kernels.")
+    parser = OneLineArgumentParser(prog="python -m gpt2", description="Complete text with GPT-2 (or GPT-J) on the kit's "
+                                                                   "kernels.")
     parser.add_argument("prompt", nargs="?", help="text to complete (default: read one prompt per line from stdin)")
-    parser.add_argument("--model", help="llm.c .bin file, Hugging Face directory, hub name (gpt2, gpt2-medium, "
-                                        "...) or random / random:<size> (default: $GPT2_MODEL, else GPT-2 124M in "
+    parser.add_argument("--model", help="llm.c .bin file, Hugging Face directory (GPT-2 or GPT-J), hub name "
+                                        "(gpt2, gpt2-medium, ..., gpt-j-6b) or random / random:<size> (e.g. "
+                                        "random:gpt-j-6b) (default: $GPT2_MODEL, else GPT-2 124M in "
                                         f"the Hugging Face cache, else {COURSE_CHECKPOINT} here or in the home "
                                         "directory, else random)")
     parser.add_argument("--backend", choices=BACKENDS, help="kernels or gold (CuPy) on the GPU, reference (NumPy) "
@@ -152,7 +152,7 @@ def complete(args) -> None:
     backend = choose_backend(args, note)
     tokenizer = get_tokenizer()
     note(f"loading {source} on the {backend} backend ...")
-    model = GPT2(*checkpoint.load(source), backend=make_backend(backend, args.kernels, tuple(args.variant)))
+    model = load_model(source, make_backend(backend, args.kernels, tuple(args.variant)))
     interactive = args.prompt is None
     for prompt in _interactive_prompts() if interactive else [args.prompt]:
         raise_lost_interrupt()

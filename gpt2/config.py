@@ -67,7 +67,6 @@ PRESETS = {
     "gpt2-large": GPT2Config.sized(36, 20, 1280),
     "gpt2-xl": GPT2Config.sized(48, 25, 1600),
 }
-LONGEST_CONTEXT = max(config.max_T for config in PRESETS.values())  # what a command line is checked against
 PRESET_ALIASES = {"124M": "gpt2", "355M": "gpt2-medium", "774M": "gpt2-large", "1558M": "gpt2-xl"}
 
 

@@ -31,7 +31,6 @@ residual adds inside the two projections (kernels/fused_gemv.py).
 
 from __future__ import annotations
 
-import os
 import types
 from typing import TYPE_CHECKING
 
@@ -168,16 +167,3 @@ class GPT2(CausalLM):
     def activation_key(self) -> tuple:
         return (self.flash_attention, self.window)
 
-
-def check_sources(model: str, kernels: str | None = None) -> None:
-    """Raise the one-line error of a --model or --kernels that names nothing there, reading nothing, so
-    that a command names a wrong path before a missing GPU. A model source that names something (a file,
-    a directory, a hub name, random) is judged when it loads."""
-    from gpt2 import checkpoint
-    from kernel_runtime.loader import kernels_directory
-
-    if kernels is not None:
-        kernels_directory(kernels)
-    if (model.split(":", 1)[0] != "random" and checkpoint.hub_repo_id(model) is None
-            and not os.path.exists(os.path.expanduser(model))):
-        checkpoint.load(model)  # nothing to read there: raises load's own error

@@ -30,13 +30,14 @@ def main(argv=None) -> int:
 
 
 def profile(args) -> int:
-    from gpt2.model import GPT2, check_sources
+    from gpt2.families import check_sources, load_model
+    from model_runtime.backends import make_backend
 
     check_sources(args.model, args.kernels)
     exit_without_gpu("gpt2.profile")
     import cupy  # after the GPU check: a machine without a GPU may have no CuPy either
 
-    model = GPT2.from_pretrained(args.model, backend="kernels", kernels=args.kernels)
+    model = load_model(args.model, make_backend("kernels", args.kernels))
     tokens = np.random.default_rng(0).integers(0, model.config.vocab_size, (args.batch, args.tokens), dtype=np.int32)
     model(tokens)  # warm-up: compiles and loads every kernel; says if the tokens exceed the context
     cupy.cuda.Device().synchronize()

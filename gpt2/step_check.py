@@ -141,14 +141,14 @@ def main(argv=None) -> int:
 
 
 def check(args) -> int:
-    from model_runtime.backends import kernel_ops, uses_flash
-    from gpt2.model import GPT2, check_sources
+    from gpt2.families import check_sources, load_model
+    from model_runtime.backends import kernel_ops, make_backend, uses_flash
 
     profile = resolve_profile(args.profile, [variant_named(name) for name in args.variant])
     check_sources(args.model, args.kernels)
     exit_without_gpu("gpt2.step_check")
     candidate = kernel_ops(args.kernels, tuple(args.variant))
-    model = GPT2.from_pretrained(args.model, backend="gold")
+    model = load_model(args.model, make_backend("gold"))
     model.flash_attention = uses_flash(tuple(args.variant))  # gold's attention step as the candidate's
     rng = np.random.default_rng(args.seed)
     tokens = rng.integers(0, model.config.vocab_size, (args.batch, args.tokens), dtype=np.int32)

@@ -59,7 +59,16 @@ class Tokenizer:
         return self._encoding.encode(text, allowed_special={"<|endoftext|>"})
 
     def decode(self, ids) -> str:
-        return self._encoding.decode([int(i) for i in ids])
+        """Text of `ids`. An id past the BPE's (GPT-J's LM head has 143 more rows, never trained to be chosen)
+        reads as <|extratoken_N|>, N from 1, as GPT-J's tokenizer in transformers names them."""
+        text, run = [], []
+        for i in map(int, ids):
+            if i < self.vocab_size:
+                run.append(i)
+                continue
+            text += [self._encoding.decode(run), f"<|extratoken_{i - self.vocab_size + 1}|>"]
+            run = []
+        return "".join(text) + self._encoding.decode(run)
 
 
 @functools.lru_cache(maxsize=None)

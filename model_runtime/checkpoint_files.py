@@ -251,16 +251,23 @@ def expect_shape(tensors: SafetensorsFiles, name: str, tensor: np.ndarray, shape
                               f"expected {tuple(shape)}")
 
 
-def download_from_hub(repo_id: str) -> Path:
+def download_from_hub(repo_id: str, torch_files: bool = False) -> Path:
     """The hub's snapshot of `repo_id` in huggingface_hub's cache: config.json and the
-    safetensors weights only. Needs the network unless the cache has them already."""
+    safetensors weights; with torch_files, where the repository has no safetensors, its
+    PyTorch .bin weights instead. Needs the network unless the cache has them already."""
+    path = _snapshot(repo_id, ["config.json", "*.safetensors", "*.safetensors.index.json"])
+    if torch_files and not any(path.glob("*.safetensors")):
+        path = _snapshot(repo_id, ["config.json", "pytorch_model*.bin", "pytorch_model.bin.index.json"])
+    return path
+
+
+def _snapshot(repo_id: str, patterns: list[str]) -> Path:
     try:
         from huggingface_hub import snapshot_download
     except ImportError:
         raise CheckpointError(f"{repo_id}: downloading needs huggingface_hub (pip install huggingface_hub)") from None
     try:
-        return Path(snapshot_download(repo_id=repo_id,
-                                      allow_patterns=["config.json", "*.safetensors", "*.safetensors.index.json"]))
+        return Path(snapshot_download(repo_id=repo_id, allow_patterns=patterns))
     except Exception as err:  # offline, unknown repository, ...: one line either way
         message = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise CheckpointError(f"{repo_id}: could not download from the Hugging Face hub ({message})") from None

@@ -70,10 +70,10 @@ def one_line_exit(capsys, argv) -> tuple[int, str]:
 
 
 @pytest.mark.parametrize("flag, value, rule", [
-    ("--max-new-tokens", "-1", "an integer from 0 to 1023"),
-    ("--max-new-tokens", "many", "an integer from 0 to 1023"),
-    ("--max-new-tokens", "1024", "an integer from 0 to 1023"),  # no room for a prompt in any GPT-2's context
-    ("--max-new-tokens", "99999999999999999999", "an integer from 0 to 1023"),
+    ("--max-new-tokens", "-1", "an integer from 0 to 2047"),
+    ("--max-new-tokens", "many", "an integer from 0 to 2047"),
+    ("--max-new-tokens", "2048", "an integer from 0 to 2047"),  # no room for a prompt in any model's context
+    ("--max-new-tokens", "99999999999999999999", "an integer from 0 to 2047"),
     ("--temperature", "nan", "a finite number >= 0"),
     ("--temperature", "inf", "a finite number >= 0"),
     ("--temperature", "-1", "a finite number >= 0"),
@@ -137,7 +137,8 @@ def test_a_missing_path_is_named_before_a_missing_gpu(capsys, monkeypatch, tiny_
 
 @pytest.mark.parametrize("args, message", [
     (("hi", "--model", "/no/such/model.bin"), "gpt2: /no/such/model.bin: no such file"),
-    (("hi", "--model", "random:huge"), "gpt2: unknown GPT-2 size 'huge'"),
+    (("hi", "--model", "random:huge"), "gpt2: unknown model size 'huge' (known: gpt2, gpt2-medium, gpt2-large, "
+                                       "gpt2-xl, gpt-j-6b, 124M, 355M, 774M, 1558M)"),
 ])
 def test_errors_are_one_line(args, message):
     done = gpt2_cli(*args, "--backend", "reference")

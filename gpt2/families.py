@@ -1,0 +1,67 @@
+"""The model families the kit's command runs, and which one a model source names.
+
+    family = family_of(source)              # "gpt2" or "gptj"
+    model = load_model(source, backend)     # a model_runtime.causal_lm.CausalLM of that family
+
+GPT-2: an llm.c .bin file, a transformers directory of model_type gpt2, a hub name
+(gpt2, gpt2-medium, ...), random or random:<size> (gpt2/checkpoint.py). GPT-J: a
+transformers directory of model_type gptj, gpt-j-6b or EleutherAI/gpt-j-6b, or
+random:gpt-j-6b (gptj/checkpoint.py). Both read GPT-2's BPE (gpt2/tokenizer.py).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from gpt2 import checkpoint as gpt2_checkpoint
+from gpt2.config import PRESET_ALIASES
+from gpt2.config import PRESETS as GPT2_PRESETS
+from gpt2.model import GPT2
+from gptj import checkpoint as gptj_checkpoint
+from gptj.config import PRESETS as GPTJ_PRESETS
+from gptj.model import GPTJ
+from model_runtime.backends import Backend
+from model_runtime.causal_lm import CausalLM
+from model_runtime.checkpoint_files import CheckpointError, Progress, os_errors
+
+# what a command line is checked against: the longest context of any model it may load
+LONGEST_CONTEXT = max(config.max_T for config in [*GPT2_PRESETS.values(), *GPTJ_PRESETS.values()])
+MODEL_NAMES = (*GPT2_PRESETS, *GPTJ_PRESETS)  # what --model takes besides paths and random
+
+
+def family_of(source: str) -> str:
+    """"gptj" for a GPT-J source, else "gpt2" (whose loader then judges it, with its own errors)."""
+    text = str(source)
+    if text.startswith("random:"):
+        size = text.split(":", 1)[1]
+        if size not in (*MODEL_NAMES, *PRESET_ALIASES):
+            raise CheckpointError(f"unknown model size {size!r} (known: {', '.join([*MODEL_NAMES, *PRESET_ALIASES])})")
+        return "gptj" if size in GPTJ_PRESETS else "gpt2"
+    path = Path(text).expanduser()
+    with os_errors(path, "read"):
+        is_directory = (path / "config.json").exists()
+    if is_directory:
+        return "gptj" if gptj_checkpoint.is_gptj_directory(path) else "gpt2"
+    return "gptj" if gptj_checkpoint.hub_repo_id(text) is not None else "gpt2"
+
+
+def load_model(source: str, backend: Backend, progress: Progress | None = None) -> CausalLM:
+    """The model `source` names, on `backend`."""
+    if family_of(source) == "gptj":
+        return GPTJ(*gptj_checkpoint.load(source, progress), backend=backend)
+    return GPT2(*gpt2_checkpoint.load(source, progress), backend=backend)
+
+
+def check_sources(model: str, kernels: str | None = None) -> None:
+    """Raise the one-line error of a --model or --kernels that names nothing there, reading nothing, so
+    that a command names a wrong path before a missing GPU. A model source that names something (a file,
+    a directory, a hub name, random) is judged when it loads."""
+    from kernel_runtime.loader import kernels_directory
+
+    if kernels is not None:
+        kernels_directory(kernels)
+    family_of(model)  # a random model of an unknown size
+    if (model.split(":", 1)[0] != "random" and gpt2_checkpoint.hub_repo_id(model) is None
+            and gptj_checkpoint.hub_repo_id(model) is None and not os.path.exists(os.path.expanduser(model))):
+        gpt2_checkpoint.load(model)  # nothing to read there: raises load's own error

@@ -1,0 +1,130 @@
+"""Reading GPT-J weights: transformers' directories (safetensors, or PyTorch .bin as
+EleutherAI/gpt-j-6b ships them, one file or shards), hub names, random init.
+
+Weights live in host memory as a dict of float32 NumPy arrays in the layout of
+GPTJConfig.parameter_shapes. float16 and bfloat16 checkpoints are widened to float32.
+
+* A transformers directory: config.json (model_type "gptj") and the weights. The
+  q, k and v projections are stacked into one qkvw; nn.Linear stores (out, in)
+  already, so nothing is transposed.
+* Hub names: gpt-j-6b or EleutherAI/gpt-j-6b, downloaded through huggingface_hub into
+  its cache (24 GB in float32).
+* random:gpt-j-6b: transformers' initialisation, seeded (weights N(0, 0.02), biases 0,
+  layernorm weights 1). 6B parameters take about a minute to draw on a CPU and 24 GB
+  of host memory, then 24 GB on the GPU.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from gptj.config import PRESETS, ConfigError, GPTJConfig
+from model_runtime import checkpoint_files
+from model_runtime.checkpoint_files import (CheckpointError, Parameters, Progress, Tenths, download_from_hub,
+                                            expect_shape, is_int, open_weights, read_json_object)
+
+HUB_REPOSITORIES = {"gpt-j-6b": "EleutherAI/gpt-j-6b"}
+
+# name -> transformers' tensors (after "transformer."), one per layer; several are stacked along the rows
+_HF_LAYER_TENSORS = {
+    "ln1w": ("h.{l}.ln_1.weight",), "ln1b": ("h.{l}.ln_1.bias",),
+    "qkvw": ("h.{l}.attn.q_proj.weight", "h.{l}.attn.k_proj.weight", "h.{l}.attn.v_proj.weight"),
+    "attprojw": ("h.{l}.attn.out_proj.weight",),
+    "fcw": ("h.{l}.mlp.fc_in.weight",), "fcb": ("h.{l}.mlp.fc_in.bias",),
+    "fcprojw": ("h.{l}.mlp.fc_out.weight",), "fcprojb": ("h.{l}.mlp.fc_out.bias",),
+}
+_HF_GLOBAL_TENSORS = {"wte": "wte.weight", "lnfw": "ln_f.weight", "lnfb": "ln_f.bias",
+                      "lm_headw": "lm_head.weight", "lm_headb": "lm_head.bias"}
+
+
+def random_parameters(config: GPTJConfig, seed: int = 0, progress: Progress | None = None) -> Parameters:
+    """transformers' GPT-J initialisation: weights N(0, 0.02), biases 0, layernorm weights 1."""
+    return checkpoint_files.random_parameters(config.parameter_shapes(), _HF_LAYER_TENSORS, seed, progress)
+
+
+def perturbed_parameters(config: GPTJConfig, seed: int) -> Parameters:
+    """The init, plus noise on the biases and layernorm weights (checkpoint_files.perturbed)."""
+    return checkpoint_files.perturbed(random_parameters(config, seed),
+                                      ("ln1w", "ln1b", "fcb", "fcprojb", "lnfw", "lnfb", "lm_headb"), seed + 1)
+
+
+def is_gptj_directory(path: Path) -> bool:
+    """Whether `path` holds a transformers config.json whose model_type is gptj."""
+    config = path / "config.json"
+    return config.exists() and read_json_object(config).get("model_type") == "gptj"
+
+
+def read_hf(directory: str | Path, progress: Progress | None = None) -> tuple[GPTJConfig, Parameters]:
+    directory = Path(directory)
+    config = read_hf_config(directory / "config.json")
+    tensors = open_weights(directory, torch_files=True)
+    shapes = config.parameter_shapes()
+    tenths = Tenths(progress, f"reading {directory}", 4 * config.num_parameters())
+    params = {}
+    for name, hf_name in _HF_GLOBAL_TENSORS.items():
+        params[name] = tensors.load(hf_name)
+        expect_shape(tensors, hf_name, params[name], shapes[name])
+        tenths.add(params[name].nbytes)
+    for name, patterns in _HF_LAYER_TENSORS.items():
+        stacked = np.empty(shapes[name], np.float32)
+        rows = shapes[name][1] // len(patterns)
+        for layer in range(config.num_layers):
+            for part, pattern in enumerate(patterns):
+                hf_name = pattern.format(l=layer)
+                tensor = tensors.load(hf_name)
+                expect_shape(tensors, hf_name, tensor, (rows, *shapes[name][2:]))
+                stacked[layer, part * rows:(part + 1) * rows] = tensor
+                tenths.add(tensor.nbytes)
+        params[name] = stacked
+    return config, {name: params[name] for name in shapes}
+
+
+def read_hf_config(path: Path) -> GPTJConfig:
+    raw = read_json_object(path)
+    if raw.get("model_type") != "gptj":
+        raise CheckpointError(f"{path}: model_type is {raw.get('model_type')!r}, not 'gptj'")
+    if raw.get("activation_function", "gelu_new") not in ("gelu_new", "gelu_pytorch_tanh"):
+        raise CheckpointError(f"{path}: activation_function {raw['activation_function']!r} is not the tanh GELU")
+    epsilon = raw.get("layer_norm_epsilon", 1e-5)
+    if not isinstance(epsilon, (int, float)) or abs(epsilon - 1e-5) > 1e-12:
+        raise CheckpointError(f"{path}: layer_norm_epsilon {epsilon!r} is not 1e-5")
+    sizes = {}
+    for field in ("n_layer", "n_head", "n_embd", "vocab_size", "n_positions", "rotary_dim"):
+        if field not in raw:
+            raise CheckpointError(f"{path}: missing field {field}")
+        if not is_int(raw[field]) or raw[field] < 1:
+            raise CheckpointError(f"{path}: {field} must be a positive integer, got {raw[field]!r}")
+        sizes[field] = raw[field]
+    if raw.get("n_inner") not in (None, 4 * sizes["n_embd"]):
+        raise CheckpointError(f"{path}: n_inner={raw['n_inner']!r} is not 4 * n_embd")
+    end_of_text = raw.get("eos_token_id", 50256)
+    try:
+        return GPTJConfig(sizes["n_positions"], sizes["vocab_size"], sizes["n_layer"], sizes["n_head"],
+                          sizes["n_embd"], sizes["rotary_dim"], end_of_text)
+    except ConfigError as err:
+        raise CheckpointError(f"{path}: {err}") from None
+
+
+def load(source: str | Path, progress: Progress | None = None) -> tuple[GPTJConfig, Parameters]:
+    """Weights from a transformers GPT-J directory, a hub name (gpt-j-6b, EleutherAI/gpt-j-6b), or
+    random:gpt-j-6b (seeded init)."""
+    text = str(source)
+    if text.startswith("random:"):
+        name = text.split(":", 1)[1]
+        if name not in PRESETS:
+            raise CheckpointError(f"unknown GPT-J size {name!r} (known: {', '.join(PRESETS)})")
+        return PRESETS[name], random_parameters(PRESETS[name], seed=0, progress=progress)
+    path = Path(source).expanduser()
+    if (path / "config.json").exists():
+        return read_hf(path, progress)
+    repo_id = hub_repo_id(text)
+    if repo_id is None:
+        raise CheckpointError(f"{source}: not a GPT-J directory or model name ({', '.join(HUB_REPOSITORIES)})")
+    return read_hf(download_from_hub(repo_id, torch_files=True), progress)
+
+
+def hub_repo_id(name: str) -> str | None:
+    """The hub repository of a GPT-J name (gpt-j-6b, EleutherAI/gpt-j-6b), else None."""
+    return HUB_REPOSITORIES.get(name, name if name in HUB_REPOSITORIES.values() else None)
