@@ -58,53 +58,57 @@ def is_gptj_directory(path: Path) -> bool:
 
 def read_hf(directory: str | Path, progress: Progress | None = None) -> tuple[GPTJConfig, Parameters]:
     directory = Path(directory)
-    config = read_hf_config(directory / "config.json")
+    config = config_from_hf(read_json_object(directory / "config.json"), directory / "config.json")
     tensors = open_weights(directory, torch_files=True)
-    shapes = config.parameter_shapes()
     tenths = Tenths(progress, f"reading {directory}", 4 * config.num_parameters())
     params = {}
-    for name, hf_name in _HF_GLOBAL_TENSORS.items():
-        params[name] = tensors.load(hf_name)
-        expect_shape(tensors, hf_name, params[name], shapes[name])
-        tenths.add(params[name].nbytes)
-    for name, patterns in _HF_LAYER_TENSORS.items():
-        stacked = np.empty(shapes[name], np.float32)
-        rows = shapes[name][1] // len(patterns)
-        for layer in range(config.num_layers):
-            for part, pattern in enumerate(patterns):
-                hf_name = pattern.format(l=layer)
-                tensor = tensors.load(hf_name)
-                expect_shape(tensors, hf_name, tensor, (rows, *shapes[name][2:]))
-                stacked[layer, part * rows:(part + 1) * rows] = tensor
-                tenths.add(tensor.nbytes)
-        params[name] = stacked
-    return config, {name: params[name] for name in shapes}
+    for name, (shape, parts) in hf_layout(config).items():
+        params[name] = np.empty(shape, np.float32)
+        for index, hf_name in parts:
+            tensor = tensors.load(hf_name)
+            expect_shape(tensors, hf_name, tensor, params[name][index].shape)
+            params[name][index] = tensor
+            tenths.add(tensor.nbytes)
+    return config, params
 
 
-def read_hf_config(path: Path) -> GPTJConfig:
-    raw = read_json_object(path)
+def hf_layout(config: GPTJConfig) -> dict[str, tuple[tuple[int, ...], list[tuple[tuple, str]]]]:
+    """name -> (its shape, [(where in it, the transformers tensor that goes there)]), in parameter order."""
+    layout = {}
+    for name, shape in config.parameter_shapes().items():
+        if name in _HF_GLOBAL_TENSORS:
+            layout[name] = (shape, [((), _HF_GLOBAL_TENSORS[name])])
+            continue
+        patterns = _HF_LAYER_TENSORS[name]
+        rows = shape[1] // len(patterns)
+        layout[name] = (shape, [((layer, slice(part * rows, (part + 1) * rows)), pattern.format(l=layer))
+                                for layer in range(config.num_layers) for part, pattern in enumerate(patterns)])
+    return layout
+
+
+def config_from_hf(raw: dict, where: Path | str) -> GPTJConfig:
+    """The sizes of a transformers GPTJConfig (its config.json, or its to_dict()); `where` names it in errors."""
     if raw.get("model_type") != "gptj":
-        raise CheckpointError(f"{path}: model_type is {raw.get('model_type')!r}, not 'gptj'")
+        raise CheckpointError(f"{where}: model_type is {raw.get('model_type')!r}, not 'gptj'")
     if raw.get("activation_function", "gelu_new") not in ("gelu_new", "gelu_pytorch_tanh"):
-        raise CheckpointError(f"{path}: activation_function {raw['activation_function']!r} is not the tanh GELU")
+        raise CheckpointError(f"{where}: activation_function {raw['activation_function']!r} is not the tanh GELU")
     epsilon = raw.get("layer_norm_epsilon", 1e-5)
     if not isinstance(epsilon, (int, float)) or abs(epsilon - 1e-5) > 1e-12:
-        raise CheckpointError(f"{path}: layer_norm_epsilon {epsilon!r} is not 1e-5")
+        raise CheckpointError(f"{where}: layer_norm_epsilon {epsilon!r} is not 1e-5")
     sizes = {}
     for field in ("n_layer", "n_head", "n_embd", "vocab_size", "n_positions", "rotary_dim"):
         if field not in raw:
-            raise CheckpointError(f"{path}: missing field {field}")
+            raise CheckpointError(f"{where}: missing field {field}")
         if not is_int(raw[field]) or raw[field] < 1:
-            raise CheckpointError(f"{path}: {field} must be a positive integer, got {raw[field]!r}")
+            raise CheckpointError(f"{where}: {field} must be a positive integer, got {raw[field]!r}")
         sizes[field] = raw[field]
     if raw.get("n_inner") not in (None, 4 * sizes["n_embd"]):
-        raise CheckpointError(f"{path}: n_inner={raw['n_inner']!r} is not 4 * n_embd")
-    end_of_text = raw.get("eos_token_id", 50256)
+        raise CheckpointError(f"{where}: n_inner={raw['n_inner']!r} is not 4 * n_embd")
     try:
         return GPTJConfig(sizes["n_positions"], sizes["vocab_size"], sizes["n_layer"], sizes["n_head"],
-                          sizes["n_embd"], sizes["rotary_dim"], end_of_text)
+                          sizes["n_embd"], sizes["rotary_dim"], raw.get("eos_token_id", 50256))
     except ConfigError as err:
-        raise CheckpointError(f"{path}: {err}") from None
+        raise CheckpointError(f"{where}: {err}") from None
 
 
 def load(source: str | Path, progress: Progress | None = None) -> tuple[GPTJConfig, Parameters]:

@@ -64,7 +64,7 @@ class GPTJ(CausalLM):
         if getattr(self.backend.ops, "rotary_forward", None) is None:
             raise BackendError(f"GPT-J needs rotary_forward (kernels/rotary.py, milestone 3), which the "
                                f"{self.backend.name} backend does not have")
-        from reference.cpu import rotary_sin_cos
+        from reference.numerics import rotary_sin_cos
 
         uploaded = {name: self.backend.upload(array) for name, array in params.items()}
         self.weights = types.SimpleNamespace(**{name: array if name in GLOBAL_WEIGHTS else list(array)

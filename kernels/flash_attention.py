@@ -5,7 +5,7 @@
     out[b, t, h*HS:(h+1)*HS] = sum over t2 of softmax(s[t])[t2] * v[b, t2, h]
     lse[b, h, t] = log(sum over t2 of exp(s[t, t2]))   (the softmax's log-sum-exp)
 
-inp (B, T, 3C); out (B, T, C) and lse (B, NH, T) are written. HS at most 64.
+inp (B, T, 3C); out (B, T, C) and lse (B, NH, T) are written. HS at most 256.
 local_attention_forward(out, lse, inp, B, T, C, NH, W) is the same with a window:
 query t sees only keys t - W + 1 .. t (W >= T: causal attention).
 
@@ -21,6 +21,11 @@ lse = m + log(l). Each score lives in a register for a moment and is gone.
 This kernel (FlashAttention-2's loop order, on CUDA cores, in float32):
 * A block takes QUERY_ROWS = 32 consecutive queries of one (b, h); its 128 threads
   form 8 x 16. The queries, scaled, wait in shared memory for the whole block.
+* A head is handled in chunks of CHUNK = 64 dims (GPT-2: one; GPT-J's 256: four),
+  each program compiled for its number of chunks. With more than one, the scores
+  add up chunk by chunk (queries and keys loaded a chunk at a time), and the output
+  is kept in registers for every chunk: 48 KB of shared memory holds one chunk of
+  queries, keys and values, not four.
 * Tile by tile, the block computes the tile's scores S = Q K^T for KEY_TILE = 64
   keys as a small matmul: each thread a 4 x 4 part of S (its 4 queries, keys
   tx + 16 j), from float4 loads, 16 multiply-adds per two loads.
@@ -51,15 +56,16 @@ from kernel_runtime import CudaKernel, KernelArgumentError, ceil_div, check_arra
 
 QUERY_ROWS = 32   # queries per block
 KEY_TILE = 64     # keys (and values) per shared-memory tile
-MAX_HEAD = 64     # the largest head size (queries, keys and values are padded to it with zeros)
+CHUNK = 64        # head dims per shared-memory tile (a head is padded with zeros to whole chunks)
+HEAD_CHUNKS = (1, 2, 4)  # the kernels compiled: head sizes up to 64, 128 and 256
 THREADS = 128     # 8 x 16: each thread 4 queries x (4 keys, then 4 head dims)
 
 FLASH_ATTENTION_SOURCE = r"""
 #define NEG_INFINITY __int_as_float(0xff800000)
 #define LN2 0.6931471805599453f
-#define ROW (MAX_HEAD + 4)  // a shared row of q or k: 4 floats more, so the rows a warp reads start in different banks
-static_assert(THREADS == 128 && QUERY_ROWS == 8 * 4 && KEY_TILE == 16 * 4 && MAX_HEAD == 16 * 4,
-              "each of the 8 x 16 threads owns 4 x 4 of S and of O");
+#define ROW (CHUNK + 4)  // a shared row of q or k: 4 floats more, so the rows a warp reads start in different banks
+static_assert(THREADS == 128 && QUERY_ROWS == 8 * 4 && KEY_TILE == 16 * 4 && CHUNK == 16 * 4,
+              "each of the 8 x 16 threads owns 4 x 4 of S and of each chunk of O");
 
 // Start copying 16 (or 4) bytes from global src to the shared address dst; with valid false nothing is
 // read and dst gets zeros. The copy runs while the thread goes on (cp.async, sm_80 and later).
@@ -75,26 +81,30 @@ __device__ __forceinline__ void copy_async_wait_all() {
     asm volatile("cp.async.commit_group;\n\tcp.async.wait_group 0;" ::: "memory");
 }
 
-// Copy keys k0 .. k0 + KEY_TILE - 1 of one head and their values into shared memory, zeros past T and HS.
-// Consecutive threads copy consecutive columns of a row: coalesced. With `vectors` (HS a multiple of 4,
-// qkv 16-byte aligned) each copy moves a float4: a quarter of the instructions.
-__device__ void copy_key_tile(float (*k_tile)[ROW], float (*v_tile)[MAX_HEAD], const float* head, int k0,
-                              int T, int C, int HS, bool vectors) {
+// Start copying head dims d0 .. d0 + CHUNK - 1 of rows k0 .. k0 + KEY_TILE - 1 of one head's keys (column C)
+// or values (2C) into shared memory, zeros past T and HS. Consecutive threads copy consecutive columns of a
+// row: coalesced. With `vectors` (HS a multiple of 4, qkv 16-byte aligned) each copy moves a float4.
+template <int STRIDE>
+__device__ void copy_tile(float (*tile)[STRIDE], const float* column, int k0, int d0, int T, int C, int HS,
+                          bool vectors) {
     const int width = vectors ? 4 : 1;
-    for (int e = threadIdx.x; e < KEY_TILE * MAX_HEAD / width; e += THREADS) {
-        int r = e / (MAX_HEAD / width), d = e % (MAX_HEAD / width) * width;
-        bool valid = k0 + r < T && d < HS;
-        const float* k = valid ? head + (long long)(k0 + r) * 3 * C + C + d : head;  // a readable address
-        const float* v = valid ? k + C : head;
-        if (vectors) {
-            copy_async16(&k_tile[r][d], k, valid);
-            copy_async16(&v_tile[r][d], v, valid);
-        } else {
-            copy_async4(&k_tile[r][d], k, valid);
-            copy_async4(&v_tile[r][d], v, valid);
-        }
+    for (int e = threadIdx.x; e < KEY_TILE * CHUNK / width; e += THREADS) {
+        int r = e / (CHUNK / width), d = e % (CHUNK / width) * width;
+        bool valid = k0 + r < T && d0 + d < HS;
+        const float* src = valid ? column + (long long)(k0 + r) * 3 * C + d0 + d : column;  // a readable address
+        if (vectors) copy_async16(&tile[r][d], src, valid);
+        else copy_async4(&tile[r][d], src, valid);
     }
-    copy_async_wait_all();
+}
+
+// Queries row0 .. row0 + QUERY_ROWS - 1, head dims d0 .. d0 + CHUNK - 1, times score_scale, into shared memory.
+__device__ void load_queries(float (*q_tile)[ROW], const float* head, int row0, int d0, int T, int C, int HS,
+                             float score_scale) {
+    for (int e = threadIdx.x; e < QUERY_ROWS * CHUNK; e += THREADS) {
+        int r = e / CHUNK, d = e % CHUNK;  // consecutive threads, consecutive d: coalesced
+        q_tile[r][d] = (row0 + r < T && d0 + d < HS) ? head[(long long)(row0 + r) * 3 * C + d0 + d] * score_scale
+                                                     : 0.0f;
+    }
 }
 
 // The largest of `value`, and the sum, over the 16 threads of a half-warp (those holding one row of S).
@@ -107,50 +117,53 @@ __device__ __forceinline__ float row_sum(float value) {
     return value;
 }
 
-// grid (query tiles, B * NH), THREADS threads
+// grid (query tiles, B * NH), THREADS threads; head size up to CHUNKS * CHUNK
 extern "C" __global__ void __launch_bounds__(THREADS)
 flash_attention_kernel(float* out, float* lse, const float* qkv, int T, int C, int NH, int window,
                        float score_scale, int vectors) {
     // BEGIN SOLUTION
     __shared__ __align__(16) float q_tile[QUERY_ROWS][ROW];
     __shared__ __align__(16) float k_or_p[KEY_TILE][ROW];  // the keys, then (QUERY_ROWS x KEY_TILE) the tile's P
-    __shared__ __align__(16) float v_tile[KEY_TILE][MAX_HEAD];
+    __shared__ __align__(16) float v_tile[KEY_TILE][CHUNK];
 
     const int row0 = (gridDim.x - 1 - blockIdx.x) * QUERY_ROWS;  // the longest rows first
     const int bh = blockIdx.y, b = bh / NH, h = bh % NH, HS = C / NH;
     const int ty = threadIdx.x / 16, tx = threadIdx.x % 16;
     const float* head = qkv + (long long)b * T * 3 * C + h * HS;  // q at column 0, k at C, v at 2C
 
-    for (int e = threadIdx.x; e < QUERY_ROWS * MAX_HEAD; e += THREADS) {
-        int r = e / MAX_HEAD, d = e % MAX_HEAD;  // consecutive threads, consecutive d: coalesced
-        q_tile[r][d] = (row0 + r < T && d < HS) ? head[(long long)(row0 + r) * 3 * C + d] * score_scale : 0.0f;
-    }
+    if (CHUNKS == 1) load_queries(q_tile, head, row0, 0, T, C, HS, score_scale);  // kept for every tile
 
-    float o[4][4] = {}, m[4], l[4] = {};  // this thread's queries ty*4 + i: o over dims tx*4 + j; l its keys' part
+    float o[CHUNKS][4][4] = {}, m[4], l[4] = {};  // queries ty*4 + i: o over dims c*CHUNK + tx*4 + j; l its keys' part
     #pragma unroll
     for (int i = 0; i < 4; i++) m[i] = NEG_INFINITY;
 
     const int last_key = min(T - 1, row0 + QUERY_ROWS - 1);       // the block's last query sees no further
     const int first_key = max(0, row0 - window + 1);              // its first query sees no earlier
     for (int k0 = first_key / KEY_TILE * KEY_TILE; k0 <= last_key; k0 += KEY_TILE) {
-        copy_key_tile(k_or_p, v_tile, head, k0, T, C, HS, vectors);
-        __syncthreads();  // the tile (and, the first time, the queries) is in shared memory
-
-        float s[4][4] = {};  // s[i][j]: query ty*4 + i, key k0 + tx + 16 j
-        #pragma unroll 2
-        for (int d = 0; d < MAX_HEAD; d += 4) {
-            float4 q4[4], k4[4];
-            #pragma unroll
-            for (int i = 0; i < 4; i++) q4[i] = *(const float4*)&q_tile[ty * 4 + i][d];
-            #pragma unroll
-            for (int j = 0; j < 4; j++) k4[j] = *(const float4*)&k_or_p[tx + 16 * j][d];
-            #pragma unroll
-            for (int i = 0; i < 4; i++) {
+        float s[4][4] = {};  // s[i][j]: query ty*4 + i, key k0 + tx + 16 j, summed over the head's chunks
+        #pragma unroll 1
+        for (int c = 0; c < CHUNKS; c++) {
+            if (CHUNKS > 1) load_queries(q_tile, head, row0, c * CHUNK, T, C, HS, score_scale);
+            copy_tile(k_or_p, head + C, k0, c * CHUNK, T, C, HS, vectors);
+            if (CHUNKS == 1) copy_tile(v_tile, head + 2 * C, k0, 0, T, C, HS, vectors);  // in flight with the keys
+            copy_async_wait_all();
+            __syncthreads();  // the keys (and the queries) are in shared memory
+            #pragma unroll 2
+            for (int d = 0; d < CHUNK; d += 4) {
+                float4 q4[4], k4[4];
                 #pragma unroll
-                for (int j = 0; j < 4; j++) {
-                    s[i][j] += q4[i].x * k4[j].x + q4[i].y * k4[j].y + q4[i].z * k4[j].z + q4[i].w * k4[j].w;
+                for (int i = 0; i < 4; i++) q4[i] = *(const float4*)&q_tile[ty * 4 + i][d];
+                #pragma unroll
+                for (int j = 0; j < 4; j++) k4[j] = *(const float4*)&k_or_p[tx + 16 * j][d];
+                #pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    #pragma unroll
+                    for (int j = 0; j < 4; j++) {
+                        s[i][j] += q4[i].x * k4[j].x + q4[i].y * k4[j].y + q4[i].z * k4[j].z + q4[i].w * k4[j].w;
+                    }
                 }
             }
+            __syncthreads();  // every thread is done with this chunk of keys (and of queries)
         }
 
         float p[4][4];
@@ -172,35 +185,42 @@ flash_attention_kernel(float* out, float* lse, const float* qkv, int T, int C, i
             l[i] *= correction;
             #pragma unroll
             for (int j = 0; j < 4; j++) {
-                o[i][j] *= correction;
+                #pragma unroll
+                for (int c = 0; c < CHUNKS; c++) o[c][i][j] *= correction;
                 p[i][j] = exp2f(s[i][j] - base);
                 l[i] += p[i][j];
             }
         }
-        __syncthreads();  // every thread is done with the keys: P takes their place
         #pragma unroll
-        for (int i = 0; i < 4; i++) {
+        for (int i = 0; i < 4; i++) {  // P takes the keys' place (the syncthreads above: they are done with)
             #pragma unroll
             for (int j = 0; j < 4; j++) k_or_p[ty * 4 + i][tx + 16 * j] = p[i][j];
         }
-        __syncthreads();
 
-        #pragma unroll 2
-        for (int c = 0; c < KEY_TILE; c += 4) {  // o[i][j] += P[ty*4 + i][c..c+3] . V[c..c+3][tx*4 + j]
-            float4 p4[4], v4[4];
-            #pragma unroll
-            for (int i = 0; i < 4; i++) p4[i] = *(const float4*)&k_or_p[ty * 4 + i][c];
-            #pragma unroll
-            for (int cc = 0; cc < 4; cc++) v4[cc] = *(const float4*)&v_tile[c + cc][tx * 4];
-            #pragma unroll
-            for (int i = 0; i < 4; i++) {
-                o[i][0] += p4[i].x * v4[0].x + p4[i].y * v4[1].x + p4[i].z * v4[2].x + p4[i].w * v4[3].x;
-                o[i][1] += p4[i].x * v4[0].y + p4[i].y * v4[1].y + p4[i].z * v4[2].y + p4[i].w * v4[3].y;
-                o[i][2] += p4[i].x * v4[0].z + p4[i].y * v4[1].z + p4[i].z * v4[2].z + p4[i].w * v4[3].z;
-                o[i][3] += p4[i].x * v4[0].w + p4[i].y * v4[1].w + p4[i].z * v4[2].w + p4[i].w * v4[3].w;
+        #pragma unroll
+        for (int c = 0; c < CHUNKS; c++) {
+            if (CHUNKS > 1) {
+                copy_tile(v_tile, head + 2 * C, k0, c * CHUNK, T, C, HS, vectors);
+                copy_async_wait_all();
             }
+            __syncthreads();  // P, and this chunk of the values, are in shared memory
+            #pragma unroll 2
+            for (int kk = 0; kk < KEY_TILE; kk += 4) {  // o[c][i][j] += P[ty*4 + i][kk..kk+3] . V[kk..kk+3][tx*4 + j]
+                float4 p4[4], v4[4];
+                #pragma unroll
+                for (int i = 0; i < 4; i++) p4[i] = *(const float4*)&k_or_p[ty * 4 + i][kk];
+                #pragma unroll
+                for (int r = 0; r < 4; r++) v4[r] = *(const float4*)&v_tile[kk + r][tx * 4];
+                #pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    o[c][i][0] += p4[i].x * v4[0].x + p4[i].y * v4[1].x + p4[i].z * v4[2].x + p4[i].w * v4[3].x;
+                    o[c][i][1] += p4[i].x * v4[0].y + p4[i].y * v4[1].y + p4[i].z * v4[2].y + p4[i].w * v4[3].y;
+                    o[c][i][2] += p4[i].x * v4[0].z + p4[i].y * v4[1].z + p4[i].z * v4[2].z + p4[i].w * v4[3].z;
+                    o[c][i][3] += p4[i].x * v4[0].w + p4[i].y * v4[1].w + p4[i].z * v4[2].w + p4[i].w * v4[3].w;
+                }
+            }
+            __syncthreads();  // before the next chunk (or tile) overwrites the values (or P)
         }
-        __syncthreads();  // before the next tile overwrites P and the values
     }
 
     #pragma unroll
@@ -209,9 +229,12 @@ flash_attention_kernel(float* out, float* lse, const float* qkv, int T, int C, i
         float total = row_sum(l[i]);
         if (t >= T) continue;
         #pragma unroll
-        for (int j = 0; j < 4; j++) {
-            int d = tx * 4 + j;
-            if (d < HS) out[((long long)b * T + t) * C + h * HS + d] = o[i][j] / total;
+        for (int c = 0; c < CHUNKS; c++) {
+            #pragma unroll
+            for (int j = 0; j < 4; j++) {
+                int d = c * CHUNK + tx * 4 + j;
+                if (d < HS) out[((long long)b * T + t) * C + h * HS + d] = o[c][i][j] / total;
+            }
         }
         if (tx == 0) lse[(long long)bh * T + t] = (m[i] + log2f(total)) * LN2;
     }
@@ -219,9 +242,16 @@ flash_attention_kernel(float* out, float* lse, const float* qkv, int T, int C, i
 }
 """
 
-flash_attention_kernel = CudaKernel(FLASH_ATTENTION_SOURCE, "flash_attention_kernel",
-                                    defines=dict(QUERY_ROWS=QUERY_ROWS, KEY_TILE=KEY_TILE, MAX_HEAD=MAX_HEAD,
-                                                 THREADS=THREADS))
+def compile_for_head_sizes(source: str) -> dict:
+    """A program of `source` for each head-size class: CHUNKS chunks of CHUNK head dims (GPT-2's 64: one;
+    GPT-J's 256: four), so that o stays in registers of a size known when compiling."""
+    return {chunks: CudaKernel(source, "flash_attention_kernel",
+                               defines=dict(QUERY_ROWS=QUERY_ROWS, KEY_TILE=KEY_TILE, CHUNK=CHUNK, CHUNKS=chunks,
+                                            THREADS=THREADS))
+            for chunks in HEAD_CHUNKS}
+
+
+flash_attention_kernels = compile_for_head_sizes(FLASH_ATTENTION_SOURCE)
 
 
 def flash_attention_forward(out, lse, inp, B, T, C, NH):
@@ -239,13 +269,15 @@ def windowed_attention(function, out, lse, inp, B, T, C, NH, window):
     check_dims(function, B=B, T=T, C=C, NH=NH, W=window)
     if C % NH:
         raise KernelArgumentError(f"{function}: C={C} is not a multiple of NH={NH}")
-    if C // NH > MAX_HEAD:
-        raise KernelArgumentError(f"{function}: head size C/NH = {C // NH} exceeds this kernel's {MAX_HEAD}")
+    chunks = next((n for n in HEAD_CHUNKS if C // NH <= n * CHUNK), None)
+    if chunks is None:
+        raise KernelArgumentError(f"{function}: head size C/NH = {C // NH} exceeds this kernel's "
+                                  f"{HEAD_CHUNKS[-1] * CHUNK}")
     check_array(function, "out", out, B * T * C)
     check_array(function, "lse", lse, B * NH * T)
     check_array(function, "inp", inp, B * T * 3 * C)
     score_scale = math.log2(math.e) / math.sqrt(C // NH)
     vectors = (C // NH) % 4 == 0 and inp.data.ptr % 16 == 0  # keys and values copied as float4s
-    flash_attention_kernel((ceil_div(T, QUERY_ROWS), B * NH), (THREADS,),
+    flash_attention_kernels[chunks]((ceil_div(T, QUERY_ROWS), B * NH), (THREADS,),
                            (out, lse, inp, np.int32(T), np.int32(C), np.int32(NH), np.int32(min(window, T)),
                             np.float32(score_scale), np.int32(vectors)))

@@ -45,11 +45,13 @@ class Backend:
     flash_attention: bool = False  # the model calls ops.flash_attention_forward, not ops.attention_forward
     fused_decode: bool = False     # a decode step calls the fused matmuls (model_runtime.ops.FUSED_DECODE_FUNCTIONS)
 
-    def upload(self, host_array: np.ndarray):
-        """A host array on the backend's device; a float one in the activations' dtype (the reference backend's
-        weights in float64 once, rather than at every call)."""
-        floating = np.issubdtype(np.asarray(host_array).dtype, np.floating)
-        return self.xp.asarray(host_array, dtype=self.activation_dtype if floating else None)
+    def upload(self, array):
+        """An array (host, or already on the device) on the backend's device; a float one in the activations'
+        dtype (the reference backend's weights in float64 once, rather than at every call). An array already
+        there in that dtype is used as it is, not copied."""
+        dtype = array.dtype if hasattr(array, "dtype") else np.asarray(array).dtype
+        floating = np.issubdtype(dtype, np.floating)
+        return self.xp.asarray(array, dtype=self.activation_dtype if floating else None)
 
     def to_host(self, array) -> np.ndarray:
         return array.get() if hasattr(array, "get") else np.asarray(array)

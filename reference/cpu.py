@@ -151,14 +151,6 @@ def decode_attention_forward(out, qkv, k_cache, v_cache, lengths, B, C, NH, max_
         out.reshape(B, C)[b] = np.einsum("hj,hjd->hd", weights, v).reshape(C)
 
 
-def rotary_sin_cos(max_T: int, rotary_dim: int) -> np.ndarray:
-    """The table rotary_forward reads (max_T, rotary_dim), in float64: row p holds sin(p * theta_i) for
-    i < rotary_dim / 2, then cos(p * theta_i), with theta_i = 10000^(-2i / rotary_dim) (GPT-J's angles)."""
-    theta = 10000.0 ** (-np.arange(0, rotary_dim, 2) / rotary_dim)
-    angles = np.arange(max_T)[:, None] * theta
-    return np.concatenate([np.sin(angles), np.cos(angles)], axis=1)
-
-
 def rotary_forward(out, inp, positions, sin_cos, B, T, C, NH, rotary_dim):
     """out = inp (B, T, 3C) with the first rotary_dim values of every query and key head turned pair by pair
     (2i, 2i+1) by the angle of position positions[b] + t: sin_cos[p, i] and sin_cos[p, rotary_dim/2 + i]."""

@@ -45,3 +45,11 @@ def worst_fraction(error: np.ndarray, allowed) -> float:
 def rms(error: np.ndarray) -> float:
     """The root mean square of `error` (0 for none)."""
     return float(np.sqrt(np.mean(np.square(error)))) if error.size else 0.0
+
+
+def rotary_sin_cos(max_T: int, rotary_dim: int) -> np.ndarray:
+    """The table rotary_forward reads (max_T, rotary_dim), in float64: row p holds sin(p * theta_i) for
+    i < rotary_dim / 2, then cos(p * theta_i), with theta_i = 10000^(-2i / rotary_dim) (GPT-J's angles)."""
+    theta = 10000.0 ** (-np.arange(0, rotary_dim, 2) / rotary_dim)
+    angles = np.arange(max_T)[:, None] * theta
+    return np.concatenate([np.sin(angles), np.cos(angles)], axis=1)

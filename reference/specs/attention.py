@@ -40,6 +40,8 @@ CASES = (  # flash attention's too (reference/specs/flash_attention.py)
     dict(B=2, T=64, C=768, NH=12),
     dict(B=1, T=1024, C=768, NH=12),
     dict(B=1, T=100, C=128, NH=2, values="extreme"),
+    dict(B=2, T=70, C=512, NH=2),        # GPT-J's head size, 256
+    dict(B=1, T=40, C=196, NH=2),        # head size 98: two chunks of flash attention's 64, no float4 rows
 )
 QUICK = dict(B=2, T=128, C=768, NH=12)
 BENCHMARK = (dict(B=8, T=1024, C=768, NH=12),)

@@ -47,5 +47,6 @@ SPEC = Spec(
         # more (b, h) blocks than SMs: the host's smaller blocks (512 threads on an H200 or A40, then 256)
         dict(B=15, C=80, NH=10, max_T=40),
         dict(B=23, C=64, NH=16, max_T=33),
+        dict(B=2, C=4096, NH=16, max_T=2048),  # GPT-J's: head size 256, positions past 1024
     ),
 )

@@ -31,6 +31,7 @@ SPEC = Spec(
     error_bound=error_bound, graded=False,
     cases=(
         dict(B=1, T=1, C=768, NH=12, max_T=1024),
+        dict(B=2, T=3, C=1024, NH=4, max_T=1500),     # head size 256
         dict(B=3, T=5, C=96, NH=2, max_T=17),
         dict(B=2, T=1, C=16, NH=2, max_T=8),
         dict(B=3, T=1, C=16, NH=2, max_T=4, variant="ring"),

@@ -34,6 +34,7 @@ SPEC = Spec(
         dict(B=2, T=7, C=96, NH=2, W=1),          # each query only itself: out is v
         dict(B=2, T=7, C=96, NH=2, W=3),
         dict(B=1, T=33, C=16, NH=2, W=33),        # W = T: causal attention
+        dict(B=1, T=90, C=512, NH=2, W=20),       # head size 256
         dict(B=1, T=130, C=20, NH=4, W=70),       # head size 5; a window across three key tiles
         dict(B=2, T=64, C=768, NH=12, W=1000),    # W > T: causal attention
         dict(B=1, T=1024, C=768, NH=12, W=128),   # the course's window at GPT-2's context

@@ -158,7 +158,7 @@ def item(name):
 def test_every_case_passing_scores_the_weight(tmp_path):
     replayed = worker_records(tmp_path, honest, ["attention_forward", "softmax_forward"])
     grade = score_item(item("attention"), load_scheme(), SEED, tmp_path, replayed)
-    assert grade.score == 3 and grade.cases_passed == grade.cases_run == 11
+    assert grade.score == 3 and grade.cases_passed == grade.cases_run == 13
 
 
 def wrong_when_large(function):
@@ -513,8 +513,10 @@ def test_milestone_3_handout_adds_flash_and_local_attention_stubbed(handout_m3, 
     destination, stubbed = handout_m3
     assert sorted(set(stubbed) - set(handout_m2[1])) == ["kernels/flash_attention.py (1 block)",
                                                           "kernels/fused_gemv.py (1 block)",
-                                                          "kernels/matmul_split_k.py (5 blocks)"]
+                                                          "kernels/matmul_split_k.py (5 blocks)",
+                                                          "kernels/rotary.py (1 block)"]
     assert not (handout_m2[0] / "kernels/matmul_split_k.py").exists()
+    assert not (handout_m2[0] / "kernels/rotary.py").exists() and (destination / "reference/specs/rotary.py").exists()
     assert (destination / "reference/specs/flash_attention.py").exists()
     assert (destination / "reference/specs/local_attention.py").exists()
     assert "BEGIN SOLUTION" not in (destination / "kernels/flash_attention.py").read_text()

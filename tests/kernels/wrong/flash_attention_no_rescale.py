@@ -1,21 +1,18 @@
 """Flash attention that forgets to rescale its output when a tile raises a row's maximum: the
 terms summed against the old maximum stay too large (l is rescaled, o is not)."""
 
-from kernel_runtime import CudaKernel
 from kernels import flash_attention as flash
+from tests.kernels.wrong import mutate
 
 FUNCTION = "flash_attention_forward"
 
-RESCALE = "o[i][j] *= correction;"
-assert RESCALE in flash.FLASH_ATTENTION_SOURCE
-no_rescale_kernel = CudaKernel(flash.FLASH_ATTENTION_SOURCE.replace(RESCALE, ""), "flash_attention_kernel",
-                               defines=dict(QUERY_ROWS=flash.QUERY_ROWS, KEY_TILE=flash.KEY_TILE,
-                                            MAX_HEAD=flash.MAX_HEAD, THREADS=flash.THREADS))
+RESCALE = "for (int c = 0; c < CHUNKS; c++) o[c][i][j] *= correction;"
+no_rescale_kernels = flash.compile_for_head_sizes(mutate(flash.FLASH_ATTENTION_SOURCE, RESCALE, ""))
 
 
 def flash_attention_forward(out, lse, inp, B, T, C, NH):
-    kernel, flash.flash_attention_kernel = flash.flash_attention_kernel, no_rescale_kernel
+    kernels, flash.flash_attention_kernels = flash.flash_attention_kernels, no_rescale_kernels
     try:
         flash.flash_attention_forward(out, lse, inp, B, T, C, NH)
     finally:
-        flash.flash_attention_kernel = kernel
+        flash.flash_attention_kernels = kernels
