@@ -1,11 +1,16 @@
-"""The Grape study's three experiments on the kit's GPT-2: runtime, breakdown, graph memory.
+"""The Grape study's three experiments on the kit's models: runtime, breakdown, graph memory.
 
     python -m benchmarks.grape_study runtime      --out results/grape   # speedometer.csv + .png
     python -m benchmarks.grape_study breakdown    --out results/grape   # gpt2_generate_profile.csv + .png
     python -m benchmarks.grape_study graph-memory --out results/grape   # metadata_compression.csv + .png
     python -m benchmarks.grape_study all          --out results/grape
+    python -m benchmarks.grape_study all --model random:gpt-j-6b --max-length 256 --out results/grape
 
-GPT-2 124M in float32 (random weights unless --model), a random prompt of 5 tokens.
+GPT-2 124M in float32 (random weights unless --model; any source python -m gpt2 takes,
+GPT-J's included), a random prompt of 5 tokens. A model's rows replace that model's
+rows in speedometer.csv and metadata_compression.csv and keep the other models', as
+the artifact lays them out (a row per executor per model); its breakdown goes to
+<family>_generate_profile.csv (gpt2_..., gptj_...).
 Configurations: Grape's, beam search with 5 beams up to 1024 tokens (length penalty 1,
 no early stopping), and greedy batch 1 to the same length. Executors: baseline,
 ptgraph and grape (generation.executors), and transformers' eager generate on the same
@@ -42,25 +47,24 @@ import numpy as np
 
 from benchmarks.grape_tables import (Breakdown, GraphMemory, Timing, write_breakdown, write_graph_memory,
                                      write_speedometer)
-from benchmarks.transformers_model import hf_model as transformers_gpt2
+from benchmarks.transformers_model import hf_model as transformers_model
 from generation.beam_search import BeamSearch
 from generation.executors import EXECUTORS, StageClock, make_executor
 from generation.generate import GREEDY
-from gpt2.families import check_sources
-from gpt2.model import GPT2
+from gpt2.families import FAMILIES, check_sources, family_of
 from kernel_runtime.commands import POSITIVE_INT, OneLineArgumentParser, checked, run_command
 from kernel_runtime.device import exit_without_gpu
 
 EXPERIMENTS = ("runtime", "breakdown", "graph-memory")
-MODEL_NAME = "GPT-2"
 
 
 class Study:
     """The model, the prompt and the configurations every experiment shares."""
 
-    def __init__(self, config, parameters: dict, max_length: int, beams: int, prompt_length: int):
-        self.parameters = parameters  # also written out for transformers
-        self.model = model = GPT2(config, parameters, backend="kernels")
+    def __init__(self, family: str, config, parameters: dict, max_length: int, beams: int, prompt_length: int):
+        self.family, self.name = family, FAMILIES[family].name  # "gpt2", "GPT-2"
+        self.parameters = parameters  # also handed to transformers
+        self.model = model = FAMILIES[family].model(config, parameters, backend="kernels")
         self.max_length, self.beams = max_length, beams
         self.prompt = [int(t) for t in np.random.default_rng(0).integers(0, model.config.vocab_size, prompt_length)]
         self.new_tokens = max_length - prompt_length
@@ -79,7 +83,7 @@ class Study:
         return self.executor(name).generate([self.prompt], self.new_tokens, GREEDY, stop_at_end_of_text=False)
 
     def attrs(self, search: str) -> dict:
-        return {"Model": MODEL_NAME, "Search": search, "Tokens": f"{len(self.prompt)}->{self.max_length}"}
+        return {"Model": self.name, "Search": search, "Tokens": f"{len(self.prompt)}->{self.max_length}"}
 
 
 def timed(run, runs: int, label: str) -> list[float]:
@@ -125,7 +129,7 @@ def grape_gpu_seconds(study: Study, beams: bool) -> float:
 
 
 def hf_model(study: Study):
-    return transformers_gpt2(study.model.config, study.parameters)
+    return transformers_model(study.model.config, study.parameters)
 
 
 def hf_runs(study: Study, runs: int) -> dict[str, list[float]]:
@@ -155,7 +159,10 @@ def runtime(study: Study, out: Path, runs: int, executors, with_hf: bool, device
         beams.append(Timing(name, beam_attrs, timed(lambda: study.beam_run(name), runs, f"{name} beam{study.beams}")))
         greedy.append(Timing(name, greedy_attrs, timed(lambda: study.greedy_run(name), runs, f"{name} greedy")))
     if with_hf:
+        import torch
+
         hf = hf_runs(study, runs)
+        torch.cuda.empty_cache()  # transformers' weights go back to the device (GPT-J's are 24 GB)
         beams.append(Timing("transformers", beam_attrs, hf["beam"]))
         greedy.append(Timing("transformers", greedy_attrs, hf["greedy"]))
     table = [(b.name, statistics.median(b.seconds), statistics.median(g.seconds)) for b, g in zip(beams, greedy)]
@@ -170,7 +177,7 @@ def runtime(study: Study, out: Path, runs: int, executors, with_hf: bool, device
             gpu = grape_gpu_seconds(study, beam_search)
             print(f"grape {label}: GPU {1e3 * gpu / steps:.3f} ms/step (its graphs back to back), wall "
                   f"{1e3 * median / steps:.3f} ms/step: the host adds {100 * (median / gpu - 1):.1f}%")
-    return list(write_speedometer(out, beams + greedy, device))
+    return list(write_speedometer(out, beams + greedy, device, study.name))
 
 
 def breakdown(study: Study, out: Path, executors, device: str) -> list[Path]:
@@ -186,7 +193,7 @@ def breakdown(study: Study, out: Path, executors, device: str) -> list[Path]:
               f"BeamSearch {ms['BeamSearch']:9.1f} ms", flush=True)
     how = (f"beam{study.beams}, {len(study.prompt)}->{study.max_length} tokens, one run after a warm-up; "
            "CUDA events as each stage begins, no added syncs")
-    return list(write_breakdown(out, rows, device, how))
+    return list(write_breakdown(out, rows, device, how, study.family))
 
 
 def held_by(work) -> float:
@@ -235,7 +242,7 @@ def graphs_held(study: Study, rows: int) -> tuple[float, int, float, int]:
 def graph_memory(study: Study, out: Path, device: str) -> list[Path]:
     print("graph memory: every length of ptgraph against grape's shared graphs", flush=True)
     rows = []
-    for label, batch in ((f"{MODEL_NAME} beam{study.beams}", study.beams), (f"{MODEL_NAME} greedy", 1)):
+    for label, batch in ((f"{study.name} beam{study.beams}", study.beams), (f"{study.name} greedy", 1)):
         ptgraph_mb, graphs, grape_mb, grape_graphs = graphs_held(study, batch)
         gc.collect()  # the graphs and the buffers they own go back before the next configuration
         rows.append(GraphMemory(label, ptgraph_mb, grape_mb))
@@ -243,14 +250,16 @@ def graph_memory(study: Study, out: Path, device: str) -> list[Path]:
               f"grape {grape_graphs} graphs {grape_mb:.1f} MB; {ptgraph_mb / grape_mb:.1f}x less", flush=True)
     how = (f"{len(study.prompt)}->{study.max_length} tokens, every length captured; pool growth + driver memory "
            "outside the pool (cudaMemGetInfo, 2 MB resolution), KV cache left out")
-    return list(write_graph_memory(out, rows, device, how))
+    return list(write_graph_memory(out, rows, device, how, study.name))
 
 
 def main(argv=None) -> int:
     parser = OneLineArgumentParser(prog="python -m benchmarks.grape_study", description=__doc__.splitlines()[0])
     parser.add_argument("experiment", choices=EXPERIMENTS + ("all",))
     parser.add_argument("--out", type=Path, default=Path("results/grape"), help="directory for the CSVs and PNGs")
-    parser.add_argument("--model", default="random", help="checkpoint, HF directory or hub name (default: random)")
+    parser.add_argument("--model", default="random", help="any model python -m gpt2 takes: a checkpoint, an HF "
+                                                          "directory, a hub name, random:gpt-j-6b (default: random, "
+                                                          "GPT-2 124M)")
     parser.add_argument("--runs", type=POSITIVE_INT, default=5, help="timed runs per executor (default 5)")
     parser.add_argument("--max-length", type=checked(int, lambda n: 7 <= n, "an integer >= 7"), default=1024,
                         help="prompt plus new tokens (default 1024)")
@@ -262,19 +271,19 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
 
     def body() -> int:
-        from gpt2 import checkpoint
+        from model_runtime.checkpoint_files import CheckpointError
 
         check_sources(args.model)
+        family = family_of(args.model)
         exit_without_gpu("benchmarks.grape_study", "cannot run")
         import cupy  # after the GPU check: a machine without a GPU may have no CuPy either
 
-        config, params = checkpoint.load(args.model)
+        config, params = FAMILIES[family].load(args.model, lambda line: print(line, flush=True))
         if args.max_length > config.max_T:
-            raise checkpoint.CheckpointError(f"--max-length {args.max_length} exceeds the model's context "
-                                             f"of {config.max_T}")
-        study = Study(config, params, args.max_length, args.beams, prompt_length=5)
+            raise CheckpointError(f"--max-length {args.max_length} exceeds the model's context of {config.max_T}")
+        study = Study(family, config, params, args.max_length, args.beams, prompt_length=5)
         device = cupy.cuda.runtime.getDeviceProperties(0)["name"].decode()
-        print(f"{MODEL_NAME} {config.num_parameters() / 1e6:.0f}M float32 on {device}; prompt of 5 random tokens, "
+        print(f"{study.name} {config.num_parameters() / 1e6:.0f}M float32 on {device}; prompt of 5 random tokens, "
               f"up to {args.max_length}; writing to {args.out}", flush=True)
         written = []
         experiments = EXPERIMENTS if args.experiment == "all" else (args.experiment,)

@@ -1,9 +1,11 @@
 """The Grape study's tables and figures: what each experiment writes, in the artifact's formats.
 
     speedometer.csv            Name, Attrs, Avg, Std, min, Median, MAX        (seconds per run)
-    gpt2_generate_profile.csv  Name, InputPrep, Model, BeamSearch             (ms per run)
+    gpt2_generate_profile.csv  Name, InputPrep, Model, BeamSearch             (ms per run; gptj_... for GPT-J)
     metadata_compression.csv   Model, Original Size, Compressed Size (MB)    (graph memory)
 
+speedometer.csv and metadata_compression.csv hold every model's rows: a study of one
+model replaces that model's rows and keeps the others'.
 Name is an executor (baseline, ptgraph, grape, or a reference such as transformers);
 Attrs is a JSON object saying what was run ({"Model": "GPT-2", "Search": "beam5"}).
 Each table has a PNG beside it that reads without the CSV: its title says what was
@@ -20,6 +22,7 @@ import json
 import statistics
 import textwrap
 from pathlib import Path
+from typing import Callable
 
 from kernel_runtime.files import replacing
 
@@ -69,13 +72,15 @@ class GraphMemory:
         return {"Model": self.model, "Original Size": self.original_mb, "Compressed Size (MB)": self.compressed_mb}
 
 
-def write_csv(path: Path, columns: tuple[str, ...], rows: list) -> Path:
+def write_csv(path: Path, columns: tuple[str, ...], rows: list, kept: Callable[[dict], bool] | None = None) -> Path:
+    """`rows` as the CSV at `path`; with `kept`, after the rows of the file there already that kept(row) keeps."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    earlier = [row for row in read_csv(path) if kept(row)] if kept is not None and path.exists() else []
     with replacing(path) as partial, open(partial, "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=columns)
         writer.writeheader()
-        writer.writerows(r.row() for r in rows)
+        writer.writerows(earlier + [r.row() for r in rows])
     return path
 
 
@@ -84,9 +89,11 @@ def read_csv(path: Path) -> list[dict]:
         return list(csv.DictReader(f))
 
 
-def write_speedometer(directory: Path, timings: list[Timing], device: str) -> tuple[Path, Path]:
-    """speedometer.csv and speedometer.png: median seconds per run, whiskers from min to max."""
-    csv_path = write_csv(Path(directory) / "speedometer.csv", SPEEDOMETER_COLUMNS, timings)
+def write_speedometer(directory: Path, timings: list[Timing], device: str, model: str) -> tuple[Path, Path]:
+    """speedometer.csv and speedometer.png: median seconds per run, whiskers from min to max; `timings` replace
+    the rows of `model` (their Attrs' Model) and keep the other models'."""
+    csv_path = write_csv(Path(directory) / "speedometer.csv", SPEEDOMETER_COLUMNS, timings,
+                         kept=lambda row: json.loads(row["Attrs"]).get("Model") != model)
     runs = "/".join(map(str, sorted({len(t.seconds) for t in timings})))
     return csv_path, plot_speedometer(csv_path, device, runs)
 
@@ -104,9 +111,10 @@ def plot_speedometer(csv_path: Path, device: str, runs: str) -> Path:
                        errors=spread)
 
 
-def write_breakdown(directory: Path, breakdowns: list[Breakdown], device: str, how: str) -> tuple[Path, Path]:
-    """gpt2_generate_profile.csv and .png: each executor's time per stage, stacked."""
-    csv_path = write_csv(Path(directory) / "gpt2_generate_profile.csv", BREAKDOWN_COLUMNS, breakdowns)
+def write_breakdown(directory: Path, breakdowns: list[Breakdown], device: str, how: str,
+                    family: str = "gpt2") -> tuple[Path, Path]:
+    """<family>_generate_profile.csv and .png: each executor's time per stage, stacked."""
+    csv_path = write_csv(Path(directory) / f"{family}_generate_profile.csv", BREAKDOWN_COLUMNS, breakdowns)
     return csv_path, plot_breakdown(csv_path, device, how)
 
 
@@ -118,9 +126,12 @@ def plot_breakdown(csv_path: Path, device: str, how: str) -> Path:
                        f"Where generation's time goes on {device}: {how}", stacked=True)
 
 
-def write_graph_memory(directory: Path, memories: list[GraphMemory], device: str, how: str) -> tuple[Path, Path]:
-    """metadata_compression.csv and .png: graph memory of ptgraph (every length) against grape's."""
-    csv_path = write_csv(Path(directory) / "metadata_compression.csv", GRAPH_MEMORY_COLUMNS, memories)
+def write_graph_memory(directory: Path, memories: list[GraphMemory], device: str, how: str,
+                       model: str) -> tuple[Path, Path]:
+    """metadata_compression.csv and .png: graph memory of ptgraph (every length) against grape's; `memories`
+    (labelled "<model> <search>") replace the rows of `model` and keep the other models'."""
+    csv_path = write_csv(Path(directory) / "metadata_compression.csv", GRAPH_MEMORY_COLUMNS, memories,
+                         kept=lambda row: not row["Model"].startswith(f"{model} "))
     return csv_path, plot_graph_memory(csv_path, device, how)
 
 

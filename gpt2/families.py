@@ -1,6 +1,6 @@
 """The model families the kit's command runs, and which one a model source names.
 
-    family = family_of(source)              # "gpt2" or "gptj"
+    family = FAMILIES[family_of(source)]    # GPT-2's or GPT-J's: its name, loader and model class
     model = load_model(source, backend)     # a model_runtime.causal_lm.CausalLM of that family
 
 GPT-2: an llm.c .bin file, a transformers directory of model_type gpt2, a hub name
@@ -11,8 +11,10 @@ random:gpt-j-6b (gptj/checkpoint.py). Both read GPT-2's BPE (gpt2/tokenizer.py).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
+from typing import Callable
 
 from gpt2 import checkpoint as gpt2_checkpoint
 from gpt2.config import PRESET_ALIASES
@@ -24,6 +26,16 @@ from gptj.model import GPTJ
 from model_runtime.backends import Backend
 from model_runtime.causal_lm import CausalLM
 from model_runtime.checkpoint_files import CheckpointError, Progress, os_errors
+
+
+@dataclasses.dataclass(frozen=True)
+class Family:
+    name: str                   # as tables and figures show it
+    load: Callable              # (source, progress=None) -> (config, parameters)
+    model: type                 # (config, parameters, backend) -> the model
+
+
+FAMILIES = {"gpt2": Family("GPT-2", gpt2_checkpoint.load, GPT2), "gptj": Family("GPT-J", gptj_checkpoint.load, GPTJ)}
 
 # what a command line is checked against: the longest context of any model it may load
 LONGEST_CONTEXT = max(config.max_T for config in [*GPT2_PRESETS.values(), *GPTJ_PRESETS.values()])
@@ -48,9 +60,8 @@ def family_of(source: str) -> str:
 
 def load_model(source: str, backend: Backend, progress: Progress | None = None) -> CausalLM:
     """The model `source` names, on `backend`."""
-    if family_of(source) == "gptj":
-        return GPTJ(*gptj_checkpoint.load(source, progress), backend=backend)
-    return GPT2(*gpt2_checkpoint.load(source, progress), backend=backend)
+    family = FAMILIES[family_of(source)]
+    return family.model(*family.load(source, progress), backend=backend)
 
 
 def check_sources(model: str, kernels: str | None = None) -> None:

@@ -75,8 +75,10 @@ STAFF_FILES = ("grading/", "tests/grading/", "tests/kernels/wrong/", "tests/kern
                # the kit's own build: its layering, how the suite spreads, its install lines, its setups without CuPy
                "tests/test_layering.py", "tests/test_spreading.py", "tests/test_install_lines.py",
                "tests/test_degraded_setups.py",
-               # the study's own checks (transformers' compiled generate, its tables), which no kernel changes
-               "tests/benchmarks/test_generation_hf.py", "tests/benchmarks/test_grape_tables.py")
+               # the study's own checks (transformers' compiled generate, its tables, its commands), which no
+               # kernel changes
+               "tests/benchmarks/test_generation_hf.py", "tests/benchmarks/test_grape_tables.py",
+               "tests/benchmarks/test_grape_study_gpu.py")
 SOLUTION = re.compile(r"^([ \t]*)(//|#) BEGIN SOLUTION\n.*?^[ \t]*\2 END SOLUTION\n", re.MULTILINE | re.DOTALL)
 LEFTOVER_MARKER = re.compile(r"^[ \t]*(//|#) (BEGIN|END) SOLUTION", re.MULTILINE)
 STAFF_SECTION = re.compile(r"^<!-- staff only.*?^<!-- end staff only -->\n\n?", re.MULTILINE | re.DOTALL)

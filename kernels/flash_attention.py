@@ -82,11 +82,12 @@ __device__ __forceinline__ void copy_async_wait_all() {
 }
 
 // Start copying head dims d0 .. d0 + CHUNK - 1 of rows k0 .. k0 + KEY_TILE - 1 of one head's keys (column C)
-// or values (2C) into shared memory, zeros past T and HS. Consecutive threads copy consecutive columns of a
-// row: coalesced. With `vectors` (HS a multiple of 4, qkv 16-byte aligned) each copy moves a float4.
+// or values (2C) into shared memory, zeros past T and HS; with `values` given too, the same rows of the
+// values into it in the same loop. Consecutive threads copy consecutive columns of a row: coalesced. With
+// `vectors` (HS a multiple of 4, qkv 16-byte aligned) each copy moves a float4.
 template <int STRIDE>
 __device__ void copy_tile(float (*tile)[STRIDE], const float* column, int k0, int d0, int T, int C, int HS,
-                          bool vectors) {
+                          bool vectors, float (*values)[CHUNK] = nullptr) {
     const int width = vectors ? 4 : 1;
     for (int e = threadIdx.x; e < KEY_TILE * CHUNK / width; e += THREADS) {
         int r = e / (CHUNK / width), d = e % (CHUNK / width) * width;
@@ -94,6 +95,9 @@ __device__ void copy_tile(float (*tile)[STRIDE], const float* column, int k0, in
         const float* src = valid ? column + (long long)(k0 + r) * 3 * C + d0 + d : column;  // a readable address
         if (vectors) copy_async16(&tile[r][d], src, valid);
         else copy_async4(&tile[r][d], src, valid);
+        if (values == nullptr) continue;
+        if (vectors) copy_async16(&values[r][d], valid ? src + C : column, valid);
+        else copy_async4(&values[r][d], valid ? src + C : column, valid);
     }
 }
 
@@ -144,8 +148,8 @@ flash_attention_kernel(float* out, float* lse, const float* qkv, int T, int C, i
         #pragma unroll 1
         for (int c = 0; c < CHUNKS; c++) {
             if (CHUNKS > 1) load_queries(q_tile, head, row0, c * CHUNK, T, C, HS, score_scale);
-            copy_tile(k_or_p, head + C, k0, c * CHUNK, T, C, HS, vectors);
-            if (CHUNKS == 1) copy_tile(v_tile, head + 2 * C, k0, 0, T, C, HS, vectors);  // in flight with the keys
+            // one chunk: the values come in the same loop as the keys, in flight together
+            copy_tile(k_or_p, head + C, k0, c * CHUNK, T, C, HS, vectors, CHUNKS == 1 ? v_tile : nullptr);
             copy_async_wait_all();
             __syncthreads();  // the keys (and the queries) are in shared memory
             #pragma unroll 2

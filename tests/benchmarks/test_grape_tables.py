@@ -27,7 +27,7 @@ def test_speedometer_statistics_and_figure(tmp_path, seed):
     rng = np.random.default_rng(seed)
     timings = [Timing(name, {"Model": "GPT-2", "Search": "beam5"}, list(rng.uniform(0.1, 10, 7)))
                for name in ("baseline", "ptgraph", "grape")] + [Timing("grape", {"Search": "greedy"}, [0.25])]
-    csv_path, png_path = write_speedometer(tmp_path / "out", timings, "NVIDIA H200")
+    csv_path, png_path = write_speedometer(tmp_path / "out", timings, "NVIDIA H200", "GPT-2")
     rows = read(csv_path)
     assert tuple(rows[0]) == SPEEDOMETER_COLUMNS and len(rows) == 4
     for row, timing in zip(rows, timings):
@@ -48,8 +48,9 @@ def test_breakdown_and_graph_memory(tmp_path):
         ("baseline", 900.0, 120.0), ("grape", 300.0, 0.0)]
     assert_png(png_path)
 
-    memories = [GraphMemory("GPT-2", 5120.5, 97.25)]
-    csv_path, png_path = write_graph_memory(tmp_path, memories, "NVIDIA H200", "cudaMemGetInfo around capture")
+    memories = [GraphMemory("GPT-2 beam5", 5120.5, 97.25)]
+    csv_path, png_path = write_graph_memory(tmp_path, memories, "NVIDIA H200", "cudaMemGetInfo around capture",
+                                            "GPT-2")
     rows = read(csv_path)
     assert tuple(rows[0]) == GRAPH_MEMORY_COLUMNS
     assert (float(rows[0]["Original Size"]), float(rows[0]["Compressed Size (MB)"])) == (5120.5, 97.25)
@@ -81,8 +82,8 @@ def test_runtime_writes_a_beam_and_a_greedy_row_per_executor(tmp_path, monkeypat
 
     monkeypatch.setattr(grape_study, "timed", lambda run, runs, label: [0.5 + 0.1 * i for i in range(runs)])
     monkeypatch.setattr(grape_study, "grape_gpu_seconds", lambda study, beam_search: 0.4 if beam_search else 0.2)
-    study = SimpleNamespace(beams=5, new_tokens=11, attrs=lambda search: {"Model": "GPT-2 124M", "Search": search},
-                            beam_run=lambda name: None, greedy_run=lambda name: None)
+    study = SimpleNamespace(beams=5, new_tokens=11, attrs=lambda search: {"Model": "GPT-2", "Search": search},
+                            beam_run=lambda name: None, greedy_run=lambda name: None, name="GPT-2")
     executors = ["baseline", "ptgraph", "grape"]
     paths = grape_study.runtime(study, tmp_path, runs=3, executors=executors, with_hf=False, device="a GPU")
     rows = read(tmp_path / "speedometer.csv")
@@ -91,3 +92,25 @@ def test_runtime_writes_a_beam_and_a_greedy_row_per_executor(tmp_path, monkeypat
     assert {float(r["Median"]) for r in rows} == {0.6} and tmp_path / "speedometer.png" in paths
     printed = capsys.readouterr().out
     assert "grape beam: GPU 40.000 ms/step" in printed and "grape greedy: GPU 20.000 ms/step" in printed
+
+
+def test_a_models_rows_replace_its_own_and_keep_the_other_models(tmp_path):
+    """GPT-2's study, then GPT-J's, then GPT-2's again: both models' rows, GPT-2's from its last run (written
+    last, so after GPT-J's); each model's breakdown in a file of its own."""
+    def study(model, seconds):
+        write_speedometer(tmp_path, [Timing(name, {"Model": model, "Search": "beam5"}, [seconds])
+                                     for name in ("baseline", "grape")], "a GPU", model)
+        write_graph_memory(tmp_path, [GraphMemory(f"{model} {search}", 100 * seconds, seconds)
+                                      for search in ("beam5", "greedy")], "a GPU", "memory", model)
+
+    study("GPT-2", 1.0)
+    study("GPT-J", 7.0)
+    study("GPT-2", 2.0)
+    rows = read(tmp_path / "speedometer.csv")
+    assert [(json.loads(r["Attrs"])["Model"], r["Name"], float(r["Median"])) for r in rows] == [
+        ("GPT-J", "baseline", 7.0), ("GPT-J", "grape", 7.0), ("GPT-2", "baseline", 2.0), ("GPT-2", "grape", 2.0)]
+    assert [(r["Model"], float(r["Compressed Size (MB)"])) for r in read(tmp_path / "metadata_compression.csv")] == [
+        ("GPT-J beam5", 7.0), ("GPT-J greedy", 7.0), ("GPT-2 beam5", 2.0), ("GPT-2 greedy", 2.0)]
+    write_breakdown(tmp_path, [Breakdown("grape", 0.1, 9.0, 0.0)], "a GPU", "events", "gptj")
+    assert (tmp_path / "gptj_generate_profile.csv").exists() and not (tmp_path / "gpt2_generate_profile.csv").exists()
+    assert_png(tmp_path / "speedometer.png")

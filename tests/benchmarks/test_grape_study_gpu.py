@@ -1,0 +1,76 @@
+"""The Grape study's commands end to end on the GPU, for each model family, at a small size: every
+experiment's files are written, with their columns and a row per executor per model, and both models'
+rows share speedometer.csv and metadata_compression.csv (so a crash at the end of a long run shows here,
+in seconds, not after the run)."""
+
+import csv
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("matplotlib", reason="the figures need matplotlib: pip install -e '.[experiments]'")
+torch = pytest.importorskip("torch", reason="transformers' rows need PyTorch and transformers")
+pytest.importorskip("transformers", reason="transformers' rows need transformers: pip install -e '.[hf]'")
+
+from benchmarks.grape_tables import BREAKDOWN_COLUMNS, GRAPH_MEMORY_COLUMNS, SPEEDOMETER_COLUMNS  # noqa: E402
+from generation.executors import EXECUTORS  # noqa: E402
+from model_runtime.ops import MODEL_FUNCTIONS  # noqa: E402
+from tests.model.hf_gptj import hf_gptj  # noqa: E402
+
+ROOT = Path(__file__).parents[2]
+pytestmark = [pytest.mark.gpu, pytest.mark.calls(*MODEL_FUNCTIONS, "rotary_forward")]
+
+
+def read(path: Path) -> list[dict]:
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def study(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "benchmarks.grape_study", *args], capture_output=True, text=True,
+                          cwd=ROOT, timeout=500, check=False)
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory):
+    """`runtime`, `breakdown` and `graph-memory` for GPT-2 124M, then `all` for a small GPT-J, into one directory."""
+    out, gptj = tmp_path_factory.mktemp("grape"), tmp_path_factory.mktemp("gptj")
+    hf_gptj(seed=0, n_layer=2, n_embd=256, n_head=1, rotary_dim=64).save_pretrained(gptj)  # head size 256
+    small = ("--max-length", "12", "--beams", "3", "--runs", "2", "--out", str(out))
+    for args in (("runtime", *small), ("breakdown", "--no-hf", *small), ("graph-memory", *small),
+                 ("all", "--model", str(gptj), *small)):
+        done = study(*args)
+        assert done.returncode == 0, f"{' '.join(args)}:\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}"
+        assert f"wrote {out}" in done.stdout
+    return out
+
+
+def test_speedometer_has_a_beam_and_a_greedy_row_per_executor_per_model(results):
+    rows = read(results / "speedometer.csv")
+    assert tuple(rows[0]) == SPEEDOMETER_COLUMNS
+    found = sorted((json.loads(r["Attrs"])["Model"], json.loads(r["Attrs"])["Search"], r["Name"]) for r in rows)
+    names = [*EXECUTORS, "transformers"]
+    assert found == sorted((model, search, name) for model in ("GPT-2", "GPT-J") for search in ("beam3", "greedy")
+                           for name in names)
+    assert all(0 < float(r["min"]) <= float(r["Median"]) <= float(r["MAX"]) for r in rows)
+
+
+def test_breakdowns_and_graph_memory_per_model(results):
+    for family in ("gpt2", "gptj"):
+        rows = read(results / f"{family}_generate_profile.csv")
+        assert tuple(rows[0]) == BREAKDOWN_COLUMNS and [r["Name"] for r in rows] == list(EXECUTORS)
+        assert all(float(r["Model"]) > 0 for r in rows)
+    rows = read(results / "metadata_compression.csv")
+    assert tuple(rows[0]) == GRAPH_MEMORY_COLUMNS
+    assert [r["Model"] for r in rows] == ["GPT-2 beam3", "GPT-2 greedy", "GPT-J beam3", "GPT-J greedy"]
+    assert all(float(r["Original Size"]) > 0 and float(r["Compressed Size (MB)"]) > 0 for r in rows)
+
+
+@pytest.mark.parametrize("figure", ["speedometer", "gpt2_generate_profile", "gptj_generate_profile",
+                                    "metadata_compression"])
+def test_every_table_has_its_figure(results, figure):
+    png = results / f"{figure}.png"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
