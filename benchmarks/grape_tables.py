@@ -105,8 +105,9 @@ def plot_speedometer(csv_path: Path, device: str, runs: str) -> Path:
     labels = [_label(r["Name"], {k: v for k, v in json.loads(r["Attrs"]).items() if k not in shared}) for r in rows]
     medians = [float(r["Median"]) for r in rows]
     spread = [[m - float(r["min"]) for m, r in zip(medians, rows)], [float(r["MAX"]) - m for m, r in zip(medians, rows)]]
-    title = (f"End-to-end generation time per run on {device} ({', '.join(f'{k} {v}' for k, v in shared.items())}): "
-             f"median of {runs} timed runs after a warm-up; whiskers from min to max")
+    said = f" ({', '.join(f'{k} {v}' for k, v in shared.items())})" if shared else ""  # what every row shares
+    title = (f"End-to-end generation time per run on {device}{said}: median of {runs} timed runs after a warm-up; "
+             "whiskers from min to max")
     return _bar_figure(Path(csv_path).with_suffix(".png"), labels, [medians], ["median"], "seconds per run", title,
                        errors=spread)
 

@@ -59,9 +59,29 @@ def family_of(source: str) -> str:
 
 
 def load_model(source: str, backend: Backend, progress: Progress | None = None) -> CausalLM:
-    """The model `source` names, on `backend`."""
+    """The model `source` names, on `backend`; refused in one line, before anything loads, where the backend
+    lacks a host function of the family's, or where the reference backend's float64 weights would not fit in
+    this machine's memory."""
     family = FAMILIES[family_of(source)]
+    family.model.check_backend(backend)
+    if backend.name == "reference":
+        check_fits_in_memory(source, family)
     return family.model(*family.load(source, progress), backend=backend)
+
+
+def check_fits_in_memory(source: str, family: Family) -> None:
+    """CheckpointError when a random model of a known size would take more than this machine's memory on the
+    reference backend: its weights in float64, and in float32 while they load (12 bytes a parameter)."""
+    size = source.split(":", 1)[1] if source.startswith("random:") else None
+    presets = {**GPT2_PRESETS, **{alias: GPT2_PRESETS[name] for alias, name in PRESET_ALIASES.items()},
+               **GPTJ_PRESETS}
+    if size not in presets:
+        return
+    needed, memory = 12 * presets[size].num_parameters(), os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    if needed > memory:
+        raise CheckpointError(f"{source}: {family.name}'s {presets[size].num_parameters() / 1e9:.1f}B parameters "
+                              f"take {needed / 2**30:.0f} GiB on the reference backend (float64, and float32 while "
+                              f"they load), more than this machine's {memory / 2**30:.0f} GiB: run it on a GPU")
 
 
 def check_sources(model: str, kernels: str | None = None) -> None:

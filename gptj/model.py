@@ -61,9 +61,7 @@ class GPTJ(CausalLM):
     def __init__(self, config: GPTJConfig, params: Parameters, backend: str | Backend = "kernels",
                  kernels: str | None = None):
         super().__init__(config, backend, kernels)
-        if getattr(self.backend.ops, "rotary_forward", None) is None:
-            raise BackendError(f"GPT-J needs rotary_forward (kernels/rotary.py, milestone 3), which the "
-                               f"{self.backend.name} backend does not have")
+        self.check_backend(self.backend)
         from reference.numerics import rotary_sin_cos
 
         uploaded = {name: self.backend.upload(array) for name, array in params.items()}
@@ -73,6 +71,12 @@ class GPTJ(CausalLM):
         self.weights.sin_cos = self.backend.upload(rotary_sin_cos(config.max_T, config.rotary_dim))
         self.flash_attention = self.backend.flash_attention
         self._zero_positions: dict[int, object] = {}  # B -> zeros (B,) int32: a plain pass starts at position 0
+
+    @classmethod
+    def check_backend(cls, backend: Backend) -> None:
+        if getattr(backend.ops, "rotary_forward", None) is None:
+            raise BackendError(f"GPT-J needs rotary_forward (kernels/rotary.py, milestone 3), which the "
+                               f"{backend.name} backend does not have")
 
     @classmethod
     def from_pretrained(cls, source, backend: str = "kernels", kernels: str | None = None) -> "GPTJ":

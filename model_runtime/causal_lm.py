@@ -127,6 +127,10 @@ class CausalLM:
     def __call__(self, tokens):
         return self.forward(tokens)
 
+    @classmethod
+    def check_backend(cls, backend: Backend) -> None:
+        """BackendError, before any weights load, when `backend` lacks a host function this family calls."""
+
     # ------------------------------------------------------------------ what a family writes
 
     def embed(self, a, tokens, B: int, T: int) -> None:

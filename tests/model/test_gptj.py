@@ -24,9 +24,10 @@ transformers = pytest.importorskip("transformers", reason="needs transformers: p
 from generation.beam_search import BeamSearch, beam_search  # noqa: E402
 from generation.decoding import make_decoder  # noqa: E402
 from generation.generate import GREEDY, generate  # noqa: E402
-from gpt2.families import family_of  # noqa: E402
+from gpt2.families import FAMILIES, check_fits_in_memory, family_of, load_model  # noqa: E402
 from gpt2.tokenizer import get_tokenizer  # noqa: E402
 from gptj.checkpoint import load, read_hf  # noqa: E402
+from model_runtime.backends import make_backend  # noqa: E402
 from model_runtime.checkpoint_files import CheckpointError  # noqa: E402
 from tests.model.hf_gptj import CONTEXT, EOS, VOCAB, exact, hf_gptj, ours_and_theirs  # noqa: E402
 
@@ -151,3 +152,12 @@ def test_a_gptj_directory_and_a_gpt2_directory_are_told_apart(tmp_path):
 def test_an_unknown_gptj_size_is_one_line():
     with pytest.raises(CheckpointError, match=r"^unknown GPT-J size 'gpt-j-1b' \(known: gpt-j-6b\)$"):
         load("random:gpt-j-1b")
+
+
+def test_a_random_gptj_too_big_for_this_machine_is_refused_before_it_loads(monkeypatch):
+    pages = {"SC_PAGE_SIZE": 4096, "SC_PHYS_PAGES": 24 * 2**30 // 4096}  # a machine of 24 GiB
+    monkeypatch.setattr("os.sysconf", lambda name: pages[name])
+    with pytest.raises(CheckpointError, match=r"^random:gpt-j-6b: GPT-J's 6.1B parameters take 68 GiB on the "
+                                              r"reference backend .* more than this machine's 24 GiB: run it on a GPU$"):
+        load_model("random:gpt-j-6b", make_backend("reference"))
+    check_fits_in_memory("random:gpt2-xl", FAMILIES["gpt2"])  # 1.6B parameters, 17 GiB: it fits
