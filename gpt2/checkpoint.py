@@ -43,7 +43,7 @@ from kernel_runtime.files import replacing
 from model_runtime import checkpoint_files
 from model_runtime.checkpoint_files import (HF_PREFIX, CheckpointError, Parameters, Progress, Tenths,
                                             bfloat16_to_float32, download_from_hub, expect_shape, float32_to_bfloat16,
-                                            is_int, open_weights, os_errors, read_json_object, write_text,
+                                            open_weights, os_errors, read_json_object, transformers_sizes, write_text,
                                             write_safetensors_directory)
 
 LLMC_MAGIC = 20240326
@@ -218,20 +218,7 @@ def _read_hf_config(path: Path) -> GPT2Config:
     raw = read_json_object(path)
     if raw.get("model_type", "gpt2") != "gpt2":
         raise CheckpointError(f"{path}: model_type is {raw['model_type']!r}, not 'gpt2'")
-    if raw.get("activation_function", "gelu_new") not in ("gelu_new", "gelu_pytorch_tanh"):
-        raise CheckpointError(f"{path}: activation_function {raw['activation_function']!r} is not GPT-2's tanh GELU")
-    epsilon = raw.get("layer_norm_epsilon", 1e-5)
-    if not isinstance(epsilon, (int, float)) or abs(epsilon - 1e-5) > 1e-12:
-        raise CheckpointError(f"{path}: layer_norm_epsilon {epsilon!r} is not 1e-5")
-    sizes = {}
-    for field in ("n_layer", "n_head", "n_embd", "vocab_size", "n_positions"):
-        if field not in raw:
-            raise CheckpointError(f"{path}: missing field {field}")
-        if not is_int(raw[field]) or raw[field] < 1:
-            raise CheckpointError(f"{path}: {field} must be a positive integer, got {raw[field]!r}")
-        sizes[field] = raw[field]
-    if raw.get("n_inner") not in (None, 4 * sizes["n_embd"]):
-        raise CheckpointError(f"{path}: n_inner={raw['n_inner']!r} is not 4 * n_embd")
+    sizes = transformers_sizes(raw, path, ("n_layer", "n_head", "n_embd", "vocab_size", "n_positions"))
     try:
         return GPT2Config.sized(sizes["n_layer"], sizes["n_head"], sizes["n_embd"], vocab_size=sizes["vocab_size"],
                                 max_T=sizes["n_positions"])

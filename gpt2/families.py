@@ -1,6 +1,6 @@
 """The model families the kit's command runs, and which one a model source names.
 
-    family = FAMILIES[family_of(source)]    # GPT-2's or GPT-J's: its name, loader and model class
+    family = FAMILIES[family_of(source)]    # GPT-2's or GPT-J's: its name and model class
     model = load_model(source, backend)     # a model_runtime.causal_lm.CausalLM of that family
 
 GPT-2: an llm.c .bin file, a transformers directory of model_type gpt2, a hub name
@@ -14,7 +14,6 @@ from __future__ import annotations
 import dataclasses
 import os
 from pathlib import Path
-from typing import Callable
 
 from gpt2 import checkpoint as gpt2_checkpoint
 from gpt2.config import PRESET_ALIASES
@@ -31,11 +30,13 @@ from model_runtime.checkpoint_files import CheckpointError, Progress, os_errors
 @dataclasses.dataclass(frozen=True)
 class Family:
     name: str                   # as tables and figures show it
-    load: Callable              # (source, progress=None) -> (config, parameters)
-    model: type                 # (config, parameters, backend) -> the model
+    model: type                 # a CausalLM: (config, parameters, backend) -> the model; its load_checkpoint
+
+    def load(self, source: str, progress: Progress | None = None) -> tuple:
+        return self.model.load_checkpoint(source, progress)
 
 
-FAMILIES = {"gpt2": Family("GPT-2", gpt2_checkpoint.load, GPT2), "gptj": Family("GPT-J", gptj_checkpoint.load, GPTJ)}
+FAMILIES = {"gpt2": Family("GPT-2", GPT2), "gptj": Family("GPT-J", GPTJ)}
 
 # what a command line is checked against: the longest context of any model it may load
 LONGEST_CONTEXT = max(config.max_T for config in [*GPT2_PRESETS.values(), *GPTJ_PRESETS.values()])

@@ -79,24 +79,14 @@ class GPT2(CausalLM):
         # flash attention (milestone 3) keeps no T x T probabilities: a.att is then not allocated
         self.flash_attention = self.backend.flash_attention
 
-    @classmethod
-    def from_pretrained(cls, source, backend: str = "kernels", kernels: str | None = None) -> "GPT2":
+    @staticmethod
+    def load_checkpoint(source, progress=None) -> tuple:
         """An llm.c .bin file, an HF directory, a hub name (gpt2, gpt2-medium, ...) or "random"."""
-        # imported here, not at the top, so that `import gpt2` leaves it to `python -m gpt2.checkpoint`
-        from gpt2 import checkpoint
+        from gpt2 import checkpoint  # here: `import gpt2` leaves it to its command line
 
-        config, params = checkpoint.load(source)
-        return cls(config, params, backend, kernels)
+        return checkpoint.load(source, progress)
 
     # ------------------------------------------------------------------ forward
-
-    def embed(self, a, tokens, B: int, T: int) -> None:
-        self.runner(None)("encoder", self.backend.ops.encoder_forward, a.encoded, tokens, self.weights.wte,
-                          self.weights.wpe, B, T, self.config.channels)
-
-    def embed_at_positions(self, a, tokens, lengths, B: int) -> None:
-        self.runner(None)("encoder", self.backend.ops.encoder_at_positions_forward, a.encoded, tokens, lengths,
-                          self.weights.wte, self.weights.wpe, B, 1, self.config.channels)
 
     def transformer(self, a, B: int, T: int, cache: KVCache | None, decoding: bool) -> None:
         """Every layer, the final layernorm and the LM head, from a.encoded to a.logits."""

@@ -23,7 +23,7 @@ import numpy as np
 from gptj.config import PRESETS, ConfigError, GPTJConfig
 from model_runtime import checkpoint_files
 from model_runtime.checkpoint_files import (CheckpointError, Parameters, Progress, Tenths, download_from_hub,
-                                            expect_shape, is_int, open_weights, read_json_object)
+                                            expect_shape, open_weights, read_json_object, transformers_sizes)
 
 HUB_REPOSITORIES = {"gpt-j-6b": "EleutherAI/gpt-j-6b"}
 
@@ -90,20 +90,7 @@ def config_from_hf(raw: dict, where: Path | str) -> GPTJConfig:
     """The sizes of a transformers GPTJConfig (its config.json, or its to_dict()); `where` names it in errors."""
     if raw.get("model_type") != "gptj":
         raise CheckpointError(f"{where}: model_type is {raw.get('model_type')!r}, not 'gptj'")
-    if raw.get("activation_function", "gelu_new") not in ("gelu_new", "gelu_pytorch_tanh"):
-        raise CheckpointError(f"{where}: activation_function {raw['activation_function']!r} is not the tanh GELU")
-    epsilon = raw.get("layer_norm_epsilon", 1e-5)
-    if not isinstance(epsilon, (int, float)) or abs(epsilon - 1e-5) > 1e-12:
-        raise CheckpointError(f"{where}: layer_norm_epsilon {epsilon!r} is not 1e-5")
-    sizes = {}
-    for field in ("n_layer", "n_head", "n_embd", "vocab_size", "n_positions", "rotary_dim"):
-        if field not in raw:
-            raise CheckpointError(f"{where}: missing field {field}")
-        if not is_int(raw[field]) or raw[field] < 1:
-            raise CheckpointError(f"{where}: {field} must be a positive integer, got {raw[field]!r}")
-        sizes[field] = raw[field]
-    if raw.get("n_inner") not in (None, 4 * sizes["n_embd"]):
-        raise CheckpointError(f"{where}: n_inner={raw['n_inner']!r} is not 4 * n_embd")
+    sizes = transformers_sizes(raw, where, ("n_layer", "n_head", "n_embd", "vocab_size", "n_positions", "rotary_dim"))
     try:
         return GPTJConfig(sizes["n_positions"], sizes["vocab_size"], sizes["n_layer"], sizes["n_head"],
                           sizes["n_embd"], sizes["rotary_dim"], raw.get("eos_token_id", 50256))

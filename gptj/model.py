@@ -78,23 +78,14 @@ class GPTJ(CausalLM):
             raise BackendError(f"GPT-J needs rotary_forward (kernels/rotary.py, milestone 3), which the "
                                f"{backend.name} backend does not have")
 
-    @classmethod
-    def from_pretrained(cls, source, backend: str = "kernels", kernels: str | None = None) -> "GPTJ":
+    @staticmethod
+    def load_checkpoint(source, progress=None) -> tuple:
         """A transformers GPT-J directory, a hub name (gpt-j-6b) or "random:gpt-j-6b"."""
-        from gptj import checkpoint
+        from gptj import checkpoint  # here: `import gptj` leaves it to its command line
 
-        config, params = checkpoint.load(source)
-        return cls(config, params, backend, kernels)
+        return checkpoint.load(source, progress)
 
     # ------------------------------------------------------------------ forward
-
-    def embed(self, a, tokens, B: int, T: int) -> None:
-        self.runner(None)("encoder", self.backend.ops.encoder_forward, a.encoded, tokens, self.weights.wte,
-                          self.weights.wpe, B, T, self.config.channels)
-
-    def embed_at_positions(self, a, tokens, lengths, B: int) -> None:
-        self.runner(None)("encoder", self.backend.ops.encoder_at_positions_forward, a.encoded, tokens, lengths,
-                          self.weights.wte, self.weights.wpe, B, 1, self.config.channels)
 
     def transformer(self, a, B: int, T: int, cache: KVCache | None, decoding: bool) -> None:
         """Every layer, the final layernorm and the LM head, from a.encoded to a.logits."""

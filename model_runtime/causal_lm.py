@@ -2,13 +2,13 @@
 the checks on the tokens it is given, and the order of a forward pass and of a decode step.
 
 A family (gpt2.model.GPT2, gptj.model.GPTJ) subclasses CausalLM and writes its own
-forward pass in three methods, each a list of host-function calls:
+forward pass as a list of host-function calls,
 
-    embed(a, tokens, B, T)                   tokens -> a.encoded (prefill)
-    embed_at_positions(a, tokens, lengths, B) one token per row at its cache position -> a.encoded
     transformer(a, B, T, cache, decoding)    a.encoded -> every layer -> a.logits
 
-and names its activations in ACTIVATION_SHAPES. The rest, here, is what decoders and
+after the embedding (embed and embed_at_positions: the token and position tables'
+sum, prefill and decode step), names its activations in ACTIVATION_SHAPES, and says
+how its checkpoints load (load_checkpoint). The rest, here, is what decoders and
 executors (generation/) rely on, whatever the family:
 
     logits = model.forward(tokens, cache, activations)    prefill: (B, T) -> (B, T, V); fills an empty cache
@@ -131,13 +131,26 @@ class CausalLM:
     def check_backend(cls, backend: Backend) -> None:
         """BackendError, before any weights load, when `backend` lacks a host function this family calls."""
 
+    @classmethod
+    def from_pretrained(cls, source, backend: str = "kernels", kernels: str | None = None):
+        """The model of `source`, as the family's load_checkpoint reads it."""
+        return cls(*cls.load_checkpoint(source), backend, kernels)
+
     # ------------------------------------------------------------------ what a family writes
 
-    def embed(self, a, tokens, B: int, T: int) -> None:
+    @staticmethod
+    def load_checkpoint(source, progress=None) -> tuple:
+        """(config, parameters) of a source, progress(line) told each tenth: the family's checkpoint module's load."""
         raise NotImplementedError
 
+    def embed(self, a, tokens, B: int, T: int) -> None:
+        """The token and position tables' sum (GPT-2's encoder; a family without positions gives zeros)."""
+        self.runner(None)("encoder", self.backend.ops.encoder_forward, a.encoded, tokens, self.weights.wte,
+                          self.weights.wpe, B, T, self.config.channels)
+
     def embed_at_positions(self, a, tokens, lengths, B: int) -> None:
-        raise NotImplementedError
+        self.runner(None)("encoder", self.backend.ops.encoder_at_positions_forward, a.encoded, tokens, lengths,
+                          self.weights.wte, self.weights.wpe, B, 1, self.config.channels)
 
     def transformer(self, a, B: int, T: int, cache: KVCache | None, decoding: bool) -> None:
         raise NotImplementedError

@@ -69,6 +69,27 @@ def read_json_object(path: Path) -> dict:
     return raw
 
 
+def transformers_sizes(raw: dict, where, fields: tuple[str, ...]) -> dict[str, int]:
+    """`fields` of a transformers config (its config.json as a dict), each a positive integer, after checking
+    what the kit's kernels fix: the tanh GELU, layernorm epsilon 1e-5, an MLP 4 times the width.
+    CheckpointError naming `where` otherwise."""
+    if raw.get("activation_function", "gelu_new") not in ("gelu_new", "gelu_pytorch_tanh"):
+        raise CheckpointError(f"{where}: activation_function {raw['activation_function']!r} is not the tanh GELU")
+    epsilon = raw.get("layer_norm_epsilon", 1e-5)
+    if not isinstance(epsilon, (int, float)) or abs(epsilon - 1e-5) > 1e-12:
+        raise CheckpointError(f"{where}: layer_norm_epsilon {epsilon!r} is not 1e-5")
+    sizes = {}
+    for field in fields:
+        if field not in raw:
+            raise CheckpointError(f"{where}: missing field {field}")
+        if not is_int(raw[field]) or raw[field] < 1:
+            raise CheckpointError(f"{where}: {field} must be a positive integer, got {raw[field]!r}")
+        sizes[field] = raw[field]
+    if raw.get("n_inner") not in (None, 4 * sizes["n_embd"]):
+        raise CheckpointError(f"{where}: n_inner={raw['n_inner']!r} is not 4 * n_embd")
+    return sizes
+
+
 def json_kind(value) -> str:
     kinds = {list: "list", str: "string", bool: "boolean", int: "number", float: "number", type(None): "null"}
     return kinds.get(type(value), type(value).__name__)
