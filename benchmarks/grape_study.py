@@ -232,8 +232,7 @@ def graphs_held(study: Study, rows: int) -> tuple[float, int, float, int]:
         grape_mb = held_by(lambda: [grape.beam_search([study.prompt], 4, BeamSearch(rows)) for _ in range(2)])
     else:
         grape_mb = held_by(lambda: [grape.generate([study.prompt], 4, GREEDY) for _ in range(2)])
-    cache = grape.run(rows).decoder.cache
-    grape_mb -= sum(layer.nbytes for layer in cache.k + cache.v) / 2**20  # its KV cache (not graph memory)
+    grape_mb -= grape.run(rows).decoder.cache_bytes() / 2**20  # its KV cache (not graph memory)
     grape_graphs = sum(stage.graph is not None for run in grape.runs.values()
                        for stage in [run.model_stage, run.reorder_stage, *run.choose_stages.values()])
     return ptgraph_mb, len(ptgraph.graphs), grape_mb, grape_graphs

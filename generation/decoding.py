@@ -42,9 +42,10 @@ import sys
 
 import numpy as np
 
+from generation import selection_kernels as selection
+from kernel_runtime import KitError
 from model_runtime.causal_lm import CausalLM, KVCache
 from model_runtime.ops import KV_CACHE_FUNCTIONS
-from kernel_runtime import KitError
 from reference.registry import not_written_yet
 
 
@@ -135,6 +136,44 @@ class LaunchedDecoder:
         filled = self.cache.length
         for layer_cache in self.cache.k + self.cache.v:
             layer_cache[:, :, :filled] = layer_cache[rows, :, :filled]
+
+
+    # ------------------------------------------------------------------ on the device (generation.grape)
+
+    @property
+    def lengths(self):
+        """Each row's cache length, (B,) int32 on the device: what a step's kernels read, and advance."""
+        return self.cache.lengths
+
+    @property
+    def step_logits(self):
+        """Where a step writes its logits: (B, 1, Vp) on the device, each row's V real tokens first."""
+        return self.activations.logits
+
+    def launch_step(self, tokens) -> None:
+        """A step's launches, its tokens (B,) int32 read from the device and nothing from the host, so that a
+        CUDA graph can capture them; count each step on the host with stepped()."""
+        self.model.decode_launches(tokens, self.cache, self.activations)
+
+    def stepped(self) -> None:
+        """The host's count of one more step queued on the device: TokenError when the context is full."""
+        self.cache.check_room(1)
+        self.cache.length += 1
+
+    def reorder_on_device(self, rows, done, scratch) -> None:
+        """Row i of the cache becomes a copy of row rows[i] ((B,) int32 on the device), only each row's filled
+        positions, read from the device; nothing once done[0] is set. scratch: reorder_scratch_floats() floats."""
+        for k_cache, v_cache in zip(self.cache.k, self.cache.v):
+            B, NH, slots, HS = k_cache.shape
+            selection.reorder_rows_forward(k_cache, v_cache, scratch, rows, self.cache.lengths, done, B, NH, slots,
+                                           HS)
+
+    def reorder_scratch_floats(self) -> int:
+        """The scratch reorder_on_device needs: a layer's keys and values."""
+        return 2 * self.cache.k[0].size
+
+    def cache_bytes(self) -> int:
+        return sum(layer.nbytes for layer in self.cache.k + self.cache.v)
 
 
 class GraphDecoder(LaunchedDecoder):
