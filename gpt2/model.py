@@ -31,7 +31,6 @@ residual adds inside the two projections (kernels/fused_gemv.py).
 
 from __future__ import annotations
 
-import types
 from typing import TYPE_CHECKING
 
 from gpt2.config import GPT2Config
@@ -54,9 +53,6 @@ ACTIVATION_SHAPES = {
     "qkvr": "3BTC",  # attention's scratch, shared by the layers
 }
 
-
-UNUSED_BY_FLASH = ("att", "qkvr")
-
 GLOBAL_WEIGHTS = ("wte", "wpe", "lnfw", "lnfb")  # the others are stacked over layers
 
 
@@ -73,11 +69,7 @@ class GPT2(CausalLM):
         if window is not None and getattr(self.backend.ops, "local_attention_forward", None) is None:
             raise BackendError(f"a local model needs local_attention_forward (kernels/flash_attention.py, "
                                f"milestone 3), which the {self.backend.name} backend does not have")
-        uploaded = {name: self.backend.upload(array) for name, array in params.items()}
-        self.weights = types.SimpleNamespace(**{name: array if name in GLOBAL_WEIGHTS else list(array)
-                                                for name, array in uploaded.items()})
-        # flash attention (milestone 3) keeps no T x T probabilities: a.att is then not allocated
-        self.flash_attention = self.backend.flash_attention
+        self.weights = self.upload_weights(params, GLOBAL_WEIGHTS)
 
     @staticmethod
     def load_checkpoint(source, progress=None) -> tuple:
@@ -90,9 +82,7 @@ class GPT2(CausalLM):
 
     def transformer(self, a, B: int, T: int, cache: KVCache | None, decoding: bool) -> None:
         """Every layer, the final layernorm and the LM head, from a.encoded to a.logits."""
-        C, NH, L = self.config.channels, self.config.num_heads, self.config.num_layers
-        Vp, w = self.config.padded_vocab_size, self.weights
-        ops = self.backend.ops
+        C, L, w, ops = self.config.channels, self.config.num_layers, self.weights, self.backend.ops
         fused = decoding and self.backend.fused_decode  # a few rows: the fused matrix-vector kernels (milestone 3)
         residual = a.encoded
         for l in range(L):
@@ -105,19 +95,7 @@ class GPT2(CausalLM):
                     run("ln1", ops.layernorm_forward, a.ln1[l], a.ln1_mean[l], a.ln1_rstd[l], residual, w.ln1w[l],
                         w.ln1b[l], B, T, C)
                     run("qkv", ops.matmul_forward, a.qkv[l], a.ln1[l], w.qkvw[l], w.qkvb[l], B, T, C, 3 * C)
-                if cache is not None:
-                    run("kv_append", ops.kv_cache_append_forward, cache.k[l], cache.v[l], a.qkv[l], cache.lengths,
-                        B, T, C, NH, cache.slots)
-                if decoding:
-                    run("attention", ops.decode_attention_forward, a.atty[l], a.qkv[l], cache.k[l], cache.v[l],
-                        cache.lengths, B, C, NH, cache.slots)
-                elif self.window:
-                    run("attention", ops.local_attention_forward, a.atty[l], a.lse[l], a.qkv[l], B, T, C, NH,
-                        self.window)
-                elif self.flash_attention:
-                    run("attention", ops.flash_attention_forward, a.atty[l], a.lse[l], a.qkv[l], B, T, C, NH)
-                else:
-                    run("attention", ops.attention_forward, a.atty[l], a.qkvr, a.att[l], a.qkv[l], B, T, C, NH)
+                self.attend(run, l, a, a.qkv[l], cache, B, T, decoding)
                 if fused:  # the residual adds folded into the projections, ln2 and GELU into the fc matmul
                     run("attproj+residual2", ops.matmul_residual_forward, a.residual2[l], a.atty[l], w.attprojw[l],
                         w.attprojb[l], residual, B, T, C, C)
@@ -137,23 +115,4 @@ class GPT2(CausalLM):
                         4 * C, C)
                     run("residual3", ops.residual_forward, a.residual3[l], a.residual2[l], a.fcproj[l], B * T * C)
                 residual = a.residual3[l]
-        run = self.runner(None)
-        if fused:
-            run("lnf+lm_head", ops.layernorm_matmul_forward, a.logits, residual, w.lnfw, w.lnfb, w.wte, None, B, T, C,
-                Vp)
-        else:
-            run("lnf", ops.layernorm_forward, a.lnf, a.lnf_mean, a.lnf_rstd, residual, w.lnfw, w.lnfb, B, T, C)
-            run("lm_head", ops.matmul_forward, a.logits, a.lnf, w.wte, None, B, T, C, Vp)
-
-    # ------------------------------------------------------------------ helpers
-
-    def cache_slots(self) -> int:
-        """A slot per position, or for a local model a ring of `window` slots."""
-        return min(self.window, self.config.max_T) if self.window else self.config.max_T
-
-    def unused_activations(self) -> tuple[str, ...]:
-        return UNUSED_BY_FLASH if self.flash_attention or self.window else ()  # local attention is flash too
-
-    def activation_key(self) -> tuple:
-        return (self.flash_attention, self.window)
-
+        self.final_layernorm_and_head(a, residual, B, T, fused, w.wte, None)  # the LM head is the token table

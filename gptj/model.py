@@ -28,7 +28,6 @@ qkv and the fc matmuls, and the two residual adds inside the two projections.
 
 from __future__ import annotations
 
-import types
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -51,7 +50,6 @@ ACTIVATION_SHAPES = {
     "logits": "B T Vp",
     "qkvr": "3BTC",  # attention's scratch, shared by the layers
 }
-UNUSED_BY_FLASH = ("att", "qkvr")
 GLOBAL_WEIGHTS = ("wte", "lnfw", "lnfb", "lm_headw", "lm_headb")  # the others are stacked over layers
 
 
@@ -64,12 +62,9 @@ class GPTJ(CausalLM):
         self.check_backend(self.backend)
         from reference.numerics import rotary_sin_cos
 
-        uploaded = {name: self.backend.upload(array) for name, array in params.items()}
-        self.weights = types.SimpleNamespace(**{name: array if name in GLOBAL_WEIGHTS else list(array)
-                                                for name, array in uploaded.items()})
+        self.weights = self.upload_weights(params, GLOBAL_WEIGHTS)
         self.weights.wpe = self.backend.upload(np.zeros((config.max_T, config.channels), np.float32))
         self.weights.sin_cos = self.backend.upload(rotary_sin_cos(config.max_T, config.rotary_dim))
-        self.flash_attention = self.backend.flash_attention
         self._zero_positions: dict[int, object] = {}  # B -> zeros (B,) int32: a plain pass starts at position 0
 
     @classmethod
@@ -90,7 +85,7 @@ class GPTJ(CausalLM):
     def transformer(self, a, B: int, T: int, cache: KVCache | None, decoding: bool) -> None:
         """Every layer, the final layernorm and the LM head, from a.encoded to a.logits."""
         C, NH, L, rotary_dim = self.config.channels, self.config.num_heads, self.config.num_layers, self.config.rotary_dim
-        Vp, w, ops = self.config.padded_vocab_size, self.weights, self.backend.ops
+        w, ops = self.weights, self.backend.ops
         fused = decoding and self.backend.fused_decode  # a few rows: the fused matrix-vector kernels (milestone 3)
         positions = cache.lengths if cache is not None else self._zeros(B)  # each row's first position
         residual = a.encoded
@@ -106,17 +101,7 @@ class GPTJ(CausalLM):
                     run("qkv", ops.matmul_forward, a.qkv[l], a.ln1[l], w.qkvw[l], None, B, T, C, 3 * C)
                 run("rotary", ops.rotary_forward, a.qkv_turned[l], a.qkv[l], positions, w.sin_cos, B, T, C, NH,
                     rotary_dim)
-                qkv = a.qkv_turned[l]
-                if cache is not None:
-                    run("kv_append", ops.kv_cache_append_forward, cache.k[l], cache.v[l], qkv, cache.lengths, B, T,
-                        C, NH, cache.slots)
-                if decoding:
-                    run("attention", ops.decode_attention_forward, a.atty[l], qkv, cache.k[l], cache.v[l],
-                        cache.lengths, B, C, NH, cache.slots)
-                elif self.flash_attention:
-                    run("attention", ops.flash_attention_forward, a.atty[l], a.lse[l], qkv, B, T, C, NH)
-                else:
-                    run("attention", ops.attention_forward, a.atty[l], a.qkvr, a.att[l], qkv, B, T, C, NH)
+                self.attend(run, l, a, a.qkv_turned[l], cache, B, T, decoding)
                 if fused:  # the residual adds folded into the projections
                     run("attproj+residual2", ops.matmul_residual_forward, a.residual2[l], a.atty[l], w.attprojw[l],
                         None, residual, B, T, C, C)
@@ -133,21 +118,9 @@ class GPTJ(CausalLM):
                     run("residual2", ops.residual_forward, a.residual2[l], residual, a.attproj[l], B * T * C)
                     run("residual3", ops.residual_forward, a.residual3[l], a.residual2[l], a.fcproj[l], B * T * C)
                 residual = a.residual3[l]
-        run = self.runner(None)
-        if fused:
-            run("lnf+lm_head", ops.layernorm_matmul_forward, a.logits, residual, w.lnfw, w.lnfb, w.lm_headw,
-                w.lm_headb, B, T, C, Vp)
-        else:
-            run("lnf", ops.layernorm_forward, a.lnf, a.lnf_mean, a.lnf_rstd, residual, w.lnfw, w.lnfb, B, T, C)
-            run("lm_head", ops.matmul_forward, a.logits, a.lnf, w.lm_headw, w.lm_headb, B, T, C, Vp)
+        self.final_layernorm_and_head(a, residual, B, T, fused, w.lm_headw, w.lm_headb)
 
     # ------------------------------------------------------------------ helpers
-
-    def unused_activations(self) -> tuple[str, ...]:
-        return UNUSED_BY_FLASH if self.flash_attention else ()
-
-    def activation_key(self) -> tuple:
-        return (self.flash_attention,)
 
     def _zeros(self, B: int):
         if B not in self._zero_positions:

@@ -123,6 +123,9 @@ class CausalLM:
         self.observer: Observer | None = None  # runs every host-function call when set
         self.nvtx = False  # True: NVTX ranges around the pass and each layer (nvtx_observer: each call)
         self._activations_for = None  # ((B, T, activation_key()), activations) of plain calls
+        # flash attention (milestone 3) keeps no T x T probabilities: a.att is then not allocated
+        self.flash_attention = self.backend.flash_attention
+        self.window: int | None = None  # a local model's (GPT-2's window=W): attention to the W latest tokens
 
     def __call__(self, tokens):
         return self.forward(tokens)
@@ -161,16 +164,54 @@ class CausalLM:
         return dict(L=c.num_layers, B=B, T=T, C=c.channels, NH=c.num_heads, Vp=c.padded_vocab_size)
 
     def unused_activations(self) -> tuple[str, ...]:
-        """Activations this model, as configured, never writes (so never allocates)."""
-        return ()
+        """Activations this model, as configured, never writes (so never allocates): with flash or local
+        attention, the three-kernel attention's probabilities and scratch."""
+        return ("att", "qkvr") if self.flash_attention or self.window else ()
 
     def activation_key(self) -> tuple:
         """What, besides (B, T), decides the activations a plain call needs."""
-        return ()
+        return (self.flash_attention, self.window)
 
     def cache_slots(self) -> int:
-        """Slots per row of a new KV cache: a slot per position of the context."""
-        return self.config.max_T
+        """Slots per row of a new KV cache: a slot per position, or for a local model a ring of `window`."""
+        return min(self.window, self.config.max_T) if self.window else self.config.max_T
+
+    # ------------------------------------------------------------------ steps every family calls
+
+    def upload_weights(self, params, global_names: tuple[str, ...]) -> types.SimpleNamespace:
+        """`params` on the backend: those of `global_names` whole, the others (stacked over layers) as a list of
+        each layer's view, made once."""
+        uploaded = {name: self.backend.upload(array) for name, array in params.items()}
+        return types.SimpleNamespace(**{name: array if name in global_names else list(array)
+                                        for name, array in uploaded.items()})
+
+    def attend(self, run, l: int, a, qkv, cache: KVCache | None, B: int, T: int, decoding: bool) -> None:
+        """Layer l's attention into a.atty[l], from its packed q|k|v rows `qkv`: with a cache, their keys and
+        values stored first; a decode step against the cache, else local, flash or three-kernel attention."""
+        C, NH, ops = self.config.channels, self.config.num_heads, self.backend.ops
+        if cache is not None:
+            run("kv_append", ops.kv_cache_append_forward, cache.k[l], cache.v[l], qkv, cache.lengths, B, T, C, NH,
+                cache.slots)
+        if decoding:
+            run("attention", ops.decode_attention_forward, a.atty[l], qkv, cache.k[l], cache.v[l], cache.lengths, B,
+                C, NH, cache.slots)
+        elif self.window:
+            run("attention", ops.local_attention_forward, a.atty[l], a.lse[l], qkv, B, T, C, NH, self.window)
+        elif self.flash_attention:
+            run("attention", ops.flash_attention_forward, a.atty[l], a.lse[l], qkv, B, T, C, NH)
+        else:
+            run("attention", ops.attention_forward, a.atty[l], a.qkvr, a.att[l], qkv, B, T, C, NH)
+
+    def final_layernorm_and_head(self, a, residual, B: int, T: int, fused: bool, weight, bias) -> None:
+        """a.logits = lnf(residual) @ weight^T + bias (bias None: none), fused into one kernel when `fused`."""
+        C, Vp, w, ops = self.config.channels, self.config.padded_vocab_size, self.weights, self.backend.ops
+        run = self.runner(None)
+        if fused:
+            run("lnf+lm_head", ops.layernorm_matmul_forward, a.logits, residual, w.lnfw, w.lnfb, weight, bias, B, T,
+                C, Vp)
+        else:
+            run("lnf", ops.layernorm_forward, a.lnf, a.lnf_mean, a.lnf_rstd, residual, w.lnfw, w.lnfb, B, T, C)
+            run("lm_head", ops.matmul_forward, a.logits, a.lnf, weight, bias, B, T, C, Vp)
 
     # ------------------------------------------------------------------ forward
 
