@@ -137,7 +137,6 @@ class LaunchedDecoder:
         for layer_cache in self.cache.k + self.cache.v:
             layer_cache[:, :, :filled] = layer_cache[rows, :, :filled]
 
-
     # ------------------------------------------------------------------ on the device (generation.grape)
 
     @property

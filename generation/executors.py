@@ -95,4 +95,3 @@ def make_executor(model: CausalLM, name: str):
     if name == "ptgraph":
         return HostExecutor(model, name, "graph_per_length")
     return GrapeExecutor(model)
-

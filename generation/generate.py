@@ -23,8 +23,8 @@ from typing import Callable
 import numpy as np
 
 from generation.decoding import decoder_or_recompute
-from model_runtime.causal_lm import CausalLM, TokenError
 from kernel_runtime import KitError
+from model_runtime.causal_lm import CausalLM, TokenError
 
 
 class SamplingError(KitError):

@@ -196,7 +196,7 @@ class GrapeRun:
         K, c, s = search.num_beams, self.model.config, self.beam
         if max_new_tokens < 1 or prompt_length + max_new_tokens > c.max_T:
             raise GrapeError(f"beam search of {max_new_tokens} new tokens after {prompt_length} does not fit "
-                                f"the context of {c.max_T}")
+                             f"the context of {c.max_T}")
         max_length = prompt_length + max_new_tokens
         key = ("beam", P, K, prompt_length, max_length, search.length_penalty, search.early_stopping)
         step_logits = self.decoder.step_logits

@@ -22,8 +22,9 @@ config.json (Hugging Face); otherwise a hub name is looked up on the hub, so tha
 The file formats themselves (safetensors, shards, JSON, the hub) are every family's:
 model_runtime.checkpoint_files; this module maps GPT-2's tensors onto them. Every
 problem with a file is one `CheckpointError` line naming the file and what is wrong;
-every file is written whole or not at all. Given `progress` (a function taking a line), reading, writing and random init report
-each tenth of their bytes: the command line prints those lines on stderr.
+every file is written whole or not at all. Given `progress` (a function taking a
+line), reading, writing and random init report each tenth of their bytes: the command
+line prints those lines on stderr.
 
     python -m gpt2.checkpoint convert gpt2 gpt2_124M.bin   # any source -> llm.c float32 (version 3)
 """

@@ -38,9 +38,11 @@ class Family:
 
 FAMILIES = {"gpt2": Family("GPT-2", GPT2), "gptj": Family("GPT-J", GPTJ)}
 
+# random:<size>'s sizes, every family's (GPT-2's aliases such as 124M included)
+RANDOM_SIZES = {**GPT2_PRESETS, **GPTJ_PRESETS,
+                **{alias: GPT2_PRESETS[name] for alias, name in PRESET_ALIASES.items()}}
 # what a command line is checked against: the longest context of any model it may load
-LONGEST_CONTEXT = max(config.max_T for config in [*GPT2_PRESETS.values(), *GPTJ_PRESETS.values()])
-MODEL_NAMES = (*GPT2_PRESETS, *GPTJ_PRESETS)  # what --model takes besides paths and random
+LONGEST_CONTEXT = max(config.max_T for config in RANDOM_SIZES.values())
 
 
 def family_of(source: str) -> str:
@@ -48,8 +50,8 @@ def family_of(source: str) -> str:
     text = str(source)
     if text.startswith("random:"):
         size = text.split(":", 1)[1]
-        if size not in (*MODEL_NAMES, *PRESET_ALIASES):
-            raise CheckpointError(f"unknown model size {size!r} (known: {', '.join([*MODEL_NAMES, *PRESET_ALIASES])})")
+        if size not in RANDOM_SIZES:
+            raise CheckpointError(f"unknown model size {size!r} (known: {', '.join(RANDOM_SIZES)})")
         return "gptj" if size in GPTJ_PRESETS else "gpt2"
     path = Path(text).expanduser()
     with os_errors(path, "read"):
@@ -74,13 +76,12 @@ def check_fits_in_memory(source: str, family: Family) -> None:
     """CheckpointError when a random model of a known size would take more than this machine's memory on the
     reference backend: its weights in float64, and in float32 while they load (12 bytes a parameter)."""
     size = source.split(":", 1)[1] if source.startswith("random:") else None
-    presets = {**GPT2_PRESETS, **{alias: GPT2_PRESETS[name] for alias, name in PRESET_ALIASES.items()},
-               **GPTJ_PRESETS}
-    if size not in presets:
+    if size not in RANDOM_SIZES:
         return
-    needed, memory = 12 * presets[size].num_parameters(), os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    parameters = RANDOM_SIZES[size].num_parameters()
+    needed, memory = 12 * parameters, os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     if needed > memory:
-        raise CheckpointError(f"{source}: {family.name}'s {presets[size].num_parameters() / 1e9:.1f}B parameters "
+        raise CheckpointError(f"{source}: {family.name}'s {parameters / 1e9:.1f}B parameters "
                               f"take {needed / 2**30:.0f} GiB on the reference backend (float64, and float32 while "
                               f"they load), more than this machine's {memory / 2**30:.0f} GiB: run it on a GPU")
 

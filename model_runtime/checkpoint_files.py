@@ -137,10 +137,10 @@ def open_weights(directory: Path, torch_files: bool = False):
     """The weight files of a transformers directory, by tensor name: safetensors (model.safetensors, or
     shards listed in model.safetensors.index.json); with torch_files, where there are none, PyTorch's
     pytorch_model.bin (or its shards, pytorch_model.bin.index.json), read through torch."""
-    for index_name, single_name, opener in (("model.safetensors.index.json", "model.safetensors", SafetensorsFiles),
-                                            ("pytorch_model.bin.index.json", "pytorch_model.bin", TorchFiles)):
-        if opener is TorchFiles and not torch_files:
-            break
+    layouts = [("model.safetensors.index.json", "model.safetensors", SafetensorsFiles)]
+    if torch_files:
+        layouts.append(("pytorch_model.bin.index.json", "pytorch_model.bin", TorchFiles))
+    for index_name, single_name, opener in layouts:
         files = _listed_files(directory, index_name, single_name)
         if files:
             return opener(files)
