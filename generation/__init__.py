@@ -4,6 +4,6 @@
 * generate: greedy decoding and sampling, one prompt or a batch.
 * beam_search: beam search, equal to transformers' generate(num_beams=...).
 * executors: the Grape study's three ways of running generation (baseline, ptgraph, grape).
-* grape: the third, every step on the device from graphs shared by every length.
-* selection_kernels: grape's choosing on the device (sampling, beam bookkeeping, cache reordering).
+* grape: the third, every step on the device from graphs shared by every length (its choosing
+  kernels are the kit's: kernels/sampling.py, kernels/beam_search.py, kernels/kv_cache_reorder.py).
 """

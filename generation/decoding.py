@@ -42,11 +42,10 @@ import sys
 
 import numpy as np
 
-from generation import selection_kernels as selection
 from kernel_runtime import KitError
 from model_runtime.causal_lm import CausalLM, KVCache
 from model_runtime.ops import KV_CACHE_FUNCTIONS
-from reference.registry import not_written_yet
+from reference.registry import host_function, not_written_yet
 
 
 class DecoderError(KitError):
@@ -159,17 +158,13 @@ class LaunchedDecoder:
         self.cache.check_room(1)
         self.cache.length += 1
 
-    def reorder_on_device(self, rows, done, scratch) -> None:
-        """Row i of the cache becomes a copy of row rows[i] ((B,) int32 on the device), only each row's filled
-        positions, read from the device; nothing once done[0] is set. scratch: reorder_scratch_floats() floats."""
+    def reorder_on_device(self, rows, done, group: int) -> None:
+        """Row i of the cache becomes a copy of row rows[i] ((B,) int32 on the device, in i's group of `group`
+        rows), only each row's filled positions, read from the device; nothing once done[0] is set."""
+        reorder = host_function("kv_cache_reorder_forward")
         for k_cache, v_cache in zip(self.cache.k, self.cache.v):
             B, NH, slots, HS = k_cache.shape
-            selection.reorder_rows_forward(k_cache, v_cache, scratch, rows, self.cache.lengths, done, B, NH, slots,
-                                           HS)
-
-    def reorder_scratch_floats(self) -> int:
-        """The scratch reorder_on_device needs: a layer's keys and values."""
-        return 2 * self.cache.k[0].size
+            reorder(k_cache, v_cache, rows, self.cache.lengths, done, B, NH, slots, HS, group)
 
     def cache_bytes(self) -> int:
         return sum(layer.nbytes for layer in self.cache.k + self.cache.v)

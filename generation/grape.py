@@ -6,10 +6,11 @@ every length (the third executor of generation.executors).
     found = executor.beam_search(prompts, max_new_tokens, BeamSearch(5))
 
 One graph serves every length, because the kit's kernels read lengths from device
-memory. The work after the logits runs on the device too (generation.selection_kernels):
+memory. The work after the logits runs on the device too, in the kit's kernels
+(kernels/sampling.py, kernels/beam_search.py, kernels/kv_cache_reorder.py):
 log-softmax, top-k / top-p, sampling with the device's own seeded generator, beam
-search's bookkeeping, the KV cache's reordering for beams, and writing the chosen
-tokens where the next step reads them. A step never waits for the host: the host
+search's bookkeeping, the KV cache's reordering for beams (in place, no scratch),
+and writing the chosen tokens where the next step reads them. A step never waits for the host: the host
 queues steps and looks at the results every CHECK_EVERY steps, one look behind, to
 stream tokens and to stop; steps queued past the end change nothing.
 
@@ -28,12 +29,12 @@ import types
 
 import numpy as np
 
-from generation import selection_kernels as selection
 from generation.beam_search import NEGATIVE, BeamSearch, Hypotheses, equal_length_prompts, hypotheses
 from generation.decoding import captured, make_decoder
 from generation.generate import GREEDY, Sampling, fit_prompt, warn_on_stderr
 from kernel_runtime import KitError
 from model_runtime.causal_lm import CausalLM
+from reference.registry import host_functions, kernel_module
 
 CHECK_EVERY = 16  # steps between looks at the device's progress
 
@@ -46,8 +47,8 @@ class Stage:
     """Launches that run eagerly the first time (which compiles and loads their kernels),
     are captured as a CUDA graph the second, and replay the graph from then on."""
 
-    def __init__(self, launch):
-        self.launch, self.ran, self.graph = launch, False, None
+    def __init__(self, launch, key=None):
+        self.launch, self.key, self.ran, self.graph = launch, key, False, None  # key: what the launches bake in
 
     def __call__(self, stream) -> None:
         if self.graph is None and self.ran:
@@ -83,8 +84,9 @@ class GrapeExecutor:
 
     def beam_search(self, prompts, max_new_tokens: int, search: BeamSearch, clock=None) -> Hypotheses:
         prompts = equal_length_prompts(prompts).astype(np.int32)
-        if search.num_beams > selection.MAX_BEAMS:
-            raise GrapeError(f"grape runs at most {selection.MAX_BEAMS} beams, not {search.num_beams}")
+        most = kernel_module("beam_search").MAX_BEAMS
+        if search.num_beams > most:
+            raise GrapeError(f"grape runs at most {most} beams, not {search.num_beams}")
         return self.run(prompts.shape[0] * search.num_beams).beam_search(prompts, max_new_tokens, search, clock)
 
 
@@ -103,20 +105,20 @@ class GrapeRun:
             self.tokens = cupy.zeros(rows, np.int32)
             self.sequences = cupy.zeros((rows, c.max_T), np.int32)
             self.seed = cupy.zeros(1, np.uint64)
+            candidates = rows * 2 * kernel_module("beam_search").MAX_BEAMS
             self.beam = types.SimpleNamespace(**{
                 name: cupy.zeros(size, dtype) for name, size, dtype in (
-                    ("candidate_scores", rows * 2 * selection.MAX_BEAMS, np.float32),
-                    ("candidate_tokens", rows * 2 * selection.MAX_BEAMS, np.int32),
+                    ("candidate_scores", candidates, np.float32), ("candidate_tokens", candidates, np.int32),
                     ("beam_scores", rows, np.float32), ("finished_scores", rows, np.float32),
                     ("finished_step", rows, np.int32), ("finished_beam", rows, np.int32),
                     ("finished_token", rows, np.int32), ("is_finished", rows, np.int32),
                     ("improvable", rows, np.int32), ("parents", rows * c.max_T, np.int32),
                     ("chosen", rows * c.max_T, np.int32), ("rows", rows, np.int32), ("done", 1, np.int32))})
         self.beam.tokens = self.tokens  # the beams' tokens are the next step's input
-        self.reorder_scratch = None     # (2, rows, NH, cache slots, HS), made for the first beam search
+        self.kernels = host_functions(("sample_forward", "beam_candidates_forward", "beam_update_forward"))
         self.model_stage = Stage(lambda: self.decoder.launch_step(self.tokens))
         self.choose_stages: dict = {}   # selection parameters -> Stage (the parameters are baked in)
-        self.reorder_stage = Stage(self._reorder)
+        self.reorder_stage = None       # the last beam search's: its group of K rows is baked in
 
     # ------------------------------------------------------------------ sampling and greedy
 
@@ -165,7 +167,7 @@ class GrapeRun:
 
     def _sample(self, logits, stride, sampling: Sampling) -> None:
         c = self.model.config
-        selection.sample_forward(self.tokens, self.sequences, logits, self.decoder.lengths, self.rows,
+        self.kernels.sample_forward(self.tokens, self.sequences, logits, self.decoder.lengths, self.rows,
                                  c.vocab_size, stride, c.max_T, sampling.temperature, sampling.top_k, sampling.top_p,
                                  self.seed)
 
@@ -190,8 +192,6 @@ class GrapeRun:
     # ------------------------------------------------------------------ beam search
 
     def beam_search(self, prompts: np.ndarray, max_new_tokens: int, search: BeamSearch, clock) -> Hypotheses:
-        import cupy
-
         P, prompt_length = prompts.shape
         K, c, s = search.num_beams, self.model.config, self.beam
         if max_new_tokens < 1 or prompt_length + max_new_tokens > c.max_T:
@@ -202,9 +202,8 @@ class GrapeRun:
         step_logits = self.decoder.step_logits
         choose = self._choose_stage(key, lambda: self._choose_beams(step_logits, step_logits.shape[-1], P, K,
                                                                      prompt_length, max_length, search))
-        if self.reorder_scratch is None:
-            with self.stream:
-                self.reorder_scratch = cupy.empty(self.decoder.reorder_scratch_floats(), np.float32)
+        if self.reorder_stage is None or self.reorder_stage.key != K:
+            self.reorder_stage = Stage(lambda: self.decoder.reorder_on_device(s.rows, s.done, K), key=K)
         mark = clock.mark if clock is not None else lambda stage: None
         with self.stream:
             self.start_beams(prompts, search, max_length, mark)
@@ -253,13 +252,15 @@ class GrapeRun:
 
     def _choose_beams(self, logits, stride, P, K, prompt_length, max_length, search: BeamSearch) -> None:
         c, s = self.model.config, self.beam
-        selection.beam_candidates_forward(s.candidate_scores, s.candidate_tokens, logits, s.beam_scores, s.done,
-                                          self.rows, c.vocab_size, stride, 2 * K)
-        selection.beam_update_forward(s, self.decoder.lengths, P, K, c.vocab_size, prompt_length, max_length,
-                                      search.length_penalty, search.early_stopping, c.end_of_text)
-
-    def _reorder(self) -> None:
-        self.decoder.reorder_on_device(self.beam.rows, self.beam.done, self.reorder_scratch)
+        candidates, steps = self.rows * 2 * K, (max_length - prompt_length) * self.rows
+        scores, tokens = s.candidate_scores[:candidates], s.candidate_tokens[:candidates]
+        self.kernels.beam_candidates_forward(scores, tokens, logits, s.beam_scores, s.done, self.rows, c.vocab_size,
+                                            stride, 2 * K)
+        self.kernels.beam_update_forward(scores, tokens, s.beam_scores, s.finished_scores, s.finished_step,
+                                        s.finished_beam, s.finished_token, s.is_finished, s.improvable[:P],
+                                        s.parents[:steps], s.chosen[:steps], s.tokens, s.rows, s.done,
+                                        self.decoder.lengths[:1], P, K, c.vocab_size, prompt_length, max_length,
+                                        search.length_penalty, search.early_stopping, c.end_of_text)
 
     def _choose_stage(self, key, launch) -> Stage:
         """The choosing stage for these parameters (baked into its graph); the last one is kept."""

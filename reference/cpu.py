@@ -164,3 +164,15 @@ def rotary_forward(out, inp, positions, sin_cos, B, T, C, NH, rotary_dim):
         y[:, :, part, :, 0:rotary_dim:2] = even * cos - odd * sin
         y[:, :, part, :, 1:rotary_dim:2] = odd * cos + even * sin
     out.reshape(B, T, 3, NH, HS)[...] = y
+
+
+def kv_cache_reorder_forward(k_cache, v_cache, rows, lengths, done, B, NH, max_T, HS, group):
+    """Row b of each cache (B, NH, max_T, HS) becomes row rows[b] as it was before the call, at positions below
+    min(lengths[b], max_T); nothing changes once done[0] is set."""
+    if np.asarray(done).reshape(-1)[0]:
+        return
+    for cache in (k_cache, v_cache):
+        before = cache.reshape(B, NH, max_T, HS).copy()
+        for b, (parent, length) in enumerate(zip(np.asarray(rows).reshape(B), np.asarray(lengths).reshape(B))):
+            filled = min(int(length), max_T)
+            cache.reshape(B, NH, max_T, HS)[b, :, :filled] = before[parent, :, :filled]

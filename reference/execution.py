@@ -205,9 +205,12 @@ def call_arguments(problem: Problem, xp) -> dict:
 
 
 def starting_output(problem: Problem, name: str, shape, xp, dtype=np.float32):
-    """An output as the call finds it: its initial content, else NaN everywhere (never written shows)."""
+    """An output as the call finds it: its initial content, else NaN everywhere (never written shows). An integer
+    output (token ids, counts) keeps its initial content's dtype, where a value no answer holds marks what the
+    call must write."""
     if name in problem.arguments.initial:
-        return xp.array(problem.arguments.initial[name], dtype=dtype)
+        initial = problem.arguments.initial[name]
+        return xp.array(initial, dtype=initial.dtype if initial.dtype.kind in "iu" else dtype)
     return xp.full(shape, np.nan, dtype=dtype)
 
 

@@ -174,3 +174,12 @@ def rotary_forward(out, inp, positions, sin_cos, B, T, C, NH, rotary_dim):
     result = out.reshape(B, T, 3, NH, HS)
     result[...] = heads
     result[:, :, :2, :, :rotary_dim] = xp.stack([turned.real, turned.imag], axis=-1).reshape(B, T, 2, NH, rotary_dim)
+
+
+def kv_cache_reorder_forward(k_cache, v_cache, rows, lengths, done, B, NH, max_T, HS, group):
+    xp = array_module(rows)
+    filled = xp.arange(max_T).reshape(1, max_T) < xp.minimum(lengths.reshape(B, 1), max_T)  # (B, max_T)
+    moved = filled & ~done.reshape(1, 1).astype(bool)
+    for cache in (k_cache, v_cache):
+        rows_now = cache.reshape(B, NH, max_T, HS)
+        rows_now[...] = xp.where(moved[:, None, :, None], rows_now[rows.astype(xp.int64)], rows_now)

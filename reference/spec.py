@@ -86,10 +86,16 @@ class Spec:
                                                   # once, each output written once), for GB/s
     flops: Callable[[dict], int] | None = None    # useful floating-point operations, for TFLOP/s
     graded: bool = True                 # students write it, and grading/weights.toml must score it
+    provided: bool = False              # the kit gives it whole, in every kit: no solution block, so never a
+                                        # stub (the study's choosing and reordering kernels); never graded
     milestone: int = 1                  # the course milestone that asks for it: earlier milestones' kits leave
                                         # out its spec and kernel module (grading.handout)
     products: Callable[[dict], dict] | None = None  # (float64 inputs) -> per output, the sum of |a * b| over
                                                      # the products behind each element (reference.precision)
+
+    def __post_init__(self):
+        if self.provided and self.graded:
+            raise TypeError(f"{self.function}: a spec the kit provides whole is not graded (graded=False)")
 
     @property
     def written(self) -> tuple[str, ...]:

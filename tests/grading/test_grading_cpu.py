@@ -658,8 +658,9 @@ def stub_line(function: str, module: str) -> str:
 
 def kit_stub_lines(milestone: int) -> set[str]:
     """What a fresh handout of `milestone` says is not written yet: each host function of the milestone and
-    earlier ones, in its spec's module, and each variant module of their own (the TF32, cuBLAS, split-K matmuls)."""
-    functions = [(function, spec.module) for function, spec in SPECS.items() if spec.milestone <= milestone]
+    earlier ones that the kit does not provide whole, in its spec's module, and each variant module of their own (the TF32, cuBLAS, split-K matmuls)."""
+    functions = [(function, spec.module) for function, spec in SPECS.items()
+                 if spec.milestone <= milestone and not spec.provided]
     variants = [(v.function, v.module) for v in DECLARED if v.milestone <= milestone and v.module != SPECS[v.function].module]
     return {stub_line(function, module) for function, module in functions + variants}
 
@@ -839,13 +840,14 @@ except DecoderError as err:
 
 
 def test_a_kit_without_its_kv_cache_written_generates_by_recomputing_and_says_so(handout):
-    """In a fresh handout every host function is a stub; generation's decoder is then the recomputing one,
-    with one line saying why, and a cached decoder is refused in one line, instead of NaN logits."""
+    """In a fresh handout every host function students write is a stub; generation's decoder is then the
+    recomputing one, with one line saying why, and a cached decoder is refused in one line, instead of NaN
+    logits."""
     destination, _ = handout
     done = subprocess.run([sys.executable, "-c", FALLBACK], capture_output=True, text=True, cwd=destination)
     assert done.returncode == 0, done.stderr
     unwritten, fallback, refusal = done.stdout.splitlines()
-    assert unwritten == str([function for function, spec in SPECS.items() if spec.milestone == 1])
+    assert unwritten == str([function for function, spec in SPECS.items() if spec.milestone == 1 and not spec.provided])
     stubs = ("encoder_at_positions_forward, kv_cache_append_forward, decode_attention_forward: not written yet "
              "(kernels/decode.py)")
     assert fallback == "RecomputeDecoder " + str([f"{stubs}; generating without the KV cache (each step recomputes "

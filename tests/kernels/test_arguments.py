@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from kernel_runtime import KernelArgumentError
+from reference.execution import call_arguments
 from reference.registry import SPECS, build, host_function
 
 pytestmark = pytest.mark.gpu
@@ -12,13 +13,14 @@ MISTAKES = ("float64", "too-small", "host-array", "not-contiguous")
 
 
 def broken_call(spec, mistake):
-    """A valid call of `spec`'s host function with its first float32 input broken in one way."""
+    """A valid call of `spec`'s host function with its first float32 input (or its first input) broken in one
+    way."""
     import cupy
 
     problem = build(spec.test_cases()[1])
-    args = {k: (cupy.zeros(v, np.float32) if k in spec.written else cupy.asarray(v) if isinstance(v, np.ndarray)
-                else v) for k, v in problem.args.items()}
-    name = next(k for k, v in problem.inputs().items() if v.dtype == np.float32)
+    args = call_arguments(problem, cupy)  # as the tests call it: outputs of their own dtypes
+    inputs = problem.inputs()  # its first float32 input, else its first (a reordering's rows)
+    name = next((k for k, v in inputs.items() if v.dtype == np.float32), next(iter(inputs)))
     good = args[name]
     args[name] = {
         "float64": good.astype(np.float64),

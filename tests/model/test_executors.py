@@ -5,7 +5,6 @@ the device-side selection kernels compiling for the course's GPUs."""
 import numpy as np
 import pytest
 
-from generation import selection_kernels
 from generation.beam_search import BeamSearch, beam_search
 from gpt2.checkpoint import perturbed_parameters
 from generation.executors import EXECUTORS, ExecutorError, make_executor
@@ -13,8 +12,6 @@ from generation.grape import rebuild_finished
 from generation.generate import GREEDY, Sampling, generate_batch
 from gpt2.model import GPT2
 from model_runtime.causal_lm import TokenError
-from kernel_runtime import CudaKernel
-from kernel_runtime.compiler import compile_report, programs_in
 from tests.model.helpers import TINY
 
 
@@ -86,17 +83,6 @@ def test_hypotheses_are_rebuilt_from_back_pointers(seed):
             expected = ([] if step < 0 else history[step][p][finished_beam[p * K + i]] + [finished_token[p * K + i]])
             expected = expected + [eot] * (max_length - len(expected))
             assert rebuilt[p, i].tolist() == expected
-
-
-@pytest.mark.nvrtc
-@pytest.mark.parametrize("arch", ["sm_86", "sm_90"])
-def test_selection_kernels_compile_without_spills(arch, pytestconfig):
-    program, = programs_in(selection_kernels)  # one source holds them all
-    resources = compile_report(program, arch)
-    assert {r.name for r in resources} == {k.name for k in vars(selection_kernels).values() if isinstance(k, CudaKernel)}
-    pytestconfig.compile_reports.extend(resources)
-    for r in resources:
-        assert r.spill_stores == 0 and r.spill_loads == 0, f"{r.name} on {arch} spills registers"
 
 
 def test_beam_prompts_of_different_lengths_are_one_line(model):

@@ -140,16 +140,15 @@ def draw(logits: np.ndarray, rows: int, sampling: Sampling, seed: int) -> np.nda
     """`rows` tokens drawn by the device from the same logits (each row its own random stream)."""
     import cupy
 
-    from generation import selection_kernels
+    from reference.registry import host_function
 
     V = logits.size
     tokens = cupy.full(rows, -1, np.int32)
     sequences = cupy.full((rows, 1), -1, np.int32)
     device_logits = cupy.asarray(np.tile(logits.astype(np.float32), (rows, 1)))
     before = device_logits.copy()
-    selection_kernels.sample_forward(tokens, sequences, device_logits, cupy.zeros(rows, np.int32), rows, V, V, 1,
-                                     sampling.temperature, sampling.top_k, sampling.top_p,
-                                     cupy.full(1, seed, np.uint64))
+    host_function("sample_forward")(tokens, sequences, device_logits, cupy.zeros(rows, np.int32), rows, V, V, 1,
+                                    sampling.temperature, sampling.top_k, sampling.top_p, cupy.full(1, seed, np.uint64))
     assert bool((device_logits == before).all()), "the sampling kernel changed its logits"
     assert bool((sequences[:, 0] == tokens).all())
     drawn = tokens.get()

@@ -1,0 +1,47 @@
+"""kv_cache_reorder_forward(k_cache, v_cache, rows, lengths, done, B, NH, max_T, HS, group): beam
+search's reordering of one layer's caches (B, NH, max_T, HS), in place: row b becomes a copy of row
+rows[b] (a row of b's own group of `group` consecutive rows) at positions below min(lengths[b], max_T);
+the rest is left as it was, and nothing changes once done[0] is set. The kit provides it whole:
+kernels/kv_cache_reorder.py."""
+
+import numpy as np
+
+from reference.spec import Arguments, Spec, normal
+
+
+def build(case, rng):
+    B, NH, max_T, HS, group = (case.size[k] for k in ("B", "NH", "max_T", "HS", "group"))
+    groups = np.arange(B) // group * group
+    if case.variant == "swap":  # each pair of a group trades rows: both are read before either is written
+        rows = np.arange(B) ^ 1
+    else:  # parents drawn within each group: shared parents, rows kept, rows overwritten that others read
+        rows = groups + rng.integers(0, group, size=B)
+    # each group's rows at one length (as in beam search), then one row of a group at another; past max_T too
+    lengths = np.repeat(rng.integers(0, max_T + 3, size=B // group), group)
+    lengths[-1] = rng.integers(0, max_T + 1)
+    # Every row starts with values of its own, so a row left unwritten differs from its parent's copy. No NaN
+    # marks: a row that must change may be another's parent, whose old values the call must read.
+    caches = {name: normal(rng, B, NH, max_T, HS) for name in ("k_cache", "v_cache")}
+    done = np.array([case.variant == "done"], np.int32)
+    return Arguments(dict(k_cache=caches["k_cache"].shape, v_cache=caches["v_cache"].shape,
+                          rows=rows.astype(np.int32), lengths=lengths.astype(np.int32), done=done,
+                          B=B, NH=NH, max_T=max_T, HS=HS, group=group), initial=caches)
+
+
+def error_bound(x, e):
+    return {name: np.zeros_like(expected) for name, expected in e.items()}  # a copy: exact
+
+
+SPEC = Spec(
+    function="kv_cache_reorder_forward", module="kv_cache_reorder", outputs=("k_cache", "v_cache"), build=build,
+    error_bound=error_bound, graded=False, provided=True,
+    cases=(
+        dict(B=5, NH=12, max_T=1024, HS=64, group=5),     # GPT-2, beam 5
+        dict(B=10, NH=4, max_T=70, HS=256, group=5),      # head size 256 (GPT-J), two prompts
+        dict(B=6, NH=3, max_T=37, HS=10, group=3),        # a head size that is no multiple of 4: float by float
+        dict(B=16, NH=1, max_T=20, HS=4, group=16),       # the largest group
+        dict(B=4, NH=2, max_T=33, HS=8, group=2, variant="swap"),
+        dict(B=1, NH=2, max_T=9, HS=8, group=1),          # a row is its own parent: nothing moves
+        dict(B=4, NH=2, max_T=17, HS=12, group=4, variant="done"),
+    ),
+)
