@@ -1,13 +1,14 @@
 """Greedy generation speed: KV-cache decoding against full recomputation.
 
-    python -m benchmarks.generation [--model random] [--backend kernels] [--hf]
+    python -m benchmarks.generation [--model random] [--backend kernels] [--hf] [--no-recompute]
 
-GPT-2 124M (random weights unless --model), batch 1, float32, a 32-token prompt and
-128 new tokens, greedy. Wall-clock time after a warm-up generation (the logits come
+GPT-2 124M (random weights unless --model: any family, e.g. random:gpt-j-6b), batch 1,
+float32, a 32-token prompt and 128 new tokens, greedy. Wall-clock time after a warm-up generation (the logits come
 back to the host every token, so each step ends synchronised). Decode tok/s counts
 the 127 tokens after the first, whose time is the prefill's. --hf also times Hugging
-Face transformers' GPT2LMHeadModel.generate on the same weights and GPU: eager, and
-with a static cache and the forward compiled by torch.compile (reduce-overhead).
+Face transformers' model (GPT2LMHeadModel, GPTJForCausalLM) generating on the same
+weights and GPU: eager, and with a static cache and the forward compiled by torch.compile
+(reduce-overhead). --no-recompute leaves out full recomputation (minutes for GPT-J 6B).
 "KV cache + CUDA graph" replays one captured decode step per token (generation.decoding);
 "KV cache" launches the step's kernels one by one from Python. "grape executor" also
 chooses each token on the device (generation.executors), so no step waits for the host.
@@ -23,8 +24,7 @@ from benchmarks.transformers_model import hf_model
 from model_runtime.backends import make_backend
 from generation.executors import make_executor
 from generation.generate import GREEDY, generate
-from gpt2.families import check_sources
-from gpt2.model import GPT2
+from gpt2.families import FAMILIES, check_sources, family_of
 from kernel_runtime.commands import OneLineArgumentParser, run_command
 from kernel_runtime.device import exit_without_gpu, first_line
 
@@ -95,27 +95,28 @@ def main(argv=None) -> int:
     parser.add_argument("--variant", nargs="*", default=[], help="solution variants to run the kernels on")
     parser.add_argument("--hf", action="store_true",
                         help="also time transformers' generate, eager and static+compiled")
+    parser.add_argument("--no-recompute", action="store_true", help="leave out generating by full recomputation")
     parser.add_argument("--profile", action="store_true", help="print where the host's time goes (cProfile)")
     args = parser.parse_args(argv)
     return run_command("benchmarks.generation", lambda: benchmark(args), error_status=2)
 
 
 def benchmark(args) -> int:
-    from gpt2 import checkpoint
-
     check_sources(args.model)
     exit_without_gpu("benchmarks.generation", "cannot run")
 
-    config, params = checkpoint.load(args.model)
-    model = GPT2(config, params, backend=make_backend(args.backend, variants=tuple(args.variant)))
+    family, backend = FAMILIES[family_of(args.model)], make_backend(args.backend, variants=tuple(args.variant))
+    family.model.check_backend(backend)
+    config, params = family.load(args.model, lambda line: print(line, flush=True))  # transformers' copy reads them
+    model = family.model(config, params, backend=backend)
     prompt = list(np.random.default_rng(0).integers(0, config.vocab_size, PROMPT_TOKENS))
     generate(model, prompt, 8, GREEDY, stop_at_end_of_text=False)  # warm-up: compiles every kernel
-    print(f"GPT-2 {config.num_parameters() / 1e6:.0f}M, {args.backend} backend, batch 1, prompt {PROMPT_TOKENS}, "
-          f"{NEW_TOKENS} new tokens, greedy")
+    print(f"{family.name} {config.num_parameters() / 1e6:.0f}M, {args.backend} backend, "
+          f"batch 1, prompt {PROMPT_TOKENS}, {NEW_TOKENS} new tokens, greedy")
     print(f"{'method':22s} {'decode tok/s':>12s} {'end-to-end tok/s':>16s} {'first token ms':>14s}")
     methods = (("KV cache + CUDA graph", True, True), ("KV cache", True, False), ("full recompute", False, False))
     for name, use_cache, use_graph in methods:
-        if use_graph and args.backend != "kernels":
+        if (use_graph and args.backend != "kernels") or (not use_cache and args.no_recompute):
             continue
         r = timed_generation(model, prompt, use_cache, use_graph)
         print(f"{name:22s} {r['decode_tok_s']:12.0f} {r['end_to_end_tok_s']:16.0f} {1e3 * r['first_token_s']:14.1f}",
