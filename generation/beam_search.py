@@ -36,7 +36,7 @@ class BeamSearch:
     def __post_init__(self):
         if self.num_beams < 1:
             raise ValueError(f"num_beams must be >= 1, got {self.num_beams}")
-        if self.early_stopping not in (True, False, "never"):
+        if not (isinstance(self.early_stopping, bool) or self.early_stopping == "never"):  # 1 is not True here
             raise ValueError(f"early_stopping must be True, False or 'never', got {self.early_stopping!r}")
 
 

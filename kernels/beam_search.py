@@ -22,7 +22,8 @@ few steps, whether the search is over.
   warps'. `count` is 2K: at most K of the best end, so K always go on.
 * beam_update_forward: one thread runs the bookkeeping of all P prompts, exactly as
   generation.beam_search does it on the host (transformers' rules: length_penalty,
-  early_stopping True, False or "never" as 1, 0, 2), in the same float32 operations.
+  early_stopping True, False or "never" as 1, 0, 2), in the same float32 operations
+  (the length penalty's power in double, as Python's).
   It keeps back-pointers (each new beam's parent beam and token, step by step, in
   parents and chosen) instead of whole sequences; generation.grape rebuilds the
   hypotheses from them at the end. rows[b] is the beam row b continues (the KV
@@ -113,7 +114,7 @@ extern "C" __global__ void beam_update_kernel(const float* candidate_scores, con
                                               int* finished_beam, int* finished_token, int* is_finished,
                                               int* improvable, int* parents, int* chosen, int* tokens, int* rows,
                                               int* done, const int* lengths, int P, int K, int V,
-                                              int prompt_length, int max_length, float length_penalty,
+                                              int prompt_length, int max_length, double length_penalty,
                                               int early_stopping, int end_of_text) {
     if (threadIdx.x != 0 || blockIdx.x != 0 || *done) return;
     int length = lengths[0], step = length - prompt_length, count = 2 * K;
@@ -154,7 +155,7 @@ extern "C" __global__ void beam_update_kernel(const float* candidate_scores, con
         bool was_all_finished = true;
         for (int i = 0; i < K; i++) was_all_finished = was_all_finished && is_finished[beam0 + i];
         bool closed = (was_all_finished && early_stopping == 1) || !improvable[p];
-        float penalty = (float)pow((double)(step + 1), (double)length_penalty);
+        float penalty = (float)pow((double)(step + 1), length_penalty);
         for (int c = 0; c < count; c++) {
             bool just_finished = ends[c] && c < K;
             candidates[c] = (top_scores[c] / penalty + (closed ? NEGATIVE : 0.0f)) + (just_finished ? 0.0f : NEGATIVE);
@@ -190,9 +191,9 @@ extern "C" __global__ void beam_update_kernel(const float* candidate_scores, con
             now_all_finished = now_all_finished && is_finished[at];
             worst = i == 0 ? finished_scores[at] : fminf(worst, finished_scores[at]);
         }
-        int best_length = (early_stopping == 2 && length_penalty > 0.0f) ? max_length - prompt_length
+        int best_length = (early_stopping == 2 && length_penalty > 0.0) ? max_length - prompt_length
                                                                          : length + 1 - prompt_length;
-        float best_running = beam_scores[beam0] / (float)pow((double)best_length, (double)length_penalty);
+        float best_running = beam_scores[beam0] / (float)pow((double)best_length, length_penalty);
         improvable[p] = improvable[p] && best_running > (now_all_finished ? worst : NEGATIVE);
         any_improvable = any_improvable || improvable[p];
         all_finished = all_finished && now_all_finished;
@@ -245,8 +246,14 @@ def beam_update_forward(candidate_scores, candidate_tokens, beam_scores, finishe
             ("chosen", chosen, steps * rows_total, np.int32), ("done", done, 1, np.int32),
             ("lengths", lengths, 1, np.int32)):
         check_array("beam_update_forward", name, array, size, dtype)
-    beam_update_kernel((1,), (32,), (candidate_scores, candidate_tokens, beam_scores, finished_scores, finished_step,
-                                     finished_beam, finished_token, is_finished, improvable, parents, chosen, tokens,
-                                     rows, done, lengths, np.int32(P), np.int32(K), np.int32(V),
-                                     np.int32(prompt_length), np.int32(max_length), np.float32(length_penalty),
-                                     np.int32(EARLY_STOPPING[early_stopping]), np.int32(end_of_text)))
+    launch_update(beam_update_kernel, candidate_scores, candidate_tokens, beam_scores, finished_scores, finished_step,
+                  finished_beam, finished_token, is_finished, improvable, parents, chosen, tokens, rows, done, lengths,
+                  P, K, V, prompt_length, max_length, length_penalty, early_stopping, end_of_text)
+
+
+def launch_update(kernel, *arrays_and_sizes):
+    """`kernel` (beam_update_kernel, or one with its parameters) on beam_update_forward's arguments."""
+    *arrays, P, K, V, prompt_length, max_length, length_penalty, early_stopping, end_of_text = arrays_and_sizes
+    kernel((1,), (32,), (*arrays, np.int32(P), np.int32(K), np.int32(V), np.int32(prompt_length),
+                         np.int32(max_length), np.float64(length_penalty), np.int32(EARLY_STOPPING[early_stopping]),
+                         np.int32(end_of_text)))

@@ -176,3 +176,147 @@ def kv_cache_reorder_forward(k_cache, v_cache, rows, lengths, done, B, NH, max_T
         for b, (parent, length) in enumerate(zip(np.asarray(rows).reshape(B), np.asarray(lengths).reshape(B))):
             filled = min(int(length), max_T)
             cache.reshape(B, NH, max_T, HS)[b, :, :filled] = before[parent, :, :filled]
+
+
+# --------------------------------------------------------------------------- choosing the next token
+
+UINT64 = 2**64 - 1
+
+
+def sample_forward(tokens, sequences, logits, lengths, B, V, stride, max_T, temperature, top_k, top_p, seed):
+    """Each row's next token, from the first V of its logits (B, stride), into tokens[b] and, when lengths[b] <
+    max_T, into sequences (B, max_T) at [b, lengths[b]].
+
+    temperature 0: the largest logit, the lowest id on ties. Otherwise the kept tokens' weights (sampling_weights)
+    and the row's random fraction f (draw_fraction) pick the first kept token, in id order, whose running weight
+    exceeds f times the kept weight.
+
+    This is the definition in float64; the kernel computes each weight with float32 arithmetic (z - max z, expf)
+    and counts them in 64-bit fixed point (2^-40 of the kept weight its unit). The two agree on every token except
+    where f times the kept weight (or top-p's target) lands within ~1e-6 (relative) of a boundary between two
+    tokens: about one draw in 10^4 where thousands of tokens share the weight, far fewer where a few dozen hold
+    nearly all of it, as a language model's rows do (reference/specs/sampling.py estimates it for its cases)."""
+    rows = np.asarray(logits).reshape(B, stride)[:, :V]
+    positions = np.asarray(lengths).reshape(B)
+    key = int(np.asarray(seed).reshape(-1)[0])
+    for b in range(B):
+        if temperature == 0:
+            token = int(np.argmax(rows[b]))  # the first of equal largest
+        else:
+            running = np.cumsum(sampling_weights(rows[b], temperature, top_k, top_p))
+            threshold = draw_fraction(key, b, int(positions[b])) * running[-1]
+            token = int(np.searchsorted(running, threshold, side="right"))  # the first whose running weight is past
+        tokens.reshape(B)[b] = token
+        if positions[b] < max_T:
+            sequences.reshape(B, max_T)[b, positions[b]] = token
+
+
+def sampling_weights(row, temperature, top_k, top_p) -> np.ndarray:
+    """A row's unnormalised probabilities exp(z - max z) (float64), zero for the tokens top-k and top-p cut.
+
+    z = logit / temperature is the float32 quotient: the kernel's own, where two logits may meet. top_k 0 (or None)
+    or >= V, and top_p None or >= 1 (in float32, as the kernel gets it) cut nothing; ties at either cut are kept."""
+    z = (np.asarray(row, np.float32) / np.float32(temperature)).astype(np.float64)
+    k = min(top_k or z.size, z.size)
+    kept = z >= np.sort(z)[z.size - k]  # the k-th largest z and every z equal to it
+    weights = np.where(kept, np.exp(z - z.max()), 0.0)
+    if top_p is not None and np.float32(top_p) < 1:
+        # the cut: the weight of the likeliest token at which the weights so far reach top_p of the kept weight
+        descending = np.sort(weights)[::-1]
+        cumulative = np.cumsum(descending)
+        cut = descending[np.searchsorted(cumulative, float(np.float32(top_p)) * cumulative[-1])]
+        weights = np.where(weights >= cut, weights, 0.0)
+    return weights
+
+
+def draw_fraction(seed: int, row: int, position: int) -> float:
+    """The row's random number in [0, 1): splitmix64(seed ^ splitmix64(row << 32 | position)) / 2^64, to 53 bits
+    (below 1, where the float nearest a number just under 2^64 is 2^64)."""
+    return (splitmix64(seed ^ splitmix64((row << 32) | (position & 0xFFFFFFFF))) >> 11) / 2.0**53
+
+
+def splitmix64(x: int) -> int:
+    """SplitMix64's output of a 64-bit counter (a Python int; the arithmetic wraps at 2^64, as a uint64's)."""
+    x = (x + 0x9E3779B97F4A7C15) & UINT64
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & UINT64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & UINT64
+    return x ^ (x >> 31)
+
+
+# --------------------------------------------------------------------------- beam search
+
+
+def beam_candidates_forward(candidate_scores, candidate_tokens, logits, beam_scores, done, rows, V, stride, count):
+    """Each beam's `count` best log_softmax(logits[row, :V]) + beam_scores[row], best first; nothing is written once
+    done[0] is set. The exact scores are rounded to the float32 numbers the host ranks, lowest token on ties: a beam
+    at -1e9 has every candidate tie there, since float32 holds no log-probability beside -1e9 (its spacing is 64)."""
+    if np.asarray(done).reshape(-1)[0]:
+        return
+    x = exact(logits).reshape(rows, stride)[:, :V]
+    shifted = x - x.max(axis=1, keepdims=True)
+    log_probs = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
+    scores = (log_probs + exact(beam_scores).reshape(rows, 1)).astype(np.float32)
+    best = np.argsort(-scores, axis=1, kind="stable")[:, :count]
+    candidate_scores.reshape(rows, count)[...] = np.take_along_axis(scores, best, axis=1)
+    candidate_tokens.reshape(rows, count)[...] = best
+
+
+def beam_update_forward(candidate_scores, candidate_tokens, beam_scores, finished_scores, finished_step, finished_beam,
+                        finished_token, is_finished, improvable, parents, chosen, tokens, rows, done, lengths, P, K, V,
+                        prompt_length, max_length, length_penalty, early_stopping, end_of_text):
+    """One step of beam search's bookkeeping, prompt by prompt, by generation.beam_search's rules (transformers'):
+    the 2K best continuations of the prompt's beams; the best K that do not end go on; those of the best K that
+    end are hypotheses, scored by length penalty, and the best K of them and the kept ones are kept; a prompt
+    whose best beam can no longer beat its worst hypothesis stops improving; the search is done when no prompt
+    improves, when early_stopping is True and every prompt has K hypotheses, or when every candidate ends.
+
+    Its outputs are decisions, so its scores are not float64's: every score is computed in the float32 operations
+    the host (and the kernel) makes, so that every comparison comes out the same."""
+    if np.asarray(done).reshape(-1)[0]:
+        return
+    negative, zero = np.float32(-1e9), np.float32(0)
+    length = int(np.asarray(lengths).reshape(-1)[0])
+    step, power = length - prompt_length, float(length_penalty)
+    penalty = np.float32(float(step + 1) ** power)  # the generated length of the hypotheses that end now
+    best_length = max_length - prompt_length if early_stopping == "never" and power > 0 else step + 1
+    best_penalty = np.float32(float(best_length) ** power)  # the best a running beam's length can do
+    scores = np.asarray(candidate_scores, np.float32).reshape(P, K, 2 * K)
+    token_ids = np.asarray(candidate_tokens).reshape(P, K, 2 * K)
+    parents, chosen = parents.reshape(-1, P * K), chosen.reshape(-1, P * K)
+    all_end, any_improvable, all_finished = True, False, True
+    for p in range(P):
+        first = p * K
+        # the 2K best (score, beam, token) of the prompt, best first; ties: the lower beam * V + token first
+        top = sorted(((scores[p, b, c], b, int(token_ids[p, b, c])) for b in range(K) for c in range(2 * K)),
+                     key=lambda candidate: (-candidate[0], candidate[1] * V + candidate[2]))[:2 * K]
+        ends = [token == end_of_text or length + 1 >= max_length for _, _, token in top]
+        going = [score + (negative if end else zero) for (score, _, _), end in zip(top, ends)]
+        going_on = sorted(range(2 * K), key=lambda c: -going[c])[:K]  # stable: ties in top's order
+        for i, c in enumerate(going_on):
+            _, beam, token = top[c]
+            beam_scores[first + i], rows[first + i], tokens[first + i] = going[c], first + beam, token
+            parents[step, first + i], chosen[step, first + i] = beam, token
+        best_running = going[going_on[0]] / best_penalty
+
+        # a prompt closed (early stopping with K hypotheses, or no longer improvable) takes no new hypotheses
+        closed = (all(is_finished[first:first + K]) and early_stopping is True) or not improvable[p]
+        kept = [(np.float32(finished_scores[first + i]), int(finished_step[first + i]), int(finished_beam[first + i]),
+                 int(finished_token[first + i]), bool(is_finished[first + i])) for i in range(K)]
+        new = []
+        for c, ((score, beam, token), end) in enumerate(zip(top, ends)):
+            just_finished = end and c < K  # only the best K may become hypotheses
+            hypothesis = (score / penalty + (negative if closed else zero)) + (zero if just_finished else negative)
+            new.append((hypothesis, step, beam, token, just_finished))
+        best = sorted(kept + new, key=lambda h: -h[0])[:K]  # stable: on ties the kept ones first
+        for i, hypothesis in enumerate(best):
+            (finished_scores[first + i], finished_step[first + i], finished_beam[first + i],
+             finished_token[first + i], is_finished[first + i]) = hypothesis
+
+        every_finished = all(h[4] for h in best)
+        worst = min(h[0] for h in best) if every_finished else negative
+        improvable[p] = bool(improvable[p]) and best_running > worst
+        all_end, any_improvable = all_end and all(ends), any_improvable or bool(improvable[p])
+        all_finished = all_finished and every_finished
+    open_beam = not (all_finished and early_stopping is True)
+    if not (any_improvable and open_beam and not all_end):
+        done.reshape(-1)[0] = length + 1

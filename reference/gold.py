@@ -183,3 +183,128 @@ def kv_cache_reorder_forward(k_cache, v_cache, rows, lengths, done, B, NH, max_T
     for cache in (k_cache, v_cache):
         rows_now = cache.reshape(B, NH, max_T, HS)
         rows_now[...] = xp.where(moved[:, None, :, None], rows_now[rows.astype(xp.int64)], rows_now)
+
+
+# --------------------------------------------------------------------------- choosing the next token
+
+
+def sample_forward(tokens, sequences, logits, lengths, B, V, stride, max_T, temperature, top_k, top_p, seed):
+    xp = array_module(logits)
+    rows = logits.reshape(B, stride)[:, :V]
+    if temperature == 0:
+        chosen = xp.argmax(rows, axis=1)  # the first of equal largest
+    else:
+        # running weights in float64: float32 sums over 50,000 tokens err by more than a small token's weight
+        running = xp.cumsum(sampling_weights(rows, temperature, top_k, top_p), axis=1, dtype=xp.float64)
+        counters = (xp.arange(B, dtype=xp.uint64) << xp.uint64(32)) | lengths.astype(xp.uint64)
+        fractions = (splitmix64(seed ^ splitmix64(counters)) >> xp.uint64(11)).astype(xp.float64) * 2.0**-53
+        chosen = (running <= (fractions * running[:, -1])[:, None]).sum(axis=1)  # the first whose running is past
+    tokens[...] = chosen
+    so_far = sequences.reshape(B, max_T)
+    at = (xp.arange(B), xp.minimum(lengths, max_T - 1))  # a full row's last element: written back as it was
+    so_far[at] = xp.where(lengths < max_T, chosen, so_far[at])
+
+
+def sampling_weights(rows, temperature, top_k, top_p):
+    """exp(z - max z) of each row (B, V) of z = logits / temperature (float32), zero where top-k or top-p cuts."""
+    xp = array_module(rows)
+    V = rows.shape[1]
+    z = rows / xp.float32(temperature)
+    k = min(top_k or V, V)
+    kept = z >= xp.sort(z, axis=1)[:, V - k:V - k + 1]  # the k-th largest of each row and its ties
+    weights = xp.where(kept, xp.exp(z - z.max(axis=1, keepdims=True)), xp.float32(0))
+    if top_p is not None and numpy.float32(top_p) < 1:
+        descending = xp.sort(weights, axis=1)[:, ::-1]
+        cumulative = xp.cumsum(descending, axis=1, dtype=xp.float64)
+        reached = (cumulative < float(numpy.float32(top_p)) * cumulative[:, -1:]).sum(axis=1, keepdims=True)
+        weights = xp.where(weights >= xp.take_along_axis(descending, reached, axis=1), weights, xp.float32(0))
+    return weights
+
+
+def splitmix64(x):
+    """SplitMix64's output of each 64-bit counter of x (uint64: products wrap at 2^64)."""
+    xp = array_module(x)
+    x = x + xp.uint64(0x9E3779B97F4A7C15)
+    x = (x ^ (x >> xp.uint64(30))) * xp.uint64(0xBF58476D1CE4E5B9)
+    x = (x ^ (x >> xp.uint64(27))) * xp.uint64(0x94D049BB133111EB)
+    return x ^ (x >> xp.uint64(31))
+
+
+# --------------------------------------------------------------------------- beam search
+
+
+def beam_candidates_forward(candidate_scores, candidate_tokens, logits, beam_scores, done, rows, V, stride, count):
+    xp = array_module(logits)
+    x = logits.reshape(rows, stride)[:, :V]
+    shifted = x - x.max(axis=1, keepdims=True)
+    log_sum = xp.log(xp.exp(shifted).sum(axis=1, keepdims=True, dtype=xp.float64)).astype(xp.float32)
+    scores = (shifted - log_sum) + beam_scores.reshape(rows, 1)
+    best = xp.argsort(-scores, axis=1, kind="stable")[:, :count]  # ties: the lower token first
+    kept = done.reshape(1, 1) != 0  # the search is over: nothing changes
+    for out, new in ((candidate_scores, xp.take_along_axis(scores, best, axis=1)), (candidate_tokens, best)):
+        out.reshape(rows, count)[...] = xp.where(kept, out.reshape(rows, count), new)
+
+
+def beam_update_forward(candidate_scores, candidate_tokens, beam_scores, finished_scores, finished_step, finished_beam,
+                        finished_token, is_finished, improvable, parents, chosen, tokens, rows, done, lengths, P, K, V,
+                        prompt_length, max_length, length_penalty, early_stopping, end_of_text):
+    """All prompts at once, in the float32 operations the host makes (decisions: they must compare alike); the step
+    stays on the device (lengths), so nothing waits for the host."""
+    xp = array_module(candidate_scores)
+    negative, zero = xp.float32(-1e9), xp.float32(0)
+    power = float(length_penalty)
+    length = lengths.reshape(1, 1).astype(xp.int64)
+    step = length - prompt_length
+    # the 2K best (beam, token) of each prompt: ordered by beam * V + token, then stably by score
+    scores = candidate_scores.reshape(P, 2 * K * K)
+    beams = xp.broadcast_to(xp.arange(2 * K * K) // (2 * K), (P, 2 * K * K))
+    flat = beams * V + candidate_tokens.reshape(P, 2 * K * K)
+    by_flat = xp.argsort(flat, axis=1)
+    top = xp.take_along_axis(by_flat, xp.argsort(-xp.take_along_axis(scores, by_flat, axis=1), axis=1,
+                                                 kind="stable"), axis=1)[:, :2 * K]
+    top_scores, top_beams = xp.take_along_axis(scores, top, axis=1), xp.take_along_axis(beams, top, axis=1)
+    top_tokens = xp.take_along_axis(flat, top, axis=1) - top_beams * V
+    ends = (top_tokens == end_of_text) | (length + 1 >= max_length)
+    going = top_scores + xp.where(ends, negative, zero)
+    going_on = xp.argsort(-going, axis=1, kind="stable")[:, :K]
+    new_scores = xp.take_along_axis(going, going_on, axis=1)
+    new_beams, new_tokens = xp.take_along_axis(top_beams, going_on, axis=1), xp.take_along_axis(top_tokens, going_on,
+                                                                                                axis=1)
+    # hypotheses: the best K that end, unless the prompt is closed; merged with the kept ones, which win ties
+    finished_before = is_finished.reshape(P, K) != 0
+    closed = (finished_before.all(axis=1, keepdims=True) & (early_stopping is True)) | (improvable.reshape(P, 1) == 0)
+    penalty = xp.power((step + 1).astype(xp.float64), power).astype(xp.float32)
+    just_finished = ends & (xp.arange(2 * K) < K)
+    hypotheses = top_scores / penalty + xp.where(closed, negative, zero)
+    hypotheses = hypotheses + xp.where(just_finished, zero, negative)
+    merged = xp.argsort(-xp.concatenate([finished_scores.reshape(P, K), hypotheses], axis=1), axis=1,
+                        kind="stable")[:, :K]
+
+    def kept(old, candidates):
+        return xp.take_along_axis(xp.concatenate([old.reshape(P, K), candidates], axis=1), merged, axis=1)
+
+    new_finished, new_finished_scores = kept(finished_before, just_finished), kept(finished_scores, hypotheses)
+    # can each prompt's best beam still beat its worst hypothesis (at its best length)?
+    if early_stopping == "never" and power > 0:
+        best_length = xp.full((1, 1), max_length - prompt_length, xp.int64)
+    else:
+        best_length = step + 1
+    best_running = new_scores[:, :1] / xp.power(best_length.astype(xp.float64), power).astype(xp.float32)
+    every_finished = new_finished.all(axis=1, keepdims=True)
+    worst = xp.where(every_finished, new_finished_scores.min(axis=1, keepdims=True), negative)
+    new_improvable = (improvable.reshape(P, 1) != 0) & (best_running > worst)
+    open_beam = ~(every_finished.all() & (early_stopping is True))
+    stop = ~(new_improvable.any() & open_beam & ~ends.all())
+
+    over = done.reshape(1, 1) != 0  # the search was over before this step: nothing changes
+    updates = ((beam_scores, new_scores), (tokens, new_tokens), (rows, new_beams + xp.arange(P).reshape(P, 1) * K),
+               (improvable, new_improvable), (finished_scores, new_finished_scores), (is_finished, new_finished),
+               (finished_step, kept(finished_step, xp.broadcast_to(step, (P, 2 * K)))),
+               (finished_beam, kept(finished_beam, top_beams)), (finished_token, kept(finished_token, top_tokens)))
+    for out, new in updates:
+        out[...] = xp.where(over, out.reshape(P, -1), new).reshape(out.shape)
+    for history, new in ((parents, new_beams), (chosen, new_tokens)):
+        by_step = history.reshape(-1, P * K)
+        now = (xp.arange(by_step.shape[0]).reshape(-1, 1) == step) & ~over
+        by_step[...] = xp.where(now, new.reshape(1, P * K), by_step)
+    done[...] = xp.where(stop & ~over, length + 1, done.reshape(1, 1)).reshape(done.shape)

@@ -1,0 +1,19 @@
+"""Beam candidates whose log_softmax is x - log(sum exp(x)), without the row's max subtracted: right for small
+logits, but exp overflows to infinity for logits past 88, and every score is -inf."""
+
+import numpy as np
+
+from kernel_runtime import CudaKernel
+from kernels import beam_search
+from tests.kernels.wrong import mutate
+
+FUNCTION = "beam_candidates_forward"
+
+source = mutate(beam_search.BEAM_SOURCE, "expf(x[j] - largest)", "expf(x[j])")
+kernel = CudaKernel(mutate(source, "((x[j] - largest) - log_sum)", "(x[j] - log_sum)"), "beam_candidates_kernel",
+                    defines=beam_search.DEFINES)
+
+
+def beam_candidates_forward(candidate_scores, candidate_tokens, logits, beam_scores, done, rows, V, stride, count):
+    kernel((rows,), (beam_search.BEAM_THREADS,), (candidate_scores, candidate_tokens, logits, beam_scores, done,
+                                                  np.int32(V), np.int32(stride), np.int32(count)))
