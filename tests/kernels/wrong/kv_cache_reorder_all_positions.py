@@ -7,9 +7,10 @@ from tests.kernels.wrong import mutate
 
 FUNCTION = "kv_cache_reorder_forward"
 
-kernel = CudaKernel(mutate(kv_cache_reorder.REORDER_SOURCE, "filled = max(filled, min(lengths[group0 + g], max_T));",
-                           "filled = max_T;"),
-                    "kv_cache_reorder_kernel", defines=kv_cache_reorder.kv_cache_reorder_kernel.defines)
+source = mutate(kv_cache_reorder.REORDER_SOURCE, "&& position < min(lengths[b], max_T))", ")")
+source = mutate(source, "parent == b || position >= min(lengths[b], max_T)) continue;", "parent == b) continue;")
+source = mutate(source, "filled = max(filled, min(lengths[group0 + g], max_T));", "filled = max_T;")
+kernel = CudaKernel(source, "kv_cache_reorder_kernel", defines=kv_cache_reorder.kv_cache_reorder_kernel.defines)
 
 
 def kv_cache_reorder_forward(k_cache, v_cache, rows, lengths, done, B, NH, max_T, HS, group):
