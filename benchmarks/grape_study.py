@@ -28,8 +28,8 @@ breakdown: one run per executor after a warm-up, a CUDA event as each stage begi
     stage.
 graph-memory: device memory that graphs hold, over every length: ptgraph's one graph
     per length (each with its activations), and grape's shared graphs with the buffers
-    they own (activations, the selection's state, the reordering's scratch). Measured
-    as the growth of CuPy's pool (the buffers) plus the growth of the driver's memory
+    they own (activations, the selection's state). Measured as the growth of CuPy's
+    pool (the buffers) plus the growth of the driver's memory
     outside the pool (cudaMemGetInfo: the graphs themselves; it moves in steps of
     2 MB, so a few small graphs may show none) around capture and instantiation; the
     KV cache, which every executor needs, is left out.
@@ -233,8 +233,7 @@ def graphs_held(study: Study, rows: int) -> tuple[float, int, float, int]:
     else:
         grape_mb = held_by(lambda: [grape.generate([study.prompt], 4, GREEDY) for _ in range(2)])
     grape_mb -= grape.run(rows).decoder.cache_bytes() / 2**20  # its KV cache (not graph memory)
-    grape_graphs = sum(stage.graph is not None for run in grape.runs.values()
-                       for stage in [run.model_stage, run.reorder_stage, *run.choose_stages.values()])
+    grape_graphs = sum(stage.graph is not None for run in grape.runs.values() for stage in run.stages())
     return ptgraph_mb, len(ptgraph.graphs), grape_mb, grape_graphs
 
 

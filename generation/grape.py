@@ -120,6 +120,10 @@ class GrapeRun:
         self.choose_stages: dict = {}   # selection parameters -> Stage (the parameters are baked in)
         self.reorder_stage = None       # the last beam search's: its group of K rows is baked in
 
+    def stages(self) -> list[Stage]:
+        """The stages made so far: the model step's, the choosing's, and the reordering's once a beam search ran."""
+        return [self.model_stage, *([self.reorder_stage] if self.reorder_stage else []), *self.choose_stages.values()]
+
     # ------------------------------------------------------------------ sampling and greedy
 
     def sample(self, prompts, max_new_tokens, sampling: Sampling, stop_at_end_of_text, on_token):
