@@ -88,3 +88,15 @@ def test_hypotheses_are_rebuilt_from_back_pointers(seed):
 def test_beam_prompts_of_different_lengths_are_one_line(model):
     with pytest.raises(TokenError, match="beam search takes prompts of one length, not of 2 and 3 tokens"):
         make_executor(model, "baseline").beam_search([[1, 2], [3, 4, 5]], 4, BeamSearch(2))
+
+
+def test_a_grape_run_lists_the_stages_it_has_made():
+    """The study counts a run's graphs through stages(): a run that has only generated has no reordering stage,
+    and one that has run a beam search lists it too."""
+    from generation.grape import GrapeRun, Stage
+
+    run = GrapeRun.__new__(GrapeRun)  # its buffers need a GPU; its stages do not
+    run.model_stage, run.reorder_stage, run.choose_stages = Stage(lambda: None), None, {"sample": Stage(lambda: None)}
+    assert run.stages() == [run.model_stage, run.choose_stages["sample"]]
+    run.reorder_stage = Stage(lambda: None, key=5)
+    assert run.stages() == [run.model_stage, run.reorder_stage, run.choose_stages["sample"]]
