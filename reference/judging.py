@@ -161,7 +161,11 @@ def compare_as_the_course(case: Case, actual: dict, expected: dict) -> Result:
             continue
         got = actual[name].astype(np.float64)
         max_abs = max(max_abs, float(np.abs(got - want).max(initial=0.0)))
-        failures += course_failures(name, got, want)
+        if actual[name].dtype.kind in "iu":  # token ids, rows: a nearby id is another answer, never a rounding
+            wrong = int((got != want).sum())
+            failures += [f"{name}: {wrong} of {want.size} integers differ"] if wrong else []
+        else:
+            failures += course_failures(name, got, want)
     return Result(case, not failures, "; ".join(failures) if failures else "ok", max_abs)
 
 

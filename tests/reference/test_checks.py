@@ -154,3 +154,14 @@ def test_same_seed_same_inputs_other_seed_other_inputs():
     c = build(cases("matmul_forward", 6)[1])
     assert np.array_equal(a.args["inp"], b.args["inp"])
     assert not np.array_equal(a.args["inp"], c.args["inp"])
+
+
+def test_the_course_criterion_compares_token_ids_exactly():
+    """Under the course's criterion (relative errors up to its element bound) an integer output must still be
+    exact: token 50256 is not within rounding of token 50255."""
+    case = cases("sample_forward")[0]
+
+    def one_off(args):
+        args[0][0] += 1  # the first row's token, off by one id
+    result = run_case(gold_then("sample_forward", one_off), case, device="cpu", profile=COURSE)
+    assert not result.passed and "tokens: 1 of" in result.message and "integers differ" in result.message
