@@ -320,3 +320,85 @@ def beam_update_forward(candidate_scores, candidate_tokens, beam_scores, finishe
     open_beam = not (all_finished and early_stopping is True)
     if not (any_improvable and open_beam and not all_end):
         done.reshape(-1)[0] = length + 1
+
+
+# --------------------------------------------------------------------------- training: the backward passes
+# As in llm.c: a parameter's gradient is added to (a training step zeroes them first; GPT-2's tied wte gets both
+# the LM head's and the encoder's share); an activation's gradient is written, except layernorm_backward's dinp,
+# which adds, since the residual stream's gradient is the sum of its branches'.
+
+
+def encoder_backward(dwte, dwpe, dout, inp, B, T, C):
+    """dwte[inp[b, t]] += dout[b, t] (a token repeated in the batch gathers every one), dwpe[t] += sum_b dout[b, t]."""
+    grads = exact(dout).reshape(B, T, C)
+    np.add.at(dwte.reshape(-1, C), np.asarray(inp).reshape(B, T), grads)
+    dwpe.reshape(-1, C)[:T] += grads.sum(axis=0)
+
+
+def layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, B, T, C):
+    """From the forward pass's saved mean and rstd (B, T): dinp += (adds), dweight += and dbias +=."""
+    grads = exact(dout).reshape(B, T, C)
+    rstd_column = exact(rstd).reshape(B, T, 1)
+    normalized = (exact(inp).reshape(B, T, C) - exact(mean).reshape(B, T, 1)) * rstd_column
+    dbias.reshape(C)[...] += grads.sum(axis=(0, 1))
+    dweight.reshape(C)[...] += (grads * normalized).sum(axis=(0, 1))
+    dnormalized = grads * exact(weight)
+    dinp.reshape(B, T, C)[...] += rstd_column * (dnormalized - dnormalized.mean(axis=-1, keepdims=True)
+                                                 - normalized * (dnormalized * normalized).mean(axis=-1, keepdims=True))
+
+
+def matmul_backward(dinp, dweight, dbias, dout, inp, weight, B, T, C, OC):
+    """out = inp @ weight.T + bias: dinp = dout @ weight (written), dweight += dout.T @ inp, dbias += its rows' sum
+    (None: no bias)."""
+    grads = exact(dout).reshape(B * T, OC)
+    dinp.reshape(B * T, C)[...] = grads @ exact(weight).reshape(OC, C)
+    dweight.reshape(OC, C)[...] += grads.T @ exact(inp).reshape(B * T, C)
+    if dbias is not None:
+        dbias.reshape(OC)[...] += grads.sum(axis=0)
+
+
+def attention_backward(dinp, dout, inp, att, B, T, C, NH):
+    """Causal attention's dinp (B, T, 3C) for q, k and v (written), from its saved probabilities att (B, NH, T, T)."""
+    HS = C // NH
+    qkv = exact(inp).reshape(B, T, 3, NH, HS)
+    q, k, v = (qkv[:, :, i].transpose(0, 2, 1, 3) for i in range(3))          # (B, NH, T, HS)
+    probabilities = exact(att).reshape(B, NH, T, T)
+    dy = exact(dout).reshape(B, T, NH, HS).transpose(0, 2, 1, 3)
+    dprobabilities = dy @ v.transpose(0, 1, 3, 2)
+    dscores = probabilities * (dprobabilities - (dprobabilities * probabilities).sum(axis=-1, keepdims=True))
+    dscores /= np.sqrt(HS)  # masked entries have probability 0, so their gradient is 0 too
+    grads = np.stack([dscores @ k, dscores.transpose(0, 1, 3, 2) @ q, probabilities.transpose(0, 1, 3, 2) @ dy])
+    dinp.reshape(B, T, 3, NH, HS)[...] = grads.transpose(1, 3, 0, 2, 4)
+
+
+def gelu_backward(dinp, inp, dout, N):
+    """dinp = gelu'(inp) * dout (written), for the tanh form."""
+    x, grads = exact(inp).reshape(N), exact(dout).reshape(N)
+    inner = np.sqrt(2.0 / np.pi) * (x + 0.044715 * x**3)
+    tanh = np.tanh(inner)
+    slope = 0.5 * (1.0 + tanh) + 0.5 * x * (1.0 - tanh**2) * np.sqrt(2.0 / np.pi) * (1.0 + 3 * 0.044715 * x**2)
+    dinp.reshape(N)[...] = slope * grads
+
+
+def cross_entropy_forward_backward(dlogits, losses, logits, targets, B, T, V, Vp):
+    """losses (B, T) = -log softmax(logits[b, t, :V])[targets[b, t]], and dlogits (B, T, Vp) the gradient of their
+    mean: (softmax - one_hot(target)) / (B * T), zero in the padding columns V..Vp-1 (written)."""
+    scores = exact(logits).reshape(B, T, Vp)[..., :V]
+    log_sum = np.log(np.exp(scores - scores.max(axis=-1, keepdims=True)).sum(axis=-1)) + scores.max(axis=-1)
+    chosen = np.asarray(targets).reshape(B, T)
+    losses.reshape(B, T)[...] = log_sum - np.take_along_axis(scores, chosen[..., None], axis=-1)[..., 0]
+    grads = np.exp(scores - log_sum[..., None])
+    np.put_along_axis(grads, chosen[..., None], np.take_along_axis(grads, chosen[..., None], axis=-1) - 1, axis=-1)
+    dlogits.reshape(B, T, Vp)[...] = 0.0
+    dlogits.reshape(B, T, Vp)[..., :V] = grads / (B * T)
+
+
+def adamw_update(params, grads, m, v, N, learning_rate, beta1, beta2, eps, weight_decay, step):
+    """One step of torch.optim.AdamW (step counts from 1): m and v updated in place, then params."""
+    g = exact(grads).reshape(N)
+    m.reshape(N)[...] = beta1 * exact(m).reshape(N) + (1 - beta1) * g
+    v.reshape(N)[...] = beta2 * exact(v).reshape(N) + (1 - beta2) * g * g
+    m_hat = exact(m).reshape(N) / (1 - beta1**step)
+    v_hat = exact(v).reshape(N) / (1 - beta2**step)
+    decayed = exact(params).reshape(N) * (1 - learning_rate * weight_decay)
+    params.reshape(N)[...] = decayed - learning_rate * m_hat / (np.sqrt(v_hat) + eps)
