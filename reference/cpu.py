@@ -8,7 +8,7 @@ float32 kernel should produce.
 
 import numpy as np
 
-from reference.numerics import softmax_rows, window_mask
+from reference.numerics import draw_fractions, softmax_rows, window_mask
 
 LAYERNORM_EPS = 1e-5
 
@@ -180,15 +180,12 @@ def kv_cache_reorder_forward(k_cache, v_cache, rows, lengths, done, B, NH, max_T
 
 # --------------------------------------------------------------------------- choosing the next token
 
-UINT64 = 2**64 - 1
-
-
 def sample_forward(tokens, sequences, logits, lengths, B, V, stride, max_T, temperature, top_k, top_p, seed):
     """Each row's next token, from the first V of its logits (B, stride), into tokens[b] and, when lengths[b] <
     max_T, into sequences (B, max_T) at [b, lengths[b]].
 
     temperature 0: the largest logit, the lowest id on ties. Otherwise the kept tokens' weights (sampling_weights)
-    and the row's random fraction f (draw_fraction) pick the first kept token, in id order, whose running weight
+    and the row's random fraction f (reference.numerics.draw_fractions) pick the first kept token, in id order, whose running weight
     exceeds f times the kept weight.
 
     This is the definition in float64; the kernel computes each weight with float32 arithmetic (z - max z, expf)
@@ -198,13 +195,14 @@ def sample_forward(tokens, sequences, logits, lengths, B, V, stride, max_T, temp
     nearly all of it, as a language model's rows do (reference/specs/sampling.py estimates it for its cases)."""
     rows = np.asarray(logits).reshape(B, stride)[:, :V]
     positions = np.asarray(lengths).reshape(B)
-    key = int(np.asarray(seed).reshape(-1)[0])
+    counters = (np.arange(B, dtype=np.uint64) << np.uint64(32)) | positions.astype(np.uint64)
+    fractions = draw_fractions(np.asarray(seed, np.uint64).reshape(-1)[0], counters)
     for b in range(B):
         if temperature == 0:
             token = int(np.argmax(rows[b]))  # the first of equal largest
         else:
             running = np.cumsum(sampling_weights(rows[b], temperature, top_k, top_p))
-            threshold = draw_fraction(key, b, int(positions[b])) * running[-1]
+            threshold = fractions[b] * running[-1]
             token = int(np.searchsorted(running, threshold, side="right"))  # the first whose running weight is past
         tokens.reshape(B)[b] = token
         if positions[b] < max_T:
@@ -227,20 +225,6 @@ def sampling_weights(row, temperature, top_k, top_p) -> np.ndarray:
         cut = descending[np.searchsorted(cumulative, float(np.float32(top_p)) * cumulative[-1])]
         weights = np.where(weights >= cut, weights, 0.0)
     return weights
-
-
-def draw_fraction(seed: int, row: int, position: int) -> float:
-    """The row's random number in [0, 1): splitmix64(seed ^ splitmix64(row << 32 | position)) / 2^64, to 53 bits
-    (below 1, where the float nearest a number just under 2^64 is 2^64)."""
-    return (splitmix64(seed ^ splitmix64((row << 32) | (position & 0xFFFFFFFF))) >> 11) / 2.0**53
-
-
-def splitmix64(x: int) -> int:
-    """SplitMix64's output of a 64-bit counter (a Python int; the arithmetic wraps at 2^64, as a uint64's)."""
-    x = (x + 0x9E3779B97F4A7C15) & UINT64
-    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & UINT64
-    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & UINT64
-    return x ^ (x >> 31)
 
 
 # --------------------------------------------------------------------------- beam search

@@ -17,6 +17,7 @@ import math
 import numpy
 
 from kernel_runtime.device import cupy
+from reference.numerics import draw_fractions
 
 LAYERNORM_EPS = 1e-5
 
@@ -197,7 +198,7 @@ def sample_forward(tokens, sequences, logits, lengths, B, V, stride, max_T, temp
         # running weights in float64: float32 sums over 50,000 tokens err by more than a small token's weight
         running = xp.cumsum(sampling_weights(rows, temperature, top_k, top_p), axis=1, dtype=xp.float64)
         counters = (xp.arange(B, dtype=xp.uint64) << xp.uint64(32)) | lengths.astype(xp.uint64)
-        fractions = (splitmix64(seed ^ splitmix64(counters)) >> xp.uint64(11)).astype(xp.float64) * 2.0**-53
+        fractions = draw_fractions(seed, counters)
         chosen = (running <= (fractions * running[:, -1])[:, None]).sum(axis=1)  # the first whose running is past
     tokens[...] = chosen
     so_far = sequences.reshape(B, max_T)
@@ -219,15 +220,6 @@ def sampling_weights(rows, temperature, top_k, top_p):
         reached = (cumulative < float(numpy.float32(top_p)) * cumulative[:, -1:]).sum(axis=1, keepdims=True)
         weights = xp.where(weights >= xp.take_along_axis(descending, reached, axis=1), weights, xp.float32(0))
     return weights
-
-
-def splitmix64(x):
-    """SplitMix64's output of each 64-bit counter of x (uint64: products wrap at 2^64)."""
-    xp = array_module(x)
-    x = x + xp.uint64(0x9E3779B97F4A7C15)
-    x = (x ^ (x >> xp.uint64(30))) * xp.uint64(0xBF58476D1CE4E5B9)
-    x = (x ^ (x >> xp.uint64(27))) * xp.uint64(0x94D049BB133111EB)
-    return x ^ (x >> xp.uint64(31))
 
 
 # --------------------------------------------------------------------------- beam search

@@ -53,3 +53,19 @@ def rotary_sin_cos(max_T: int, rotary_dim: int) -> np.ndarray:
     theta = 10000.0 ** (-np.arange(0, rotary_dim, 2) / rotary_dim)
     angles = np.arange(max_T)[:, None] * theta
     return np.concatenate([np.sin(angles), np.cos(angles)], axis=1)
+
+
+def draw_fractions(seed, counters):
+    """The random number in [0, 1) of each 64-bit counter (a uint64 NumPy or CuPy array) under `seed` (uint64):
+    splitmix64(seed ^ splitmix64(counter)) / 2^64, to 53 bits (below 1, where the float nearest a number just under
+    2^64 is 2^64). The sampling kernel's counter for row b is b << 32 | its position: a stream the oracles and the
+    kernel share, so their draws can be compared token for token."""
+    return (splitmix64(seed ^ splitmix64(counters)) >> np.uint64(11)).astype(np.float64) * 2.0**-53
+
+
+def splitmix64(x):
+    """SplitMix64's output of each 64-bit counter of x (uint64: sums and products wrap at 2^64)."""
+    x = x + np.uint64(0x9E3779B97F4A7C15)
+    x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return x ^ (x >> np.uint64(31))
