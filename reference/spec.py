@@ -142,3 +142,9 @@ def cache_lengths(rng: np.random.Generator, B: int, max_T: int, T: int = 1) -> n
     lengths = rng.integers(0, max_T - T + 1, size=B).astype(np.int32)
     lengths[0], lengths[-1] = 0, max_T - T
     return lengths
+
+
+def exact(inputs: dict, expected: dict) -> dict:
+    """The error bound of a host function that only copies values or makes decisions (token ids, beams): zero for
+    every element of every output."""
+    return {name: np.zeros(np.shape(values)) for name, values in expected.items()}
