@@ -10,9 +10,10 @@ memory. The work after the logits runs on the device too, in the kit's kernels
 (kernels/sampling.py, kernels/beam_search.py, kernels/kv_cache_reorder.py):
 log-softmax, top-k / top-p, sampling with the device's own seeded generator, beam
 search's bookkeeping, the KV cache's reordering for beams (in place, no scratch),
-and writing the chosen tokens where the next step reads them. A step never waits for the host: the host
-queues steps and looks at the results every CHECK_EVERY steps, one look behind, to
-stream tokens and to stop; steps queued past the end change nothing.
+and writing the chosen tokens where the next step reads them. A step never waits
+for the host: the host queues steps and looks at the results every CHECK_EVERY
+steps, one look behind, to stream tokens and to stop; steps queued past the end
+change nothing.
 
 A grape step is a few graphs launched back to back (InputPrep: the cache's
 reordering; Model: the decode step; BeamSearch: choosing), so that CUDA events can
@@ -172,8 +173,8 @@ class GrapeRun:
     def _sample(self, logits, stride, sampling: Sampling) -> None:
         c = self.model.config
         self.kernels.sample_forward(self.tokens, self.sequences, logits, self.decoder.lengths, self.rows,
-                                 c.vocab_size, stride, c.max_T, sampling.temperature, sampling.top_k, sampling.top_p,
-                                 self.seed)
+                                    c.vocab_size, stride, c.max_T, sampling.temperature, sampling.top_k,
+                                    sampling.top_p, self.seed)
 
     def _look(self, array):
         """Queue a copy of `array` to the host behind the steps queued so far; read it with _read."""
@@ -259,12 +260,12 @@ class GrapeRun:
         candidates, steps = self.rows * 2 * K, (max_length - prompt_length) * self.rows
         scores, tokens = s.candidate_scores[:candidates], s.candidate_tokens[:candidates]
         self.kernels.beam_candidates_forward(scores, tokens, logits, s.beam_scores, s.done, self.rows, c.vocab_size,
-                                            stride, 2 * K)
+                                             stride, 2 * K)
         self.kernels.beam_update_forward(scores, tokens, s.beam_scores, s.finished_scores, s.finished_step,
-                                        s.finished_beam, s.finished_token, s.is_finished, s.improvable[:P],
-                                        s.parents[:steps], s.chosen[:steps], s.tokens, s.rows, s.done,
-                                        self.decoder.lengths[:1], P, K, c.vocab_size, prompt_length, max_length,
-                                        search.length_penalty, search.early_stopping, c.end_of_text)
+                                         s.finished_beam, s.finished_token, s.is_finished, s.improvable[:P],
+                                         s.parents[:steps], s.chosen[:steps], s.tokens, s.rows, s.done,
+                                         self.decoder.lengths[:1], P, K, c.vocab_size, prompt_length, max_length,
+                                         search.length_penalty, search.early_stopping, c.end_of_text)
 
     def _choose_stage(self, key, launch) -> Stage:
         """The choosing stage for these parameters (baked into its graph); the last one is kept."""

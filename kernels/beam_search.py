@@ -235,15 +235,19 @@ def beam_update_forward(candidate_scores, candidate_tokens, beam_scores, finishe
     rows_total, steps = P * K, max_length - prompt_length
     for name, array, size, dtype in (
             ("candidate_scores", candidate_scores, rows_total * 2 * K, np.float32),
-            ("beam_scores", beam_scores, rows_total, np.float32), ("finished_scores", finished_scores, rows_total,
-                                                                  np.float32),
             ("candidate_tokens", candidate_tokens, rows_total * 2 * K, np.int32),
-            *((name, array, rows_total, np.int32) for name, array in (
-                ("finished_step", finished_step), ("finished_beam", finished_beam),
-                ("finished_token", finished_token), ("is_finished", is_finished), ("tokens", tokens),
-                ("rows", rows))),
-            ("improvable", improvable, P, np.int32), ("parents", parents, steps * rows_total, np.int32),
-            ("chosen", chosen, steps * rows_total, np.int32), ("done", done, 1, np.int32),
+            ("beam_scores", beam_scores, rows_total, np.float32),
+            ("finished_scores", finished_scores, rows_total, np.float32),
+            ("finished_step", finished_step, rows_total, np.int32),
+            ("finished_beam", finished_beam, rows_total, np.int32),
+            ("finished_token", finished_token, rows_total, np.int32),
+            ("is_finished", is_finished, rows_total, np.int32),
+            ("improvable", improvable, P, np.int32),
+            ("parents", parents, steps * rows_total, np.int32),
+            ("chosen", chosen, steps * rows_total, np.int32),
+            ("tokens", tokens, rows_total, np.int32),
+            ("rows", rows, rows_total, np.int32),
+            ("done", done, 1, np.int32),
             ("lengths", lengths, 1, np.int32)):
         check_array("beam_update_forward", name, array, size, dtype)
     launch_update(beam_update_kernel, candidate_scores, candidate_tokens, beam_scores, finished_scores, finished_step,

@@ -148,7 +148,8 @@ def draw(logits: np.ndarray, rows: int, sampling: Sampling, seed: int) -> np.nda
     device_logits = cupy.asarray(np.tile(logits.astype(np.float32), (rows, 1)))
     before = device_logits.copy()
     host_function("sample_forward")(tokens, sequences, device_logits, cupy.zeros(rows, np.int32), rows, V, V, 1,
-                                    sampling.temperature, sampling.top_k, sampling.top_p, cupy.full(1, seed, np.uint64))
+                                    sampling.temperature, sampling.top_k, sampling.top_p,
+                                    cupy.full(1, seed, np.uint64))
     assert bool((device_logits == before).all()), "the sampling kernel changed its logits"
     assert bool((sequences[:, 0] == tokens).all())
     drawn = tokens.get()
