@@ -218,8 +218,14 @@ def beam_candidates_forward(candidate_scores, candidate_tokens, logits, beam_sco
     if not 1 <= count <= 2 * MAX_BEAMS or count > V or V > stride:
         raise KernelArgumentError(f"beam_candidates_forward: count={count} must be in 1..{2 * MAX_BEAMS} and at "
                                   f"most V={V}, and V at most stride={stride}")
-    beam_candidates_kernel((rows,), (BEAM_THREADS,), (candidate_scores, candidate_tokens, logits, beam_scores, done,
-                                                      np.int32(V), np.int32(stride), np.int32(count)))
+    launch_candidates(beam_candidates_kernel, candidate_scores, candidate_tokens, logits, beam_scores, done, rows, V,
+                      stride, count)
+
+
+def launch_candidates(kernel, candidate_scores, candidate_tokens, logits, beam_scores, done, rows, V, stride, count):
+    """`kernel` (beam_candidates_kernel, or one with its parameters): a block per beam."""
+    kernel((rows,), (BEAM_THREADS,), (candidate_scores, candidate_tokens, logits, beam_scores, done, np.int32(V),
+                                      np.int32(stride), np.int32(count)))
 
 
 def beam_update_forward(candidate_scores, candidate_tokens, beam_scores, finished_scores, finished_step,

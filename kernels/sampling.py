@@ -234,6 +234,11 @@ def sample_forward(tokens, sequences, logits, lengths, B, V, stride, max_T, temp
         raise KernelArgumentError(f"sample_forward: V={V} must be in 1..stride={stride}")
     if temperature < 0 or (top_p is not None and top_p <= 0):
         raise KernelArgumentError(f"sample_forward: temperature={temperature} must be >= 0 and top_p={top_p} > 0")
-    sample_kernel((B,), (THREADS,), (tokens, sequences, logits, lengths, np.int32(V), np.int32(stride),
-                                     np.int32(max_T), np.float32(temperature), np.int32(min(top_k or V, V)),
-                                     np.float32(1.0 if top_p is None else top_p), seed))
+    launch(sample_kernel, tokens, sequences, logits, lengths, B, V, stride, max_T, temperature, top_k, top_p, seed)
+
+
+def launch(kernel, tokens, sequences, logits, lengths, B, V, stride, max_T, temperature, top_k, top_p, seed):
+    """`kernel` (sample_kernel, or one with its parameters) over the B rows; no cut passes as top-k V, top-p 1."""
+    kernel((B,), (THREADS,), (tokens, sequences, logits, lengths, np.int32(V), np.int32(stride), np.int32(max_T),
+                              np.float32(temperature), np.int32(min(top_k or V, V)),
+                              np.float32(1.0 if top_p is None else top_p), seed))

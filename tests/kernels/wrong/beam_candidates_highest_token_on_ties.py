@@ -1,8 +1,6 @@
 """Beam candidates that rank equal scores by the highest token first, not the lowest (the host's stable order):
 every candidate of a beam at -1e9 ties, and so do equal logits."""
 
-import numpy as np
-
 from kernel_runtime import CudaKernel
 from kernels import beam_search
 from tests.kernels.wrong import mutate
@@ -14,5 +12,5 @@ kernel = CudaKernel(mutate(beam_search.BEAM_SOURCE, "(a == b && ai < bi)", "(a =
 
 
 def beam_candidates_forward(candidate_scores, candidate_tokens, logits, beam_scores, done, rows, V, stride, count):
-    kernel((rows,), (beam_search.BEAM_THREADS,), (candidate_scores, candidate_tokens, logits, beam_scores, done,
-                                                  np.int32(V), np.int32(stride), np.int32(count)))
+    beam_search.launch_candidates(kernel, candidate_scores, candidate_tokens, logits, beam_scores, done, rows, V,
+                                  stride, count)
