@@ -246,8 +246,9 @@ def graph_memory(study: Study, out: Path, device: str) -> list[Path]:
         rows.append(GraphMemory(label, ptgraph_mb, grape_mb))
         print(f"  {label}: ptgraph {graphs} graphs {ptgraph_mb:.1f} MB ({ptgraph_mb / graphs:.3f} MB each); "
               f"grape {grape_graphs} graphs {grape_mb:.1f} MB; {ptgraph_mb / grape_mb:.1f}x less", flush=True)
-    how = (f"{len(study.prompt)}->{study.max_length} tokens, every length captured; pool growth + driver memory "
-           "outside the pool (cudaMemGetInfo, 2 MB resolution), KV cache left out")
+    # no token counts here: the figure also holds the rows of other models' runs, of other lengths
+    how = ("every length of each run captured; pool growth + driver memory outside the pool (cudaMemGetInfo, "
+           "2 MB resolution), KV cache left out")
     return list(write_graph_memory(out, rows, device, how, study.name))
 
 

@@ -155,6 +155,11 @@ def _label(name: str, attrs: dict) -> str:
     return "\n".join([name] + [f"{k} {v}" for k, v in attrs.items()])
 
 
+def _value_text(value: float) -> str:
+    """Four significant digits, without an exponent for the big ones (15,575, not 1.558e+04)."""
+    return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.4g}"
+
+
 def _bar_figure(path: Path, labels: list[str], series: list[list[float]], names: list[str], unit: str,
                 title: str, *, errors=None, stacked: bool = False, log: bool = False) -> Path:
     """Bars per label (grouped, or stacked), each bar's value written on it; saved as `path`."""
@@ -172,7 +177,7 @@ def _bar_figure(path: Path, labels: list[str], series: list[list[float]], names:
         offset = 0.0 if stacked else (number - (len(series) - 1) / 2) * width
         bars = axes.bar([p + offset for p in positions], values, width, bottom=bottom if stacked else None,
                         label=name, yerr=errors if errors is not None and number == 0 else None, capsize=4)
-        axes.bar_label(bars, labels=[f"{v:.4g}" for v in values], label_type="center" if stacked else "edge",
+        axes.bar_label(bars, labels=[_value_text(v) for v in values], label_type="center" if stacked else "edge",
                        fontsize=8)
         if stacked:
             bottom = [b + v for b, v in zip(bottom, values)]

@@ -10,7 +10,7 @@ GPTJConfig.parameter_shapes. float16 and bfloat16 checkpoints are widened to flo
 * Hub names: gpt-j-6b or EleutherAI/gpt-j-6b, downloaded through huggingface_hub into
   its cache (24 GB in float32).
 * random:gpt-j-6b: transformers' initialisation, seeded (weights N(0, 0.02), biases 0,
-  layernorm weights 1). 6B parameters take about a minute to draw on a CPU and 24 GB
+  layernorm weights 1). 6B parameters take about two minutes to draw on a CPU and 24 GB
   of host memory, then 24 GB on the GPU.
 """
 
