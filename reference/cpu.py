@@ -355,6 +355,13 @@ def attention_backward(dinp, dout, inp, att, B, T, C, NH):
     dinp.reshape(B, T, 3, NH, HS)[...] = grads.transpose(1, 3, 0, 2, 4)
 
 
+def residual_backward(dinp1, dinp2, dout, N):
+    """dinp1 += dout and dinp2 += dout: out = inp1 + inp2 hands its gradient to both."""
+    grads = exact(dout).reshape(N)
+    dinp1.reshape(N)[...] += grads
+    dinp2.reshape(N)[...] += grads
+
+
 def gelu_backward(dinp, inp, dout, N):
     """dinp = gelu'(inp) * dout (written), for the tanh form."""
     x, grads = exact(inp).reshape(N), exact(dout).reshape(N)

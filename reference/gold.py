@@ -300,3 +300,23 @@ def beam_update_forward(candidate_scores, candidate_tokens, beam_scores, finishe
         now = (xp.arange(by_step.shape[0]).reshape(-1, 1) == step) & ~over
         by_step[...] = xp.where(now, new.reshape(1, P * K), by_step)
     done[...] = xp.where(stop & ~over, length + 1, done.reshape(1, 1)).reshape(done.shape)
+
+
+# --------------------------------------------------------------------------- training: the backward passes (milestone 4)
+# reference/cpu.py's conventions: a parameter's gradient is added to, an activation's written (layernorm's dinp adds).
+
+
+def residual_backward(dinp1, dinp2, dout, N):
+    xp = array_module(dout)
+    grads = dout.reshape(N)
+    xp.add(dinp1.reshape(N), grads, out=dinp1.reshape(N))
+    xp.add(dinp2.reshape(N), grads, out=dinp2.reshape(N))
+
+
+def gelu_backward(dinp, inp, dout, N):
+    xp = array_module(inp)
+    x = inp.reshape(N)
+    scale = xp.float32(math.sqrt(2.0 / math.pi))
+    t = xp.tanh(scale * (x + xp.float32(0.044715) * x * x * x))
+    slope = xp.float32(0.5) * (1 + t) + xp.float32(0.5) * x * (1 - t * t) * scale * (1 + xp.float32(3 * 0.044715) * x * x)
+    dinp.reshape(N)[...] = slope * dout.reshape(N)
