@@ -185,6 +185,19 @@ def read_hf(directory: str | Path, progress: Progress | None = None) -> tuple[GP
     return config, {name: params[name] for name in shapes}
 
 
+def from_hf_tensors(config: GPT2Config, tensors: dict) -> Parameters:
+    """The kit's layout of transformers' GPT-2 tensors given by name (without "transformer."), in their own
+    dtype: how a transformers model's gradients line up with the kit's."""
+    params = {name: np.asarray(tensors[hf_name]) for name, hf_name in _HF_GLOBAL_TENSORS.items()}
+    padded = np.zeros((config.padded_vocab_size, config.channels), params["wte"].dtype)
+    padded[:config.vocab_size] = params["wte"]
+    params["wte"] = padded
+    for name, (pattern, transposed) in _HF_LAYER_TENSORS.items():
+        layers = (np.asarray(tensors[pattern.format(l=layer)]) for layer in range(config.num_layers))
+        params[name] = np.stack([tensor.T if transposed else tensor for tensor in layers])
+    return {name: params[name] for name in config.parameter_shapes()}  # in checkpoint order
+
+
 def write_hf(directory: str | Path, config: GPT2Config, params: Parameters,
              max_shard_bytes: int | None = None) -> None:
     """A directory transformers' GPT2LMHeadModel.from_pretrained reads (sharded when

@@ -11,6 +11,10 @@ The forward pass is GPT-2's, as llm.c lays it out:
         x = x + fcproj(gelu(fc(ln2(x))))                        MLP
     logits = lnf(x) @ wte^T                                     tied LM head
 
+Training runs it backwards (`backward`, at the end): each call's backward host function
+in reverse order, from the loss's gradient at the logits to every parameter's
+gradient; training.step.TrainingStep wraps it with the loss and the optimizer.
+
 What every model family shares (the KV cache, activations, token checks, the order
 of a forward pass and of a decode step, observers) is model_runtime.causal_lm's
 CausalLM; this file is GPT-2's own forward pass.
@@ -116,3 +120,42 @@ class GPT2(CausalLM):
                     run("residual3", ops.residual_forward, a.residual3[l], a.residual2[l], a.fcproj[l], B * T * C)
                 residual = a.residual3[l]
         self.final_layernorm_and_head(a, residual, B, T, fused, w.wte, None)  # the LM head is the token table
+
+    # ------------------------------------------------------------------ backward (training)
+
+    # the activations whose gradients the backward pass uses, and those of them that gather from two branches
+    # (the residual stream's, and the residual adds' operands): a training step zeroes these before each pass
+    GRADIENT_ACTIVATIONS = ("encoded", "ln1", "qkv", "atty", "attproj", "residual2", "ln2", "fch", "fch_gelu",
+                            "fcproj", "residual3", "lnf", "logits")
+    ACCUMULATED_GRADIENTS = ("encoded", "attproj", "residual2", "fcproj", "residual3")
+
+    def backward(self, a, d, dw, tokens, B: int, T: int) -> None:
+        """Every parameter's gradient added into dw (laid out as self.weights), from d.logits, the gradient
+        of the loss at the logits of the forward pass that left its activations in `a`. d holds the
+        activations' gradients, named as theirs; the ACCUMULATED_GRADIENTS ones start at zero. The forward
+        pass in reverse, call by call (llm.c's gpt2_backward)."""
+        C, L, NH, Vp = self.config.channels, self.config.num_layers, self.config.num_heads, self.config.padded_vocab_size
+        w, ops, run = self.weights, self.backend.ops, self.runner(None)
+        run("lm_head", ops.matmul_backward, d.lnf, dw.wte, None, d.logits, a.lnf, w.wte, B, T, C, Vp)
+        run("lnf", ops.layernorm_backward, d.residual3[L - 1], dw.lnfw, dw.lnfb, d.lnf, a.residual3[L - 1], w.lnfw,
+            a.lnf_mean, a.lnf_rstd, B, T, C)
+        for l in reversed(range(L)):
+            run = self.runner(l)
+            residual, dresidual = (a.encoded, d.encoded) if l == 0 else (a.residual3[l - 1], d.residual3[l - 1])
+            run("residual3", ops.residual_backward, d.residual2[l], d.fcproj[l], d.residual3[l], B * T * C)
+            run("fcproj", ops.matmul_backward, d.fch_gelu[l], dw.fcprojw[l], dw.fcprojb[l], d.fcproj[l],
+                a.fch_gelu[l], w.fcprojw[l], B, T, 4 * C, C)
+            run("gelu", ops.gelu_backward, d.fch[l], a.fch[l], d.fch_gelu[l], B * T * 4 * C)
+            run("fc", ops.matmul_backward, d.ln2[l], dw.fcw[l], dw.fcb[l], d.fch[l], a.ln2[l], w.fcw[l], B, T, C,
+                4 * C)
+            run("ln2", ops.layernorm_backward, d.residual2[l], dw.ln2w[l], dw.ln2b[l], d.ln2[l], a.residual2[l],
+                w.ln2w[l], a.ln2_mean[l], a.ln2_rstd[l], B, T, C)
+            run("residual2", ops.residual_backward, dresidual, d.attproj[l], d.residual2[l], B * T * C)
+            run("attproj", ops.matmul_backward, d.atty[l], dw.attprojw[l], dw.attprojb[l], d.attproj[l], a.atty[l],
+                w.attprojw[l], B, T, C, C)
+            run("attention", ops.attention_backward, d.qkv[l], d.atty[l], a.qkv[l], a.att[l], B, T, C, NH)
+            run("qkv", ops.matmul_backward, d.ln1[l], dw.qkvw[l], dw.qkvb[l], d.qkv[l], a.ln1[l], w.qkvw[l], B, T,
+                C, 3 * C)
+            run("ln1", ops.layernorm_backward, dresidual, dw.ln1w[l], dw.ln1b[l], d.ln1[l], residual, w.ln1w[l],
+                a.ln1_mean[l], a.ln1_rstd[l], B, T, C)
+        self.runner(None)("encoder", ops.encoder_backward, dw.wte, dw.wpe, d.encoded, tokens, B, T, C)

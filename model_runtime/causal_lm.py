@@ -179,11 +179,10 @@ class CausalLM:
     # ------------------------------------------------------------------ steps every family calls
 
     def upload_weights(self, params, global_names: tuple[str, ...]) -> types.SimpleNamespace:
-        """`params` on the backend: those of `global_names` whole, the others (stacked over layers) as a list of
-        each layer's view, made once."""
-        uploaded = {name: self.backend.upload(array) for name, array in params.items()}
-        return types.SimpleNamespace(**{name: array if name in global_names else list(array)
-                                        for name, array in uploaded.items()})
+        """`params` on the backend, each whole in self.parameters; returned as the forward pass reads them:
+        those of `global_names` whole, the others (stacked over layers) as a list of each layer's view, made once."""
+        self.parameters = {name: self.backend.upload(array) for name, array in params.items()}
+        return layer_views(self.parameters, global_names)
 
     def attend(self, run, l: int, a, qkv, cache: KVCache | None, B: int, T: int, decoding: bool) -> None:
         """Layer l's attention into a.atty[l], from its packed q|k|v rows `qkv`: with a cache, their keys and
@@ -265,11 +264,13 @@ class CausalLM:
         """The activations of the last plain call (a namespace of arrays named as in ACTIVATION_SHAPES)."""
         return self._activations_for[1] if self._activations_for else None
 
-    def new_activations(self, B: int, T: int):
-        """A fresh set of activations for B rows of T tokens, owned by the caller."""
+    def new_activations(self, B: int, T: int, names: tuple[str, ...] | None = None):
+        """A fresh set of activations for B rows of T tokens, owned by the caller (only `names`, when given:
+        the ones whose gradients a training step keeps)."""
         sizes, unused = self.activation_sizes(B, T), self.unused_activations()
         arrays = {name: self.backend.empty(*activation_shape(spec, sizes))
-                  for name, spec in self.ACTIVATION_SHAPES.items() if name not in unused}
+                  for name, spec in self.ACTIVATION_SHAPES.items()
+                  if name not in unused and (names is None or name in names)}
         return types.SimpleNamespace(**{name: list(array) if self.ACTIVATION_SHAPES[name].startswith("L ") else array
                                         for name, array in arrays.items()})
 
@@ -310,6 +311,13 @@ class CausalLM:
         if ndim == 2 and host.shape[1] > max_T:
             raise TokenError(f"{host.shape[1]} tokens exceed the model's context of {max_T}")
         return self.backend.upload(host.astype(np.int32))
+
+
+def layer_views(arrays: dict, global_names: tuple[str, ...]) -> types.SimpleNamespace:
+    """`arrays` by name: those of `global_names` as they are, the others (stacked over layers) as a list of
+    each layer's view."""
+    return types.SimpleNamespace(**{name: array if name in global_names else list(array)
+                                    for name, array in arrays.items()})
 
 
 def _call(step: str, kernel: Callable, *args) -> None:

@@ -78,6 +78,42 @@ class ForwardOps(Protocol):
         """kernels/fused_gemv.py (milestone 3): out = residual + inp @ weight^T + bias. Optional."""
 
 
+class TrainingOps(Protocol):
+    """What a training step calls besides the forward pass (milestone 4): each backward pass, the loss and
+    the optimizer's update. A parameter's gradient is added to; an activation's is written, except
+    layernorm_backward's dinp and residual_backward's two, which add (reference/cpu.py's training section)."""
+
+    def cross_entropy_forward_backward(self, dlogits: Array, losses: Array, logits: Array, targets: Array, B: int,
+                                       T: int, V: int, Vp: int) -> None:
+        """kernels/cross_entropy.py: losses (B, T) and dlogits (B, T, Vp), the gradient of their mean."""
+
+    def matmul_backward(self, dinp: Array, dweight: Array, dbias: Array, dout: Array, inp: Array, weight: Array,
+                        B: int, T: int, C: int, OC: int) -> None:
+        """kernels/matmul_backward.py: dinp = dout @ weight; dweight += dout^T @ inp; dbias += dout's row sum."""
+
+    def layernorm_backward(self, dinp: Array, dweight: Array, dbias: Array, dout: Array, inp: Array, weight: Array,
+                           mean: Array, rstd: Array, B: int, T: int, C: int) -> None:
+        """kernels/layernorm_backward.py: from the forward's saved mean and rstd; dinp, dweight, dbias added to."""
+
+    def attention_backward(self, dinp: Array, dout: Array, inp: Array, att: Array, B: int, T: int, C: int,
+                           NH: int) -> None:
+        """kernels/attention_backward.py: dinp (B, T, 3C) for q, k and v, from the saved probabilities att."""
+
+    def gelu_backward(self, dinp: Array, inp: Array, dout: Array, N: int) -> None:
+        """kernels/gelu_backward.py: dinp = gelu'(inp) * dout."""
+
+    def residual_backward(self, dinp1: Array, dinp2: Array, dout: Array, N: int) -> None:
+        """kernels/residual_backward.py: dinp1 += dout, dinp2 += dout."""
+
+    def encoder_backward(self, dwte: Array, dwpe: Array, dout: Array, inp: Array, B: int, T: int, C: int) -> None:
+        """kernels/encoder_backward.py: dwte[inp[b, t]] += dout[b, t]; dwpe[t] += dout[b, t] over b."""
+
+    def adamw_update(self, params: Array, grads: Array, m: Array, v: Array, N: int, learning_rate: float,
+                     beta1: float, beta2: float, eps: float, weight_decay: float, step: int) -> None:
+        """kernels/adamw.py: one torch.optim.AdamW step of N parameters; m and v updated in place."""
+
+
+TRAINING_FUNCTIONS: tuple[str, ...] = tuple(name for name in vars(TrainingOps) if not name.startswith("_"))
 FUSED_DECODE_FUNCTIONS = ("layernorm_matmul_forward", "layernorm_matmul_gelu_forward", "matmul_residual_forward")
 # the KV cache's: while they are stubs, generation recomputes every step instead (generation.decoding)
 KV_CACHE_FUNCTIONS = ("encoder_at_positions_forward", "kv_cache_append_forward", "decode_attention_forward")
@@ -89,5 +125,6 @@ MODEL_FUNCTIONS: tuple[str, ...] = tuple(name for name in vars(ForwardOps)
 
 
 def parameters(function: str) -> tuple[str, ...]:
-    """A host function's argument names in call order, from the protocol."""
-    return tuple(inspect.signature(getattr(ForwardOps, function)).parameters)[1:]  # all but self
+    """A host function's argument names in call order, from its protocol."""
+    protocol = TrainingOps if function in TRAINING_FUNCTIONS else ForwardOps
+    return tuple(inspect.signature(getattr(protocol, function)).parameters)[1:]  # all but self

@@ -1,13 +1,14 @@
 """The kit's packages stand on each other one way:
 
-    kernel_runtime  <-  kernels  <-  reference  <-  model_runtime  <-  generation  <-  gptj  <-  gpt2
-                    <-  grading  <-  benchmarks
+    kernel_runtime  <-  kernels  <-  reference  <-  model_runtime  <-  generation, training  <-  gptj
+                    <-  gpt2  <-  grading  <-  benchmarks
 
 A package imports only packages below it, counting `import` statements anywhere in
 a module (inside functions too) and importlib.import_module calls whose name starts
 with a literal (reference reaches kernels only that way: by the module names its
 specs give). So the graph has no cycle, and an editor can follow every edge. Model
-families share model_runtime and generation, and gptj imports nothing of gpt2's: gpt2
+families share model_runtime, generation and training (which stand side by side,
+neither importing the other), and gptj imports nothing of gpt2's: gpt2
 stands above it only because it holds the kit's command (python -m gpt2, which runs
 any family: gpt2.families). The
 grader's leaderboard runs the whole model, so grading stands on gpt2.
@@ -21,8 +22,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).parents[1]
-LAYERS = [["kernel_runtime"], ["kernels"], ["reference"], ["model_runtime"], ["generation"], ["gptj"], ["gpt2"],
-          ["grading"], ["benchmarks"]]
+LAYERS = [["kernel_runtime"], ["kernels"], ["reference"], ["model_runtime"], ["generation", "training"], ["gptj"],
+          ["gpt2"], ["grading"], ["benchmarks"]]
 LEVEL = {package: level for level, packages in enumerate(LAYERS) for package in packages}
 
 

@@ -18,7 +18,7 @@ import pytest
 
 
 ROOT = Path(__file__).parents[1]
-PACKAGES = ("kernel_runtime", "kernels", "reference", "model_runtime", "generation", "gptj", "gpt2", "grading", "benchmarks", "tests")
+PACKAGES = ("kernel_runtime", "kernels", "reference", "model_runtime", "generation", "training", "gptj", "gpt2", "grading", "benchmarks", "tests")
 
 KERNEL_MODULE = '''"""Scale: out = alpha * inp, elementwise over N floats."""
 

@@ -1,0 +1,4 @@
+"""Training for any model family of the kit that writes a backward pass (gpt2.model.GPT2 does).
+
+* step: one training step on the kit's host functions: forward, the loss, backward, AdamW.
+"""

@@ -1,0 +1,123 @@
+"""One training step of a causal LM on the kit's host functions: forward, loss, backward, AdamW.
+
+    step = TrainingStep(model, B, T, AdamW(learning_rate=3e-4))
+    loss = step(inputs, targets)        # token ids (B, T) each -> the mean cross-entropy, a float
+
+inputs are a batch of token sequences and targets the token that follows each one (the
+same text shifted by one). A step:
+
+1. zeroes the parameters' gradients and the activations' gradients that gather from two
+   branches (the model's ACCUMULATED_GRADIENTS): every other gradient is written whole;
+2. runs the model's forward pass, keeping every activation (the attention's T x T
+   probabilities included: the backward pass reads them);
+3. cross_entropy_forward_backward: each position's loss and the gradient of their mean
+   at the logits, in one pass over the vocabulary;
+4. the model's backward pass, the forward's calls in reverse, adding into the gradients;
+5. adamw_update on each parameter tensor, as torch.optim.AdamW steps it.
+
+The step owns its buffers (activations, gradients, the optimizer's moments), as a
+decoder owns its cache, so the same arrays serve every step. The model's weights are
+updated in place.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+from kernel_runtime import KitError
+from model_runtime.causal_lm import CausalLM, layer_views
+from model_runtime.ops import TRAINING_FUNCTIONS
+
+
+class TrainingError(KitError):
+    """A model or options a training step cannot run."""
+
+
+@dataclasses.dataclass(frozen=True)
+class AdamW:
+    """torch.optim.AdamW's update and its defaults; weight decay applies to every parameter, as it does to a
+    single parameter group there."""
+
+    learning_rate: float = 1e-3
+    beta1: float = 0.9
+    beta2: float = 0.999
+    eps: float = 1e-8
+    weight_decay: float = 1e-2
+
+    def __post_init__(self):
+        for name in ("learning_rate", "eps", "weight_decay"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value >= 0):
+                raise TrainingError(f"AdamW {name} must be a finite number >= 0, got {value}")
+        for name in ("beta1", "beta2"):
+            if not 0 <= getattr(self, name) < 1:
+                raise TrainingError(f"AdamW {name} must be in [0, 1), got {getattr(self, name)}")
+
+
+class TrainingStep:
+    def __init__(self, model: CausalLM, B: int, T: int, optimizer: AdamW = AdamW()):
+        missing = [name for name in TRAINING_FUNCTIONS if getattr(model.backend.ops, name, None) is None]
+        if missing or not hasattr(model, "backward"):
+            what = f"the host functions {', '.join(missing)}" if missing else "a backward pass"
+            raise TrainingError(f"training needs {what}, which the {model.backend.name} backend's "
+                                f"{type(model).__name__} does not have (milestone 4)")
+        if model.flash_attention or model.window:
+            raise TrainingError("training needs the attention's probabilities, which flash and local attention "
+                                "do not keep: train on the three-kernel attention")
+        if not (1 <= B and 1 <= T <= model.config.max_T):
+            raise TrainingError(f"B={B}, T={T}: a training batch needs B >= 1 and 1 <= T <= {model.config.max_T}")
+        self.model, self.B, self.T, self.optimizer = model, B, T, optimizer
+        backend = model.backend
+        self.activations = model.new_activations(B, T)
+        self.activation_grads = model.new_activations(B, T, model.GRADIENT_ACTIVATIONS)
+        self.grads = {name: backend.xp.zeros_like(array) for name, array in model.parameters.items()}
+        layered = {name for name, value in vars(model.weights).items() if isinstance(value, list)}
+        self.grad_views = layer_views(self.grads, tuple(set(self.grads) - layered))
+        self.moments = {name: (backend.xp.zeros_like(array), backend.xp.zeros_like(array))
+                        for name, array in model.parameters.items()}
+        self.losses = backend.empty(B, T)
+        self.steps = 0  # AdamW's step count t, from 1 at the first update
+
+    def __call__(self, inputs, targets) -> float:
+        """One step on inputs and targets (B, T) token ids; the mean loss before the update."""
+        loss = self.compute_gradients(inputs, targets)
+        self.update()
+        return loss
+
+    def compute_gradients(self, inputs, targets) -> float:
+        """Every parameter's gradient of the mean loss into self.grads (by name, as model.parameters), without
+        updating; the mean loss."""
+        model, B, T, ops = self.model, self.B, self.T, self.model.backend.ops
+        tokens, targets = model.check_tokens(inputs, 2), model.check_tokens(targets, 2)
+        if tokens.shape != (B, T) or targets.shape != (B, T):
+            raise TrainingError(f"inputs {tokens.shape} and targets {targets.shape} must both be ({B}, {T}), "
+                                f"the batch this step was made for")
+        self.zero_grads()
+        model.forward(tokens, activations=self.activations)
+        a, d, c = self.activations, self.activation_grads, model.config
+        ops.cross_entropy_forward_backward(d.logits, self.losses, a.logits, targets, B, T, c.vocab_size,
+                                           c.padded_vocab_size)
+        model.backward(a, d, self.grad_views, tokens, B, T)
+        return float(model.backend.to_host(self.losses).mean())
+
+    def zero_grads(self) -> None:
+        for grad in self.grads.values():
+            grad.fill(0)
+        for name in self.model.ACCUMULATED_GRADIENTS:
+            for array in _arrays(getattr(self.activation_grads, name)):
+                array.fill(0)
+
+    def update(self) -> None:
+        """AdamW on every parameter tensor, step count self.steps + 1."""
+        self.steps += 1
+        o, ops = self.optimizer, self.model.backend.ops
+        for name, params in self.model.parameters.items():
+            m, v = self.moments[name]
+            ops.adamw_update(params, self.grads[name], m, v, params.size, o.learning_rate, o.beta1, o.beta2, o.eps,
+                             o.weight_decay, self.steps)
+
+
+def _arrays(activation) -> list:
+    """An activation's arrays: its per-layer views, or itself."""
+    return activation if isinstance(activation, list) else [activation]
