@@ -1,13 +1,15 @@
 """Step-by-step check: your kernels and gold side by side through a whole forward pass.
 
     python -m gpt2.step_check [--model M] [--kernels DIR] [--variant NAME ...] [--profile P]
-                              [--batch 4] [--tokens 64] [--seed 0]
+                              [--backward] [--batch 4] [--tokens 64] [--seed 0]
 
 Every host-function call of the forward pass runs twice on the same inputs: gold's into
 the model's activations, yours into fresh NaN-filled copies. The two are compared
 right away, and the model carries on with gold's numbers (check-and-swap), so one
 wrong kernel is reported where it is and does not smear into every later step.
 `--variant matmul_tf32` checks a milestone variant in its host function's place.
+`--backward` checks a training step's calls (milestone 4): the forward pass, the loss,
+and the backward pass, whose gradients added to start from gold's content.
 
 How a step is judged is a precision profile (reference.precision): --profile, else
 $KIT_PROFILE, else the variants' own (the loosest of theirs), else fp32
@@ -84,9 +86,9 @@ class StepChecker:
         name = kernel.__name__
         outputs, scratch = written_positions(name)
         where = step if layer is None else f"layer {layer} {step}"
-        mine = list(args)
-        for i in outputs + scratch:
-            mine[i] = self.backend.xp.full_like(args[i], np.nan)
+        mine, updated = list(args), self._updated_positions(name)
+        for i in outputs + scratch:  # an output the call adds to starts as gold's does; the others from NaN
+            mine[i] = args[i].copy() if i in updated else self.backend.xp.full_like(args[i], np.nan)
         inputs = self._inputs(name, args) if self.profile.rounding_bounds else None
         kernel(*args)
         getattr(self.candidate, name)(*mine)
@@ -103,12 +105,18 @@ class StepChecker:
             self.steps.append(Step(where, name, i, worst_fraction(error, 2 * bounds[names[i]]), rms(error),
                                    self.profile.name))
 
+    @staticmethod
+    def _updated_positions(function: str) -> set[int]:
+        names = parameters(function)
+        return {names.index(n) for n in spec(function).updates}
+
     def _inputs(self, function: str, args: tuple) -> dict:
-        """The call's array inputs on the host, and its integer sizes, by name, before it runs (an output
-        is not an input)."""
-        names, written = parameters(function), spec(function).written
+        """The call's array inputs on the host, the content of the outputs it adds to, and its integer sizes,
+        by name, before it runs (an output written whole is not an input)."""
+        names, function_spec = parameters(function), spec(function)
+        read = set(names) - set(function_spec.written) | set(function_spec.updates)
         arrays = {n: self.backend.to_host(a) for n, a in zip(names, args)
-                  if n not in written and a is not None and hasattr(a, "shape") and a.dtype.kind == "f"}
+                  if n in read and a is not None and hasattr(a, "shape") and a.dtype.kind == "f"}
         return arrays | {n: a for n, a in zip(names, args) if isinstance(a, (int, np.integer))}
 
 
@@ -124,6 +132,21 @@ def run(model, tokens: np.ndarray, candidate, profile: Profile) -> StepChecker:
     return checker
 
 
+def run_training(model, tokens: np.ndarray, targets: np.ndarray, candidate, profile: Profile) -> StepChecker:
+    """A training step's gradients on `model` (gold): the forward pass, the loss and the backward pass, every call
+    checked against `candidate` under `profile`."""
+    from training.step import TrainingStep
+
+    checker = StepChecker(candidate, model.backend, profile)
+    step = TrainingStep(model, *tokens.shape)
+    model.observer = checker
+    try:
+        step.compute_gradients(tokens, targets)
+    finally:
+        model.observer = None
+    return checker
+
+
 def main(argv=None) -> int:
     parser = OneLineArgumentParser(prog="python -m gpt2.step_check", description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="random", help="weights (default: random 124M)")
@@ -132,6 +155,8 @@ def main(argv=None) -> int:
                         help="a milestone variant in its host function's place, e.g. matmul_tf32 (repeatable)")
     parser.add_argument("--profile", help="how steps are judged: fp32, tf32 or course "
                                           "(default: $KIT_PROFILE, else the variants' profile, else fp32)")
+    parser.add_argument("--backward", action="store_true",
+                        help="check a training step: the forward pass, the loss and the backward pass (milestone 4)")
     parser.add_argument("--batch", type=int, default=4)
     parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--seed", type=SEED, default=0, help="seed of the random token ids, from 0 to 2**31 - 1 "
@@ -151,9 +176,12 @@ def check(args) -> int:
     model = load_model(args.model, make_backend("gold"))
     model.flash_attention = uses_flash(tuple(args.variant))  # gold's attention step as the candidate's
     rng = np.random.default_rng(args.seed)
-    tokens = rng.integers(0, model.config.vocab_size, (args.batch, args.tokens), dtype=np.int32)
+    text = rng.integers(0, model.config.vocab_size, (args.batch, args.tokens + 1), dtype=np.int32)
     print(f"judged under the {profile.name} profile", flush=True)
-    checker = run(model, tokens, candidate, profile)
+    if args.backward:
+        checker = run_training(model, text[:, :-1], text[:, 1:], candidate, profile)
+    else:
+        checker = run(model, text[:, :-1], candidate, profile)
     error = "max err" if profile is COURSE else "err/bound"
     print(f"{'step':22s} {'function':18s} {'out':>3s} {error:>9s} {'rmse':>9s}")
     for s in checker.steps:

@@ -76,11 +76,13 @@ class Spec:
     module: str                         # kernels/<module>.py defines it
     outputs: tuple[str, ...]            # the arguments it writes that the checks compare
     build: Callable[[Case, np.random.Generator], Arguments]  # fresh inputs for a case
-    error_bound: Callable[[dict, dict], dict]  # (float64 inputs and integer sizes, float64 expected outputs)
-                                               # -> allowed |error|
+    error_bound: Callable[[dict, dict], dict]  # (float64 inputs, the `updates` outputs' content before the
+                                               # call, integer sizes; float64 expected outputs) -> allowed |error|
     cases: tuple[dict, ...]             # sizes, and values= or variant= where they differ from the default
     quick: dict | None = None           # the quick check's case (python -m reference.verify)
     scratch: tuple[str, ...] = ()       # arguments it may write that nobody checks
+    updates: tuple[str, ...] = ()       # outputs whose content before the call it reads (gradients added to, the
+                                        # optimizer's moments): every case gives their `initial` content
     benchmark: tuple[dict, ...] = ()    # the sizes python -m benchmarks.kernels times
     traffic: Callable[[dict], int] | None = None  # the fewest bytes a call must move (each input read
                                                   # once, each output written once), for GB/s
@@ -96,6 +98,8 @@ class Spec:
     def __post_init__(self):
         if self.provided and self.graded:
             raise TypeError(f"{self.function}: a spec the kit provides whole is not graded (graded=False)")
+        if not set(self.updates) <= set(self.outputs):
+            raise TypeError(f"{self.function}: updates {self.updates} must be among its outputs {self.outputs}")
 
     @property
     def written(self) -> tuple[str, ...]:

@@ -96,8 +96,8 @@ class TrainingStep:
         self.zero_grads()
         model.forward(tokens, activations=self.activations)
         a, d, c = self.activations, self.activation_grads, model.config
-        ops.cross_entropy_forward_backward(d.logits, self.losses, a.logits, targets, B, T, c.vocab_size,
-                                           c.padded_vocab_size)
+        model.runner(None)("loss", ops.cross_entropy_forward_backward, d.logits, self.losses, a.logits, targets, B, T,
+                           c.vocab_size, c.padded_vocab_size)
         model.backward(a, d, self.grad_views, tokens, B, T)
         return float(model.backend.to_host(self.losses).mean())
 
@@ -111,11 +111,11 @@ class TrainingStep:
     def update(self) -> None:
         """AdamW on every parameter tensor, step count self.steps + 1."""
         self.steps += 1
-        o, ops = self.optimizer, self.model.backend.ops
+        o, ops, run = self.optimizer, self.model.backend.ops, self.model.runner(None)
         for name, params in self.model.parameters.items():
             m, v = self.moments[name]
-            ops.adamw_update(params, self.grads[name], m, v, params.size, o.learning_rate, o.beta1, o.beta2, o.eps,
-                             o.weight_decay, self.steps)
+            run(f"adamw {name}", ops.adamw_update, params, self.grads[name], m, v, params.size, o.learning_rate,
+                o.beta1, o.beta2, o.eps, o.weight_decay, self.steps)
 
 
 def _arrays(activation) -> list:

@@ -22,7 +22,7 @@ def error_bound(x, e):
 
 SPEC = Spec(
     function="residual_backward", module="residual_backward", outputs=("dinp1", "dinp2"), build=build,
-    error_bound=error_bound, cases=ELEMENTWISE_CASES,
+    error_bound=error_bound, cases=ELEMENTWISE_CASES, updates=("dinp1", "dinp2"),
     quick=dict(N=4 * 64 * 768),
     benchmark=(dict(N=GPT2_N),),
     traffic=lambda s: 20 * s["N"],

@@ -41,6 +41,16 @@ def test_float32_implementation_passes(case):
         assert result.passed, f"course: {result.message}"
 
 
+@pytest.mark.parametrize("case", [c for c in ALL_CASES if SPECS[c.function].updates],
+                         ids=lambda c: f"{c.function}-{c.id}")
+def test_outputs_a_call_updates_start_from_real_content(case):
+    """A gradient added to, or an optimizer's moment, must start from values of its own in every case: from
+    NaN (an output written whole) nothing could tell adding from writing."""
+    initial = build(case).arguments.initial
+    for name in SPECS[case.function].updates:
+        assert name in initial and np.isfinite(initial[name]).all() and np.any(initial[name] != 0), name
+
+
 def gold_then(function, damage):
     """gold's `function`, followed by `damage(args)`."""
     def call(*args):
