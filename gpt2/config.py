@@ -68,11 +68,15 @@ PRESETS = {
     "gpt2-xl": GPT2Config.sized(48, 25, 1600),
 }
 PRESET_ALIASES = {"124M": "gpt2", "355M": "gpt2-medium", "774M": "gpt2-large", "1558M": "gpt2-xl"}
+# a size with no published weights, to train from scratch in minutes (python -m gpt2.train): 30M parameters,
+# 19M of them the token table
+SMALL_PRESETS = {"gpt2-mini": GPT2Config.sized(6, 6, 384)}
 
 
 def preset(name: str) -> GPT2Config:
     key = PRESET_ALIASES.get(name, name)
-    if key not in PRESETS:
-        known = ", ".join([*PRESETS, *PRESET_ALIASES])
+    sizes = PRESETS | SMALL_PRESETS
+    if key not in sizes:
+        known = ", ".join([*sizes, *PRESET_ALIASES])
         raise ConfigError(f"unknown GPT-2 size {name!r} (known: {known})")
-    return PRESETS[key]
+    return sizes[key]

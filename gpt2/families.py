@@ -16,7 +16,7 @@ import os
 from pathlib import Path
 
 from gpt2 import checkpoint as gpt2_checkpoint
-from gpt2.config import PRESET_ALIASES
+from gpt2.config import PRESET_ALIASES, SMALL_PRESETS
 from gpt2.config import PRESETS as GPT2_PRESETS
 from gpt2.model import GPT2
 from gptj import checkpoint as gptj_checkpoint
@@ -39,7 +39,7 @@ class Family:
 FAMILIES = {"gpt2": Family("GPT-2", GPT2), "gptj": Family("GPT-J", GPTJ)}
 
 # random:<size>'s sizes, every family's (GPT-2's aliases such as 124M included)
-RANDOM_SIZES = {**GPT2_PRESETS, **GPTJ_PRESETS,
+RANDOM_SIZES = {**GPT2_PRESETS, **SMALL_PRESETS, **GPTJ_PRESETS,
                 **{alias: GPT2_PRESETS[name] for alias, name in PRESET_ALIASES.items()}}
 # what a command line is checked against: the longest context of any model it may load
 LONGEST_CONTEXT = max(config.max_T for config in RANDOM_SIZES.values())

@@ -28,6 +28,7 @@ import math
 from kernel_runtime import KitError
 from model_runtime.causal_lm import CausalLM, layer_views
 from model_runtime.ops import TRAINING_FUNCTIONS
+from reference.registry import not_written_yet
 
 
 class TrainingError(KitError):
@@ -62,6 +63,11 @@ class TrainingStep:
             what = f"the host functions {', '.join(missing)}" if missing else "a backward pass"
             raise TrainingError(f"training needs {what}, which the {model.backend.name} backend's "
                                 f"{type(model).__name__} does not have (milestone 4)")
+        if model.backend.name == "kernels":
+            stubs = not_written_yet(list(TRAINING_FUNCTIONS))
+            if stubs:
+                raise TrainingError(f"{stubs}: the kernels backend runs them (write them first, or choose the gold "
+                                    "or reference backend)")
         if model.flash_attention or model.window:
             raise TrainingError("training needs the attention's probabilities, which flash and local attention "
                                 "do not keep: train on the three-kernel attention")
