@@ -43,6 +43,7 @@ import sys
 import numpy as np
 
 from kernel_runtime import KitError
+from kernel_runtime.device import captured
 from model_runtime.causal_lm import CausalLM, KVCache
 from model_runtime.ops import KV_CACHE_FUNCTIONS
 from reference.registry import host_function, not_written_yet
@@ -50,17 +51,6 @@ from reference.registry import host_function, not_written_yet
 
 class DecoderError(KitError):
     """A decoder that cannot run on this model's kernels."""
-
-
-def captured(stream, launch):
-    """launch()'s launches captured on `stream` as a CUDA graph, not run: (the graph, what launch returned).
-    The caller must be in `stream` (`with stream:`), so that the launches go to it."""
-    stream.begin_capture()
-    try:
-        result = launch()
-    finally:
-        graph = stream.end_capture()
-    return graph, result
 
 
 def prompt_rows(prompts, batch_size: int) -> list[np.ndarray]:

@@ -7,8 +7,9 @@
 The text (--text, repeatable; default: the kit's own README files, so a first run
 needs no download) is read through GPT-2's BPE, each file followed by end-of-text.
 Every step takes the next B rows of T tokens and their targets (training.data), runs
-forward, loss, backward and AdamW (training.step), and every --every steps prints the
-step, the loss and tokens per second. At the end the weights are written to --out as
+forward, loss, backward and AdamW (training.step; on the kernels backend the forward
+and backward passes replay two CUDA graphs), and every --every steps prints the step,
+the loss and tokens per second. At the end the weights are written to --out as
 an llm.c checkpoint (float32), which `python -m gpt2 --model` reads.
 
 --model starts from any GPT-2 source python -m gpt2 takes: random:<size> (gpt2-mini,
@@ -31,7 +32,7 @@ from kernel_runtime import KitError, gpu_unavailable_reason
 from kernel_runtime.commands import POSITIVE_INT, OneLineArgumentParser, checked, raise_lost_interrupt, run_command
 from model_runtime.backends import make_backend
 from training.data import TextBatches
-from training.step import AdamW, TrainingStep
+from training.step import AdamW, GraphTrainingStep, TrainingStep
 
 KIT_TEXTS = ("README.md", "benchmarks/README.md", "grading/README.md")  # the default text: the kit's own
 RATE = checked(float, lambda x: 0 < x < 1, "a number in (0, 1)")
@@ -55,6 +56,8 @@ def build_parser() -> OneLineArgumentParser:
                         help="AdamW's, on every parameter (default %(default)s)")
     parser.add_argument("--every", type=POSITIVE_INT, default=10, help="print progress every N steps "
                                                                       "(default %(default)s)")
+    parser.add_argument("--no-graph", action="store_true", help="launch each step's kernels from Python (default on "
+                                                                "the kernels backend: replay its two CUDA graphs)")
     parser.add_argument("--out", type=Path, default=Path("gpt2_trained.bin"), help="(default %(default)s)")
     return parser
 
@@ -98,7 +101,9 @@ def train(args) -> None:
     if args.tokens > model.config.max_T:
         raise KitError(f"--tokens {args.tokens} exceeds the model's context of {model.config.max_T}")
     batches = TextBatches(tokens, args.batch, args.tokens)
-    step = TrainingStep(model, args.batch, args.tokens, AdamW(args.learning_rate, weight_decay=args.weight_decay))
+    graphed = backend == "kernels" and not args.no_graph
+    step = (GraphTrainingStep if graphed else TrainingStep)(model, args.batch, args.tokens,
+                                                            AdamW(args.learning_rate, weight_decay=args.weight_decay))
     parameters = sum(p.size for p in model.parameters.values())
     note(f"{parameters / 1e6:.1f}M parameters; {len(tokens):,} tokens of text, {args.batch * args.tokens:,} a step")
     started, tokens_seen = time.perf_counter(), 0

@@ -11,7 +11,7 @@ A kernel module imports what it needs from here, and nothing else of the kit:
              in a captured graph (sm_90 and later)
 * arguments: check_array, check_rows, check_dims, ceil_div
 * device:    gpu_unavailable_reason, nvrtc_unavailable_reason, require_gpu, exit_without_gpu,
-             multiprocessor_count
+             multiprocessor_count, captured (launches captured as a CUDA graph)
 * loader:    use_kernels, the one kernels directory a process runs
 * commands:  OneLineArgumentParser: a command-line mistake is one line, status 2
 * recording: record, the tape of a call's own launches, and the refusal of the rest

@@ -80,3 +80,14 @@ def exit_without_gpu(program: str, cannot: str = "cannot run kernels") -> None:
     if reason is not None:
         print(f"{program}: {cannot}: {reason}", file=sys.stderr)
         raise SystemExit(2)
+
+
+def captured(stream, launch):
+    """launch()'s launches captured on `stream` as a CUDA graph, not run: (the graph, what launch returned).
+    The caller must be in `stream` (`with stream:`), so that the launches go to it."""
+    stream.begin_capture()
+    try:
+        result = launch()
+    finally:
+        graph = stream.end_capture()
+    return graph, result

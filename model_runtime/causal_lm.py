@@ -222,11 +222,17 @@ class CausalLM:
         if cache is not None and cache.length != 0:
             raise ValueError("forward() fills an empty cache; continue a filled one with decode_step()")
         a = activations if activations is not None else self._activations(B, T)
-        self.embed(a, tokens, B, T)
-        self.transformer(a, B, T, cache, decoding=False)
+        self.forward_launches(tokens, a, cache)
         if cache is not None:
             cache.advance(T)
         return a.logits[:, :, :self.config.vocab_size]
+
+    def forward_launches(self, tokens, a, cache: KVCache | None = None) -> None:
+        """The launches of a forward pass into activations `a`, tokens (B, T) int32 already on the device and
+        checked: what a training step's CUDA graph captures."""
+        B, T = tokens.shape
+        self.embed(a, tokens, B, T)
+        self.transformer(a, B, T, cache, decoding=False)
 
     def decode_step(self, tokens, cache: KVCache, activations=None):
         """Logits (B, V) for one new token per row (tokens (B,)), attending to the cache."""

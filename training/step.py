@@ -25,7 +25,10 @@ from __future__ import annotations
 import dataclasses
 import math
 
+import numpy as np
+
 from kernel_runtime import KitError
+from kernel_runtime.device import captured
 from model_runtime.causal_lm import CausalLM, layer_views
 from model_runtime.ops import TRAINING_FUNCTIONS
 from reference.registry import not_written_yet
@@ -94,18 +97,34 @@ class TrainingStep:
     def compute_gradients(self, inputs, targets) -> float:
         """Every parameter's gradient of the mean loss into self.grads (by name, as model.parameters), without
         updating; the mean loss."""
-        model, B, T, ops = self.model, self.B, self.T, self.model.backend.ops
+        tokens, targets = self.checked_batch(inputs, targets)
+        self.forward_and_loss(tokens, targets)
+        self.backward(tokens)
+        return self.mean_loss()
+
+    def checked_batch(self, inputs, targets) -> tuple:
+        """inputs and targets checked (shape, ids) and on the device."""
+        model, B, T = self.model, self.B, self.T
         tokens, targets = model.check_tokens(inputs, 2), model.check_tokens(targets, 2)
         if tokens.shape != (B, T) or targets.shape != (B, T):
             raise TrainingError(f"inputs {tokens.shape} and targets {targets.shape} must both be ({B}, {T}), "
                                 f"the batch this step was made for")
+        return tokens, targets
+
+    def forward_and_loss(self, tokens, targets) -> None:
+        """The forward pass, then each position's loss and the gradient of their mean at the logits."""
+        model, a, d, c = self.model, self.activations, self.activation_grads, self.model.config
+        model.forward_launches(tokens, a)
+        model.runner(None)("loss", model.backend.ops.cross_entropy_forward_backward, d.logits, self.losses, a.logits,
+                           targets, self.B, self.T, c.vocab_size, c.padded_vocab_size)
+
+    def backward(self, tokens) -> None:
+        """Gradients zeroed where they gather, then the model's backward pass into them."""
         self.zero_grads()
-        model.forward(tokens, activations=self.activations)
-        a, d, c = self.activations, self.activation_grads, model.config
-        model.runner(None)("loss", ops.cross_entropy_forward_backward, d.logits, self.losses, a.logits, targets, B, T,
-                           c.vocab_size, c.padded_vocab_size)
-        model.backward(a, d, self.grad_views, tokens, B, T)
-        return float(model.backend.to_host(self.losses).mean())
+        self.model.backward(self.activations, self.activation_grads, self.grad_views, tokens, self.B, self.T)
+
+    def mean_loss(self) -> float:
+        return float(self.model.backend.to_host(self.losses).mean())
 
     def zero_grads(self) -> None:
         for grad in self.grads.values():
@@ -127,3 +146,39 @@ class TrainingStep:
 def _arrays(activation) -> list:
     """An activation's arrays: its per-layer views, or itself."""
     return activation if isinstance(activation, list) else [activation]
+
+
+class GraphTrainingStep(TrainingStep):
+    """A TrainingStep whose forward pass (with the loss) and backward pass are each captured once as a CUDA graph,
+    after a first step launched them (a capture cannot load kernels), then replayed: two launches a step, plus the
+    optimizer's updates, launched since their step count changes. Everything runs on the step's own stream, and
+    every buffer the graphs touch is the step's (its tokens and targets too), as a decoder's graph owns its."""
+
+    def __init__(self, model: CausalLM, B: int, T: int, optimizer: AdamW = AdamW()):
+        if model.backend.name != "kernels":
+            raise TrainingError(f"CUDA graphs need the kernels backend, not {model.backend.name!r}")
+        import cupy
+
+        super().__init__(model, B, T, optimizer)
+        self.stream = cupy.cuda.Stream(non_blocking=True)
+        self.tokens, self.targets = cupy.zeros((B, T), np.int32), cupy.zeros((B, T), np.int32)
+        self.forward_graph = self.backward_graph = None
+        cupy.cuda.Device().synchronize()  # the buffers above were made on another stream
+
+    def compute_gradients(self, inputs, targets) -> float:
+        with self.stream:
+            tokens, targets = self.checked_batch(inputs, targets)
+            self.tokens[...], self.targets[...] = tokens, targets
+            if self.forward_graph is None:  # launched once, loading every kernel, then captured
+                self.forward_and_loss(self.tokens, self.targets)
+                self.backward(self.tokens)
+                self.forward_graph, _ = captured(self.stream, lambda: self.forward_and_loss(self.tokens, self.targets))
+                self.backward_graph, _ = captured(self.stream, lambda: self.backward(self.tokens))
+            else:
+                self.forward_graph.launch()
+                self.backward_graph.launch()
+            return self.mean_loss()
+
+    def update(self) -> None:
+        with self.stream:
+            super().update()

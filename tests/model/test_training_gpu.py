@@ -23,7 +23,7 @@ from model_runtime.ops import MODEL_FUNCTIONS, TRAINING_FUNCTIONS
 from reference.precision import FP32
 from tests.model.helpers import TINY
 from tests.model.test_training import batch
-from training.step import AdamW, TrainingStep
+from training.step import AdamW, GraphTrainingStep, TrainingStep
 
 pytestmark = [pytest.mark.gpu, pytest.mark.calls(*MODEL_FUNCTIONS, *TRAINING_FUNCTIONS)]
 
@@ -71,3 +71,16 @@ def test_ten_adamw_steps_track_the_float64_reference(params):
     mine, reference = np.array(losses).T
     assert reference[-1] < reference[0] - 1
     np.testing.assert_allclose(mine, reference, rtol=1e-3)
+
+
+def test_graphed_steps_equal_launched_ones(params):
+    """The same three steps, launched and replayed from the two captured graphs: the same losses and weights."""
+    launched = TrainingStep(GPT2(TINY, params, backend="kernels"), B, T)
+    graphed = GraphTrainingStep(GPT2(TINY, params, backend="kernels"), B, T)
+    for number in range(3):
+        inputs, targets = batch(20 + number, B, T)  # a new batch each step: the graphs read the step's own buffers
+        assert graphed(inputs, targets) == pytest.approx(launched(inputs, targets), rel=1e-6)
+    assert graphed.forward_graph is not None and graphed.backward_graph is not None
+    for name, weights in launched.model.parameters.items():
+        np.testing.assert_allclose(graphed.model.parameters[name].get(), weights.get(), rtol=1e-5, atol=1e-7,
+                                   err_msg=name)
