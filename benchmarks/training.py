@@ -1,0 +1,185 @@
+"""GPT-2 training steps: the kit's kernels against PyTorch (transformers' GPT2LMHeadModel), and their loss curves.
+
+    python -m benchmarks.training [--model random:124M] [--batch 4] [--tokens 1024] [--runs 10]
+                                  [--curve-steps 60] [--out results/training] [--no-compile]
+
+One training step is forward, loss, backward and AdamW on a batch of B rows of T
+tokens (llm.c's default: GPT-2 124M, B=4, T=1024, float32). Timed after three
+warm-up steps, each step to its loss on the host (so each ends synchronised), the
+median of --runs:
+
+* kit, CUDA graphs: training.step.GraphTrainingStep (forward and backward replayed);
+* kit, launched: training.step.TrainingStep, every kernel launched from Python;
+* PyTorch eager: the same weights in transformers' model on the same GPU, float32
+  (TF32 off, as PyTorch's default is), torch.optim.AdamW with the same settings;
+* PyTorch torch.compile: that model's forward compiled (default mode).
+
+Then --curve-steps steps of the kit and of PyTorch eager from the same weights on the
+same batches of the same text (the kit's READMEs, as python -m gpt2.train reads them):
+training_loss.csv and training_loss.png in --out, the two curves on one plot.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+import sys
+import time
+from pathlib import Path
+
+
+from benchmarks.grape_tables import read_csv, write_csv
+from gpt2.checkpoint import load as load_gpt2
+from gpt2.model import GPT2
+from gpt2.train import kit_texts, read_texts
+from kernel_runtime.commands import POSITIVE_INT, OneLineArgumentParser, run_command
+from kernel_runtime.device import exit_without_gpu, first_line
+from model_runtime.backends import make_backend
+from training.data import TextBatches
+from training.step import AdamW, GraphTrainingStep, TrainingStep
+
+OPTIMIZER = AdamW(learning_rate=3e-4, weight_decay=0.0)  # llm.c's
+CURVE_COLUMNS = ("step", "kit", "pytorch")  # LossPoint's
+
+
+def timed_steps(step, batches, runs: int) -> float:
+    """Median seconds of one step (each ends with its loss on the host), after three warm-up steps."""
+    for _ in range(3):
+        step(*next(batches))
+    times = []
+    for _ in range(runs):
+        inputs, targets = next(batches)
+        started = time.perf_counter()
+        step(inputs, targets)
+        times.append(time.perf_counter() - started)
+    return statistics.median(times)
+
+
+def pytorch_step(config, params, compiled: bool):
+    """step(inputs, targets) -> loss on the host: transformers' model holding `params` on the GPU, trained by
+    torch.optim.AdamW with OPTIMIZER's settings (dropout off: the model stays in eval mode, as the kit has none)."""
+    import torch
+
+    from benchmarks.transformers_model import hf_model
+
+    model = hf_model(config, params, "cuda")
+    forward = torch.compile(model) if compiled else model
+    optimizer = torch.optim.AdamW(model.parameters(), lr=OPTIMIZER.learning_rate,
+                                  betas=(OPTIMIZER.beta1, OPTIMIZER.beta2), eps=OPTIMIZER.eps,
+                                  weight_decay=OPTIMIZER.weight_decay)
+
+    def step(inputs, targets) -> float:
+        optimizer.zero_grad(set_to_none=True)
+        logits = forward(torch.as_tensor(inputs, dtype=torch.long, device="cuda")).logits
+        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]),
+                                                 torch.as_tensor(targets, dtype=torch.long, device="cuda").reshape(-1))
+        loss.backward()
+        optimizer.step()
+        return loss.item()
+
+    return step
+
+
+@dataclasses.dataclass
+class LossPoint:
+    step: int
+    kit: float
+    pytorch: float
+
+    def row(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def write_curve(out: Path, kit: list[float], pytorch: list[float], title: str) -> tuple[Path, Path]:
+    """training_loss.csv and .png: each step's loss, the kit's and PyTorch's."""
+    rows = [LossPoint(n + 1, a, b) for n, (a, b) in enumerate(zip(kit, pytorch))]
+    csv_path = write_csv(out / "training_loss.csv", CURVE_COLUMNS, rows)
+    return csv_path, plot_curve(csv_path, title)
+
+
+def plot_curve(csv_path: Path, title: str) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from kernel_runtime.files import replacing
+
+    rows = read_csv(csv_path)
+    steps = [int(r["step"]) for r in rows]
+    figure, axes = plt.subplots(figsize=(7.0, 4.5))
+    axes.plot(steps, [float(r["kit"]) for r in rows], label="the kit's kernels (CUDA graphs)", linewidth=2)
+    axes.plot(steps, [float(r["pytorch"]) for r in rows], label="PyTorch eager (transformers)", linestyle="--")
+    axes.set_xlabel("step")
+    axes.set_ylabel("mean cross-entropy loss")
+    axes.set_title(title, fontsize=9)
+    axes.legend()
+    figure.tight_layout()
+    path = Path(csv_path).with_suffix(".png")
+    try:
+        with replacing(path) as partial:
+            figure.savefig(partial, dpi=120)
+    finally:
+        plt.close(figure)
+    return path
+
+
+def main(argv=None) -> int:
+    parser = OneLineArgumentParser(prog="python -m benchmarks.training", description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="random:124M", help="a GPT-2 source (default %(default)s)")
+    parser.add_argument("--batch", type=POSITIVE_INT, default=4)
+    parser.add_argument("--tokens", type=POSITIVE_INT, default=1024)
+    parser.add_argument("--runs", type=POSITIVE_INT, default=10, help="timed steps per method (default %(default)s)")
+    parser.add_argument("--curve-steps", type=int, default=60, help="steps of the loss curves, 0 for none "
+                                                                    "(default %(default)s)")
+    parser.add_argument("--out", type=Path, default=Path("results/training"), help="where the curve goes")
+    parser.add_argument("--no-compile", action="store_true", help="leave out torch.compile")
+    args = parser.parse_args(argv)
+    return run_command("benchmarks.training", lambda: benchmark(args), error_status=2)
+
+
+def benchmark(args) -> int:
+    exit_without_gpu("benchmarks.training", "cannot run")
+    config, params = load_gpt2(args.model, lambda line: print(line, flush=True))
+    B, T = args.batch, min(args.tokens, config.max_T)
+    tokens = read_texts(kit_texts())
+    print(f"GPT-2 {config.num_parameters() / 1e6:.0f}M, B={B}, T={T}, float32, AdamW lr "
+          f"{OPTIMIZER.learning_rate}; median of {args.runs} steps after 3 warm-up ones", flush=True)
+    print(f"{'method':24s} {'ms/step':>9s} {'tok/s':>9s} {'vs PyTorch eager':>17s}")
+    kit = GPT2(config, params, backend=make_backend("kernels"))
+    rows = [("kit, CUDA graphs", lambda: GraphTrainingStep(kit, B, T, OPTIMIZER)),
+            ("kit, launched", lambda: TrainingStep(kit, B, T, OPTIMIZER)),
+            ("PyTorch eager", lambda: pytorch_step(config, params, compiled=False))]
+    if not args.no_compile:
+        rows.append(("PyTorch torch.compile", lambda: pytorch_step(config, params, compiled=True)))
+    eager = None
+    for name, make in rows:
+        try:
+            seconds = timed_steps(make(), TextBatches(tokens, B, T), args.runs)
+        except Exception as err:  # torch.compile depends on the installed torch, triton and compiler
+            if "compile" not in name:
+                raise
+            print(f"{name:24s} could not run: {first_line(err)}", flush=True)
+            continue
+        eager = seconds if name == "PyTorch eager" else eager
+        ratio = f"{eager / seconds:16.2f}x" if eager else ""
+        print(f"{name:24s} {1e3 * seconds:9.1f} {B * T / seconds:9,.0f} {ratio}", flush=True)
+    if args.curve_steps > 0:
+        curves = []
+        for make in (lambda: GraphTrainingStep(GPT2(config, params, backend=make_backend("kernels")), B, T,
+                                               OPTIMIZER),
+                     lambda: pytorch_step(config, params, compiled=False)):
+            step, batches = make(), TextBatches(tokens, B, T)
+            curves.append([step(*next(batches)) for _ in range(args.curve_steps)])
+        args.out.mkdir(parents=True, exist_ok=True)
+        title = (f"GPT-2 {config.num_parameters() / 1e6:.0f}M from the same weights on the same batches of the kit's "
+                 f"READMEs: B={B}, T={T}, AdamW lr {OPTIMIZER.learning_rate}")
+        paths = write_curve(args.out, *curves, title)
+        worst = max(abs(a - b) / b for a, b in zip(*curves))
+        print(f"loss curves: step {args.curve_steps} kit {curves[0][-1]:.4f}, PyTorch {curves[1][-1]:.4f}; largest "
+              f"relative difference {worst:.2e}; wrote {', '.join(map(str, paths))}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
