@@ -92,7 +92,7 @@ def record_call(function: Callable, problem: Problem, permit: tuple[str, ...] = 
     except Exception as err:  # a failing submission must produce a record, not a crash
         execution.error = describe(err)
         return execution
-    execution.outputs, execution.inputs_after = _collect(args, problem.spec.outputs), _collect(args, problem.inputs())
+    execution.outputs, execution.inputs_after = _collect(args, problem.outputs), _collect(args, problem.inputs())
     return execution
 
 
@@ -114,8 +114,8 @@ def execute(function: Callable, problem: Problem, device: str = "gpu", permit: t
         except Exception as err:
             execution.error = describe(err)
             return execution
-        execution.outputs, execution.inputs_after = _collect(args, problem.spec.outputs), _collect(args, problem.inputs())
-        execution.replay_outputs = _collect(other_args, other.spec.outputs)
+        execution.outputs, execution.inputs_after = _collect(args, problem.outputs), _collect(args, problem.inputs())
+        execution.replay_outputs = _collect(other_args, other.outputs)
         return execution
 
     execution = record_call(function, problem, permit)
@@ -138,7 +138,7 @@ def replay_on(tape: Tape, problem: Problem) -> tuple[dict, dict]:
         raise TapeError(f"the tape was recorded with {tape.scalars}, not {scalars}")
     replay(tape, {k: v for k, v in args.items() if isinstance(v, cupy.ndarray)})
     cupy.cuda.runtime.deviceSynchronize()
-    return _collect(args, problem.spec.outputs), _collect(args, problem.inputs())
+    return _collect(args, problem.outputs), _collect(args, problem.inputs())
 
 
 def count_executed(tape: Tape, problem: Problem, classes) -> dict:
@@ -207,7 +207,9 @@ def call_arguments(problem: Problem, xp) -> dict:
 def starting_output(problem: Problem, name: str, shape, xp, dtype=np.float32):
     """An output as the call finds it: its initial content, else NaN everywhere (never written shows). An integer
     output (token ids, counts) keeps its initial content's dtype, where a value no answer holds marks what the
-    call must write."""
+    call must write. An output the case leaves out (None: matmul_backward's dbias without a bias) stays None."""
+    if shape is None:
+        return None
     if name in problem.arguments.initial:
         initial = problem.arguments.initial[name]
         return xp.array(initial, dtype=initial.dtype if initial.dtype.kind in "iu" else dtype)

@@ -320,3 +320,13 @@ def gelu_backward(dinp, inp, dout, N):
     t = xp.tanh(scale * (x + xp.float32(0.044715) * x * x * x))
     slope = xp.float32(0.5) * (1 + t) + xp.float32(0.5) * x * (1 - t * t) * scale * (1 + xp.float32(3 * 0.044715) * x * x)
     dinp.reshape(N)[...] = slope * dout.reshape(N)
+
+
+def matmul_backward(dinp, dweight, dbias, dout, inp, weight, B, T, C, OC):
+    xp = array_module(dout)
+    grads = dout.reshape(B * T, OC)
+    xp.matmul(grads, weight.reshape(OC, C), out=dinp.reshape(B * T, C))
+    gathered = dweight.reshape(OC, C)
+    xp.add(gathered, xp.matmul(grads.T, inp.reshape(B * T, C)), out=gathered)
+    if dbias is not None:
+        xp.add(dbias.reshape(OC), grads.sum(axis=0), out=dbias.reshape(OC))

@@ -53,14 +53,14 @@ def _reference_outputs(problem: Problem, against: str) -> dict:
         args = {k: (starting_output(problem, k, v, np, np.float64) if k in written else v)
                 for k, v in problem.args.items()}
         getattr(cpu, problem.spec.function)(*args.values())
-        return {k: args[k] for k in problem.spec.outputs}
+        return {k: args[k] for k in problem.outputs}
     import cupy
 
     from reference import gold
 
     args = call_arguments(problem, cupy)  # exactly what the call under test gets
     getattr(gold, problem.spec.function)(*args.values())
-    return {k: cupy.asnumpy(args[k]).astype(np.float64) for k in problem.spec.outputs}
+    return {k: cupy.asnumpy(args[k]).astype(np.float64) for k in problem.outputs}
 
 
 def allowed_errors(problem: Problem, expected: dict, profile: Profile = FP32) -> dict:
@@ -110,7 +110,7 @@ def judge(problem: Problem, execution: Execution, against: str = "numpy", profil
         return Result(case, False, execution.error)
     if execution.launches == 0 and not execution.library_calls:
         return Result(case, False, "no custom kernel launched: the output came from library operations")
-    missing = [k for k in problem.spec.outputs if k not in (execution.outputs or {})]
+    missing = [k for k in problem.outputs if k not in (execution.outputs or {})]
     if missing:
         return Result(case, False, f"outputs missing from the record: {', '.join(missing)}")
     in_place = set(problem.arguments.same_array.values())

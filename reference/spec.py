@@ -62,7 +62,8 @@ def make_case(function: str, base_seed: int = 0, values: str = "normal", variant
 @dataclasses.dataclass
 class Arguments:
     """One call's arguments for a case, in call order: a host array for each input, a
-    shape for each output, Python scalars for the sizes."""
+    shape for each output (None for an optional one the case leaves out), Python scalars
+    for the sizes."""
 
     values: dict
     same_array: dict = dataclasses.field(default_factory=dict)  # output -> the input it is (an in-place call)
@@ -130,6 +131,12 @@ class Problem:
     @property
     def args(self) -> dict:
         return self.arguments.values
+
+    @property
+    def outputs(self) -> tuple[str, ...]:
+        """The spec's outputs this case has: one it passes as None (an optional output left out, as matmul_backward's
+        dbias without a bias) is neither written nor checked."""
+        return tuple(name for name in self.spec.outputs if self.args[name] is not None)
 
     def inputs(self) -> dict:
         return {k: v for k, v in self.args.items() if isinstance(v, np.ndarray)}
