@@ -84,10 +84,11 @@ class StepChecker:
 
     def __call__(self, step: str, layer: int | None, kernel, args: tuple) -> None:
         name = kernel.__name__
-        outputs, scratch = written_positions(name)
+        outputs, scratch = (tuple(i for i in positions if args[i] is not None)  # None: an output left out (dbias)
+                            for positions in written_positions(name))
         where = step if layer is None else f"layer {layer} {step}"
         mine, updated = list(args), self._updated_positions(name)
-        for i in outputs + scratch:  # an output the call adds to starts as gold's does; the others from NaN
+        for i in (*outputs, *scratch):  # an output the call adds to starts as gold's does; the others from NaN
             mine[i] = args[i].copy() if i in updated else self.backend.xp.full_like(args[i], np.nan)
         inputs = self._inputs(name, args) if self.profile.rounding_bounds else None
         kernel(*args)

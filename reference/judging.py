@@ -69,7 +69,8 @@ def allowed_errors(problem: Problem, expected: dict, profile: Profile = FP32) ->
     key = id(expected)  # the entry holds `expected`, so no other object can come to have its id
     if key not in problem.fp32_bounds:
         sizes = {k: v for k, v in problem.args.items() if isinstance(v, (int, np.integer))}
-        before = {name: problem.arguments.initial[name] for name in problem.spec.updates}  # what it adds to
+        before = {name: problem.arguments.initial[name] for name in problem.outputs
+                  if name in problem.spec.updates}  # what it adds to
         inputs = _in_float64(problem.inputs() | before | sizes)
         bounds = problem.spec.error_bound(inputs, expected)
         for array in (*inputs.values(), *bounds.values()):

@@ -58,7 +58,7 @@ def traffic(s: dict) -> int:
 
 SPEC = Spec(
     function="matmul_backward", module="matmul_backward", outputs=("dinp", "dweight", "dbias"), build=build,
-    error_bound=error_bound, products=products,
+    error_bound=error_bound, products=products, updates=("dweight", "dbias"),
     cases=(
         dict(B=1, T=1, C=5, OC=3),                          # one row, every size under a tile
         dict(B=1, T=1, C=768, OC=2304),                     # one row at GPT-2's qkv size: dweight an outer product
