@@ -320,3 +320,21 @@ def gelu_backward(dinp, inp, dout, N):
     t = xp.tanh(scale * (x + xp.float32(0.044715) * x * x * x))
     slope = xp.float32(0.5) * (1 + t) + xp.float32(0.5) * x * (1 - t * t) * scale * (1 + xp.float32(3 * 0.044715) * x * x)
     dinp.reshape(N)[...] = slope * dout.reshape(N)
+
+
+def cross_entropy_forward_backward(dlogits, losses, logits, targets, B, T, V, Vp):
+    """Targets must be in [0, V): take_along_axis on CuPy wraps out-of-range ones silently. Everything is computed
+    before dlogits is written, which may be logits."""
+    xp = array_module(logits)
+    scores = logits.reshape(B, T, Vp)[..., :V]
+    chosen = targets.reshape(B, T, 1)
+    largest = xp.max(scores, axis=-1, keepdims=True)
+    weights = xp.exp(scores - largest)
+    total = xp.sum(weights, axis=-1, keepdims=True)
+    log_sum = xp.log(total) + largest
+    loss = (log_sum - xp.take_along_axis(scores, chosen, axis=-1))[..., 0]
+    one_hot = xp.arange(V).reshape(1, 1, V) == chosen
+    grads = (weights / total - one_hot) / xp.float32(B * T)
+    losses.reshape(B, T)[...] = loss
+    dlogits.reshape(B, T, Vp)[..., :V] = grads
+    dlogits.reshape(B, T, Vp)[..., V:] = 0
