@@ -330,3 +330,21 @@ def matmul_backward(dinp, dweight, dbias, dout, inp, weight, B, T, C, OC):
     xp.add(gathered, xp.matmul(grads.T, inp.reshape(B * T, C)), out=gathered)
     if dbias is not None:
         xp.add(dbias.reshape(OC), grads.sum(axis=0), out=dbias.reshape(OC))
+
+
+def cross_entropy_forward_backward(dlogits, losses, logits, targets, B, T, V, Vp):
+    """Targets must be in [0, V): take_along_axis on CuPy wraps out-of-range ones silently. Everything is computed
+    before dlogits is written, which may be logits."""
+    xp = array_module(logits)
+    scores = logits.reshape(B, T, Vp)[..., :V]
+    chosen = targets.reshape(B, T, 1)
+    largest = xp.max(scores, axis=-1, keepdims=True)
+    weights = xp.exp(scores - largest)
+    total = xp.sum(weights, axis=-1, keepdims=True)
+    log_sum = xp.log(total) + largest
+    loss = (log_sum - xp.take_along_axis(scores, chosen, axis=-1))[..., 0]
+    one_hot = xp.arange(V).reshape(1, 1, V) == chosen
+    grads = (weights / total - one_hot) / xp.float32(B * T)
+    losses.reshape(B, T)[...] = loss
+    dlogits.reshape(B, T, Vp)[..., :V] = grads
+    dlogits.reshape(B, T, Vp)[..., V:] = 0

@@ -1,0 +1,144 @@
+"""The classifier's loss and its gradient in one kernel: cross-entropy forward and backward, fused.
+
+    losses[b, t]      = log(sum over j < V of exp(logits[b, t, j])) - logits[b, t, targets[b, t]]
+    dlogits[b, t, j]  = (softmax(logits[b, t, :V])[j] - (j == targets[b, t])) / (B * T)   for j < V
+    dlogits[b, t, j]  = 0                                                                  for V <= j < Vp
+
+logits (B, T, Vp) are the last matmul's output, each row's V real logits first: the
+vocabulary is padded to Vp columns (GPT-2's 50257 to 50304) so rows start at aligned
+addresses, and the padding is never read as a logit. The gradient is that of the mean
+loss over the B * T positions, hence the division; the padding columns get an exact 0.
+dlogits may be the logits array itself, as llm.c's fused_classifier writes it in place:
+the logits are never needed again.
+
+One block per row (b, t), its threads striding over the columns 4 at a time (16-byte
+loads when the rows are aligned):
+1. each thread keeps a running maximum m and a running sum of exp(x - m) over its
+   columns (an "online" softmax: when a larger x comes, the sum so far is rescaled by
+   exp(m_old - x)); then the block's maximum, and the block's sum with each thread's
+   rescaled to it. Subtracting the maximum keeps every exponent <= 0: exp(x) itself
+   overflows float32 past x = 88.7, and logits can be far larger.
+2. the loss from log-sum-exp, max + log(sum), minus the target's logit.
+3. each thread computes exp(x - max) / sum for its columns again, subtracts 1 at the
+   target, scales by 1 / (B * T) and writes: the probabilities are never stored whole,
+   so the row is read twice and written once.
+In place, a thread overwrites only the columns it has just read itself, and the
+target's logit is read before the first barrier: no row is written before it has
+been read.
+
+A target outside [0, V) would read another row or unmapped memory; instead its row's
+loss and gradient are filled with NaN, which any later check sees. The host cannot
+check the targets without copying them back and waiting for the GPU.
+"""
+
+import numpy as np
+
+from kernel_runtime import CudaKernel, KernelArgumentError, ceil_div, check_array, check_dims
+from kernels.sampling import ROW_REDUCTIONS
+
+MAX_THREADS = 1024  # a block per row; fewer for short rows (a warp multiple covering Vp / 4)
+
+CROSS_ENTROPY_SOURCE = ROW_REDUCTIONS + r"""
+#define NOT_A_NUMBER __int_as_float(0x7fffffff)
+
+// Columns column .. column + 3 of a row into v: one 16-byte load when the rows are aligned (the group then lies
+// inside the row, padding included), else only the real columns (< V), 0 past them.
+__device__ void read_group(const float* x, int column, int V, bool vectorized, float v[4]) {
+    if (vectorized) {
+        float4 a = *(const float4*)(x + column);
+        v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w;
+    } else {
+        for (int k = 0; k < 4; k++) v[k] = column + k < V ? x[column + k] : 0.0f;
+    }
+}
+
+// Columns column .. column + 3 of a row from d, those inside the row (< Vp).
+__device__ void write_group(float* y, int column, int Vp, bool vectorized, const float d[4]) {
+    if (vectorized) {
+        *(float4*)(y + column) = make_float4(d[0], d[1], d[2], d[3]);
+    } else {
+        for (int k = 0; k < 4; k++) if (column + k < Vp) y[column + k] = d[k];
+    }
+}
+
+// One more value into a running (max, sum of exp(x - max)): one expf, and one more when the max grows.
+__device__ void accumulate(float value, float& running_max, float& running_sum) {
+    if (value > running_max) {
+        running_sum = running_sum * expf(running_max - value) + 1.0f;  // the first value: 0 * 0 + 1
+        running_max = value;
+    } else {
+        running_sum += expf(value - running_max);
+    }
+}
+
+// One block per row of logits (B * T rows of Vp, the first V real); dlogits may be logits.
+extern "C" __global__ void __launch_bounds__(MAX_THREADS)
+cross_entropy_kernel(float* dlogits, float* losses, const float* logits, const int* targets, int V, int Vp,
+                     int rows) {
+    __shared__ float best_scores[32];
+    __shared__ int best_indices[32];
+    __shared__ float partial[32];
+    // BEGIN SOLUTION
+    long long row = blockIdx.x;
+    const float* x = logits + row * Vp;
+    float* dx = dlogits + row * Vp;
+    int target = targets[row];
+    if (target < 0 || target >= V) {  // NaN: a bad target must not pass silently (the branch is the block's)
+        for (int j = threadIdx.x; j < Vp; j += blockDim.x) dx[j] = NOT_A_NUMBER;
+        if (threadIdx.x == 0) losses[row] = NOT_A_NUMBER;
+        return;
+    }
+    float target_logit = x[target];  // before the barriers below: in place, its column is overwritten after them
+    bool vectorized = Vp % 4 == 0 && (((size_t)logits | (size_t)dlogits) % 16) == 0;
+    int real_groups = (V + 3) / 4, all_groups = (Vp + 3) / 4;
+
+    float thread_max = MINUS_INFINITY, thread_sum = 0.0f;
+    for (int g = threadIdx.x; g < real_groups; g += blockDim.x) {
+        float v[4];
+        read_group(x, 4 * g, V, vectorized, v);
+        for (int k = 0; k < 4 && 4 * g + k < V; k++) accumulate(v[k], thread_max, thread_sum);
+    }
+    float row_max = thread_max;
+    int unused = 0;
+    block_best(row_max, unused, best_scores, best_indices);
+    // a thread that saw no column adds 0 * exp(-inf) = 0
+    float row_sum = block_sum(thread_sum * expf(thread_max - row_max), partial);
+    float log_sum_exp = row_max + logf(row_sum);
+    if (threadIdx.x == 0) losses[row] = log_sum_exp - target_logit;
+
+    float inverse_sum = 1.0f / row_sum;
+    float grad_scale = 1.0f / rows;  // the mean over B * T positions
+    for (int g = threadIdx.x; g < all_groups; g += blockDim.x) {
+        float v[4], d[4];
+        read_group(x, 4 * g, V, vectorized, v);
+        for (int k = 0; k < 4; k++) {
+            int j = 4 * g + k;
+            float indicator = j == target ? 1.0f : 0.0f;
+            d[k] = j < V ? (expf(v[k] - row_max) * inverse_sum - indicator) * grad_scale : 0.0f;
+        }
+        write_group(dx, 4 * g, Vp, vectorized, d);
+    }
+    // END SOLUTION
+}
+"""
+
+cross_entropy_kernel = CudaKernel(CROSS_ENTROPY_SOURCE, "cross_entropy_kernel", defines=dict(MAX_THREADS=MAX_THREADS))
+
+
+def cross_entropy_forward_backward(dlogits, losses, logits, targets, B, T, V, Vp):
+    """losses (B, T) and dlogits (B, T, Vp), both written, from logits (B, T, Vp) and targets (B, T) int32 in
+    [0, V) (a row whose target is not gets NaN); dlogits may be logits."""
+    check_dims("cross_entropy_forward_backward", B=B, T=T, V=V, Vp=Vp)
+    if V > Vp:
+        raise KernelArgumentError(f"cross_entropy_forward_backward: V={V} must be at most the row width Vp={Vp}")
+    check_array("cross_entropy_forward_backward", "logits", logits, B * T * Vp)
+    check_array("cross_entropy_forward_backward", "targets", targets, B * T, np.int32)
+    check_array("cross_entropy_forward_backward", "dlogits", dlogits, B * T * Vp)
+    check_array("cross_entropy_forward_backward", "losses", losses, B * T)
+    launch(cross_entropy_kernel, dlogits, losses, logits, targets, B, T, V, Vp)
+
+
+def launch(kernel, dlogits, losses, logits, targets, B, T, V, Vp):
+    """`kernel` (cross_entropy_kernel, or one with its parameters): a block per row."""
+    threads = min(MAX_THREADS, 32 * ceil_div(ceil_div(Vp, 4), 32))
+    kernel((B * T,), (threads,), (dlogits, losses, logits, targets, np.int32(V), np.int32(Vp), np.int32(B * T)))
