@@ -31,11 +31,11 @@ thousands of additions queue on each float, in an order that changes from run to
   adds its columns of dinp, reading dout and inp again (from cache: it just read
   them). At the end it writes its columns' sums to its own slice of scratch.
 * layernorm_parameter_grads_kernel: per 32 columns, 32 x SLICES threads add up the
-  blocks' slices, each thread every SLICES-th, and the first row of threads adds its
-  column's SLICES subtotals and the total to dweight and dbias.
+  blocks' slices, each thread every SLICES-th, and the first row of threads adds up
+  its column's SLICES subtotals in order and the total into dweight and dbias.
 
-Every sum is taken in an order fixed by B, T and C alone, so a call gives the same
-bits every time, on any GPU. What it costs: scratch of 2 * C floats per 16 rows,
+Every sum is taken in an order fixed by B, T and C alone (not by the GPU's size or by
+which block finishes first), so a call gives the same bits every time. What it costs: scratch of 2 * C floats per 16 rows,
 written once and read once, 4C floats against the 64C that the 16 rows' dout, inp and
 dinp move: a sixteenth more traffic.
 """
