@@ -319,8 +319,9 @@ def encoder_backward(dwte, dwpe, dout, inp, B, T, C):
     dwpe.reshape(-1, C)[:T] += grads.sum(axis=0)
 
 
-def layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, B, T, C):
-    """From the forward pass's saved mean and rstd (B, T): dinp += (adds), dweight += and dbias +=."""
+def layernorm_backward(dinp, dweight, dbias, scratch, dout, inp, weight, mean, rstd, B, T, C):
+    """From the forward pass's saved mean and rstd (B, T): dinp += (adds), dweight += and dbias +=; scratch is
+    the kernel's (its blocks' partial sums of dweight and dbias), unused here."""
     grads = exact(dout).reshape(B, T, C)
     rstd_column = exact(rstd).reshape(B, T, 1)
     normalized = (exact(inp).reshape(B, T, C) - exact(mean).reshape(B, T, 1)) * rstd_column

@@ -306,6 +306,17 @@ def beam_update_forward(candidate_scores, candidate_tokens, beam_scores, finishe
 # reference/cpu.py's conventions: a parameter's gradient is added to, an activation's written (layernorm's dinp adds).
 
 
+def layernorm_backward(dinp, dweight, dbias, scratch, dout, inp, weight, mean, rstd, B, T, C):
+    grads = dout.reshape(B, T, C)
+    s = rstd.reshape(B, T, 1)
+    normalized = (inp.reshape(B, T, C) - mean.reshape(B, T, 1)) * s
+    dbias.reshape(C)[...] += grads.sum(axis=(0, 1))
+    dweight.reshape(C)[...] += (grads * normalized).sum(axis=(0, 1))
+    dnormalized = grads * weight.reshape(C)
+    dinp.reshape(B, T, C)[...] += s * (dnormalized - dnormalized.mean(axis=-1, keepdims=True)
+                                       - normalized * (dnormalized * normalized).mean(axis=-1, keepdims=True))
+
+
 def residual_backward(dinp1, dinp2, dout, N):
     xp = array_module(dout)
     grads = dout.reshape(N)

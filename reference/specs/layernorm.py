@@ -9,13 +9,20 @@ from reference.numerics import U
 from reference.spec import Arguments, Spec, normal
 
 
+def draw_rows(case, rng) -> np.ndarray:
+    """A case's inp (B, T, C): rows of their own mean and spread; extreme: mean 1e3, std 0.1 (a naive variance, or
+    a normalized value formed as x * rstd - mean * rstd, loses everything)."""
+    B, T, C = (case.size[k] for k in ("B", "T", "C"))
+    if case.values == "extreme":
+        x = 1e3 + 0.1 * rng.standard_normal((B, T, C))
+    else:
+        x = rng.standard_normal((B, T, 1)) + rng.uniform(0.5, 2, (B, T, 1)) * rng.standard_normal((B, T, C))
+    return x.astype(np.float32)
+
+
 def build(case, rng):
     B, T, C = (case.size[k] for k in ("B", "T", "C"))
-    if case.values == "extreme":  # mean 1e3, std 0.1: a naive variance loses everything
-        x = (1e3 + 0.1 * rng.standard_normal((B, T, C))).astype(np.float32)
-    else:
-        x = (rng.standard_normal((B, T, 1)) + rng.uniform(0.5, 2, (B, T, 1)) * rng.standard_normal((B, T, C)))
-        x = x.astype(np.float32)
+    x = draw_rows(case, rng)
     return Arguments(dict(out=(B, T, C), mean=(B, T), rstd=(B, T), inp=x, weight=normal(rng, C), bias=normal(rng, C),
                           B=B, T=T, C=C))
 

@@ -57,7 +57,7 @@ def test_layernorm_backward_from_saved_statistics(seed, B, T, C):
     cpu.layernorm_forward(out, mean, rstd, x, weight, bias, B, T, C)
     starts = [rng.normal(size=shape) for shape in ((B, T, C), C, C)]
     dinp, dweight, dbias = (s.copy() for s in starts)
-    cpu.layernorm_backward(dinp, dweight, dbias, dout, x, weight, mean, rstd, B, T, C)
+    cpu.layernorm_backward(dinp, dweight, dbias, None, dout, x, weight, mean, rstd, B, T, C)
     x_t, weight_t, bias_t = tensor(x), tensor(weight), tensor(bias)
     torch.nn.functional.layer_norm(x_t, (C,), weight_t, bias_t, eps=cpu.LAYERNORM_EPS).backward(torch.tensor(dout))
     for ours, start, theirs in zip((dinp, dweight, dbias), starts, (x_t, weight_t, bias_t)):

@@ -1,0 +1,182 @@
+"""LayerNorm's backward pass, from the forward pass's saved mean and rstd (B, T).
+
+The forward pass (kernels/layernorm.py) computed, for every row of C channels,
+
+    n   = (x - mean) * rstd              the normalized row
+    out = n * weight + bias
+
+and kept mean and rstd, so n is recomputed here from inp rather than stored. Given
+dout (B, T, C), the gradients are
+
+    dbias   += sum over the B*T rows of dout
+    dweight += sum over the B*T rows of dout * n
+    dnorm    = dout * weight
+    dinp    += rstd * (dnorm - mean(dnorm) - n * mean(dnorm * n))   (means over the row's C)
+
+Every x of a row moves the row's mean and rstd, and through them every n of the row:
+the two means are what that path hands back. All three are added to, not written:
+dweight and dbias are parameters' gradients, and dinp is the residual stream's, which
+also gathers the gradient of the branch this layernorm starts.
+
+Two kinds of reductions, then. The row means sum C values, as in the forward pass.
+dweight and dbias sum over all B*T rows, a column each: one thread per column alone
+would walk thousands of rows; atomicAdd from every row onto C floats would make
+thousands of additions queue on each float, in an order that changes from run to run.
+
+* layernorm_backward_kernel: one block per ROWS_PER_BLOCK consecutive rows, taken one
+  at a time. Thread t owns columns t, t + blockDim.x, ...: it reads those of dout and
+  inp, adds its share of the two row sums, and keeps its columns' running sums of
+  dout and dout * n in shared memory, slots no other thread touches (so they need no
+  barrier). The block sums the two row sums at once (block_sums), then each thread
+  adds its columns of dinp, reading dout and inp again (from cache: it just read
+  them). At the end it writes its columns' sums to its own slice of scratch.
+* layernorm_parameter_grads_kernel: per 32 columns, 32 x SLICES threads add up the
+  blocks' slices, each thread every SLICES-th, and the first row of threads adds up
+  its column's SLICES subtotals in order and the total into dweight and dbias.
+
+Every sum is taken in an order fixed by B, T and C alone (not by the GPU's size or by
+which block finishes first), so a call gives the same bits every time. What it costs: scratch of 2 * C floats per 16 rows,
+written once and read once, 4C floats against the 64C that the 16 rows' dout, inp and
+dinp move: a sixteenth more traffic.
+"""
+
+import numpy as np
+
+from kernel_runtime import CudaKernel, KernelArgumentError, ceil_div, check_array, check_dims
+
+ROWS_PER_BLOCK = 16  # rows a block sums into one slice of scratch: its size is part of the signature
+SLICES = 32  # threads per column in the parameter kernel: each adds every SLICES-th slice
+BLOCK_SIZE = 256  # at most, for the rows; a narrower row takes the fewest warps that cover it
+MAX_C = 6080  # the column sums, 2 * C floats, and block_sums' 512 bytes in the 48 KiB a block gets by default
+
+LAYERNORM_BACKWARD_SOURCE = r"""
+__device__ float warp_sum(float value) {
+    for (int offset = 16; offset > 0; offset /= 2) {
+        value += __shfl_xor_sync(0xffffffff, value, offset);
+    }
+    return value;
+}
+
+// The sums of a and of b over the block (blockDim.x a multiple of 32), returned to every thread.
+// Each warp adds the warps' totals itself, so one barrier suffices; the totals alternate between two
+// slots from one call to the next (parity), since a warp already on the next call writes its total
+// while a slower one may still be reading this call's: a third call comes only after everyone has
+// passed the next call's barrier.
+__device__ float2 block_sums(float a, float b, int parity) {
+    __shared__ float2 warp_totals[2][32];
+    int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    a = warp_sum(a);
+    b = warp_sum(b);
+    if (lane == 0) warp_totals[parity][warp] = make_float2(a, b);
+    __syncthreads();
+    float2 total = lane < blockDim.x / 32 ? warp_totals[parity][lane] : make_float2(0.0f, 0.0f);
+    return make_float2(warp_sum(total.x), warp_sum(total.y));
+}
+
+// grid ceil(N / ROWS_PER_BLOCK), shared memory 2 * C floats. Adds into dinp; block p writes its rows'
+// sums of dout * n to scratch[p][0][:] and of dout to scratch[p][1][:].
+extern "C" __global__ void layernorm_backward_kernel(float* dinp, float* scratch, const float* dout,
+                                                     const float* inp, const float* weight, const float* mean,
+                                                     const float* rstd, int N, int C) {
+    // BEGIN SOLUTION
+    extern __shared__ float column_sums[];  // [0, C): sums of dout * n, [C, 2C): sums of dout
+    float* dweight_sums = column_sums;
+    float* dbias_sums = column_sums + C;
+    for (int i = threadIdx.x; i < C; i += blockDim.x) {
+        dweight_sums[i] = 0.0f;
+        dbias_sums[i] = 0.0f;
+    }
+    const int first = blockIdx.x * ROWS_PER_BLOCK, end = min(N, first + ROWS_PER_BLOCK);
+    for (int row = first; row < end; row++) {  // the same rows for the whole block: it meets every barrier
+        const float* g = dout + (long long)row * C;
+        const float* x = inp + (long long)row * C;
+        float* dx = dinp + (long long)row * C;
+        const float mu = mean[row], s = rstd[row];
+        float dnorm_sum = 0.0f, dnorm_n_sum = 0.0f;
+        for (int i = threadIdx.x; i < C; i += blockDim.x) {
+            float n = (x[i] - mu) * s;
+            float dnorm = g[i] * weight[i];
+            dnorm_sum += dnorm;
+            dnorm_n_sum += dnorm * n;
+            dweight_sums[i] += g[i] * n;
+            dbias_sums[i] += g[i];
+        }
+        float2 sums = block_sums(dnorm_sum, dnorm_n_sum, row & 1);
+        float dnorm_mean = sums.x / C, dnorm_n_mean = sums.y / C;
+        for (int i = threadIdx.x; i < C; i += blockDim.x) {
+            float n = (x[i] - mu) * s;
+            float dnorm = g[i] * weight[i];
+            dx[i] += s * ((dnorm - dnorm_mean) - n * dnorm_n_mean);
+        }
+    }
+    float* slice = scratch + (long long)blockIdx.x * 2 * C;
+    for (int i = threadIdx.x; i < C; i += blockDim.x) {
+        slice[i] = dweight_sums[i];
+        slice[C + i] = dbias_sums[i];
+    }
+    // END SOLUTION
+}
+
+// grid ceil(C / 32), block (32, SLICES): thread (x, y) sums column blockIdx.x * 32 + x of the slices
+// y, y + SLICES, ... of scratch; those SLICES subtotals, added in order, go into dweight and dbias.
+extern "C" __global__ void __launch_bounds__(32 * SLICES)
+layernorm_parameter_grads_kernel(float* dweight, float* dbias, const float* scratch, int slices, int C) {
+    // BEGIN SOLUTION
+    __shared__ float subtotals[2][SLICES][32];
+    const int column = blockIdx.x * 32 + threadIdx.x;
+    float dweight_sum = 0.0f, dbias_sum = 0.0f;
+    if (column < C) {
+        for (int p = threadIdx.y; p < slices; p += SLICES) {
+            const float* slice = scratch + (long long)p * 2 * C;
+            dweight_sum += slice[column];
+            dbias_sum += slice[C + column];
+        }
+    }
+    subtotals[0][threadIdx.y][threadIdx.x] = dweight_sum;
+    subtotals[1][threadIdx.y][threadIdx.x] = dbias_sum;
+    __syncthreads();
+    if (threadIdx.y == 0 && column < C) {
+        float dweight_total = 0.0f, dbias_total = 0.0f;
+        for (int y = 0; y < SLICES; y++) {
+            dweight_total += subtotals[0][y][threadIdx.x];
+            dbias_total += subtotals[1][y][threadIdx.x];
+        }
+        dweight[column] += dweight_total;
+        dbias[column] += dbias_total;
+    }
+    // END SOLUTION
+}
+"""
+
+DEFINES = dict(ROWS_PER_BLOCK=ROWS_PER_BLOCK, SLICES=SLICES)
+layernorm_backward_kernel = CudaKernel(LAYERNORM_BACKWARD_SOURCE, "layernorm_backward_kernel", defines=DEFINES)
+layernorm_parameter_grads_kernel = CudaKernel(LAYERNORM_BACKWARD_SOURCE, "layernorm_parameter_grads_kernel",
+                                              defines=DEFINES)
+
+
+def scratch_size(B: int, T: int, C: int) -> int:
+    """The floats of layernorm_backward's scratch: dweight's and dbias's partial sums, 2 * C per 16 rows."""
+    return 2 * C * ceil_div(B * T, ROWS_PER_BLOCK)
+
+
+def layernorm_backward(dinp, dweight, dbias, scratch, dout, inp, weight, mean, rstd, B, T, C):
+    check_dims("layernorm_backward", B=B, T=T, C=C)
+    if C > MAX_C:
+        raise KernelArgumentError(f"layernorm_backward: C={C} is more than the {MAX_C} channels it handles")
+    for name, array, size in (("dinp", dinp, B * T * C), ("dweight", dweight, C), ("dbias", dbias, C),
+                              ("scratch", scratch, scratch_size(B, T, C)), ("dout", dout, B * T * C),
+                              ("inp", inp, B * T * C), ("weight", weight, C), ("mean", mean, B * T),
+                              ("rstd", rstd, B * T)):
+        check_array("layernorm_backward", name, array, size)
+    launch(layernorm_backward_kernel, layernorm_parameter_grads_kernel,
+           dinp, dweight, dbias, scratch, dout, inp, weight, mean, rstd, B, T, C)
+
+
+def launch(rows_kernel, parameters_kernel, dinp, dweight, dbias, scratch, dout, inp, weight, mean, rstd, B, T, C):
+    """rows_kernel (layernorm_backward_kernel, or one with its parameters) over blocks of ROWS_PER_BLOCK rows,
+    then parameters_kernel (layernorm_parameter_grads_kernel's) over their slices of scratch."""
+    slices = ceil_div(B * T, ROWS_PER_BLOCK)
+    threads = min(BLOCK_SIZE, 32 * ceil_div(C, 32))
+    rows_kernel((slices,), (threads,), (dinp, scratch, dout, inp, weight, mean, rstd, np.int32(B * T), np.int32(C)),
+                shared_mem=2 * C * 4)
+    parameters_kernel((ceil_div(C, 32),), (32, SLICES), (dweight, dbias, scratch, np.int32(slices), np.int32(C)))
