@@ -132,13 +132,14 @@ class GPT2(CausalLM):
     def backward(self, a, d, dw, tokens, B: int, T: int) -> None:
         """Every parameter's gradient added into dw (laid out as self.weights), from d.logits, the gradient
         of the loss at the logits of the forward pass that left its activations in `a`. d holds the
-        activations' gradients, named as theirs; the ACCUMULATED_GRADIENTS ones start at zero. The forward
+        activations' gradients, named as theirs (and d.scratch, the layernorm backward's scratch); the
+        ACCUMULATED_GRADIENTS ones start at zero. The forward
         pass in reverse, call by call (llm.c's gpt2_backward)."""
         C, L, NH, Vp = self.config.channels, self.config.num_layers, self.config.num_heads, self.config.padded_vocab_size
         w, ops, run = self.weights, self.backend.ops, self.runner(None)
         run("lm_head", ops.matmul_backward, d.lnf, dw.wte, None, d.logits, a.lnf, w.wte, B, T, C, Vp)
-        run("lnf", ops.layernorm_backward, d.residual3[L - 1], dw.lnfw, dw.lnfb, d.lnf, a.residual3[L - 1], w.lnfw,
-            a.lnf_mean, a.lnf_rstd, B, T, C)
+        run("lnf", ops.layernorm_backward, d.residual3[L - 1], dw.lnfw, dw.lnfb, d.scratch, d.lnf, a.residual3[L - 1],
+            w.lnfw, a.lnf_mean, a.lnf_rstd, B, T, C)
         for l in reversed(range(L)):
             run = self.runner(l)
             residual, dresidual = (a.encoded, d.encoded) if l == 0 else (a.residual3[l - 1], d.residual3[l - 1])
@@ -148,14 +149,14 @@ class GPT2(CausalLM):
             run("gelu", ops.gelu_backward, d.fch[l], a.fch[l], d.fch_gelu[l], B * T * 4 * C)
             run("fc", ops.matmul_backward, d.ln2[l], dw.fcw[l], dw.fcb[l], d.fch[l], a.ln2[l], w.fcw[l], B, T, C,
                 4 * C)
-            run("ln2", ops.layernorm_backward, d.residual2[l], dw.ln2w[l], dw.ln2b[l], d.ln2[l], a.residual2[l],
-                w.ln2w[l], a.ln2_mean[l], a.ln2_rstd[l], B, T, C)
+            run("ln2", ops.layernorm_backward, d.residual2[l], dw.ln2w[l], dw.ln2b[l], d.scratch, d.ln2[l],
+                a.residual2[l], w.ln2w[l], a.ln2_mean[l], a.ln2_rstd[l], B, T, C)
             run("residual2", ops.residual_backward, dresidual, d.attproj[l], d.residual2[l], B * T * C)
             run("attproj", ops.matmul_backward, d.atty[l], dw.attprojw[l], dw.attprojb[l], d.attproj[l], a.atty[l],
                 w.attprojw[l], B, T, C, C)
             run("attention", ops.attention_backward, d.qkv[l], d.atty[l], a.qkv[l], a.att[l], B, T, C, NH)
             run("qkv", ops.matmul_backward, d.ln1[l], dw.qkvw[l], dw.qkvb[l], d.qkv[l], a.ln1[l], w.qkvw[l], B, T,
                 C, 3 * C)
-            run("ln1", ops.layernorm_backward, dresidual, dw.ln1w[l], dw.ln1b[l], d.ln1[l], residual, w.ln1w[l],
-                a.ln1_mean[l], a.ln1_rstd[l], B, T, C)
+            run("ln1", ops.layernorm_backward, dresidual, dw.ln1w[l], dw.ln1b[l], d.scratch, d.ln1[l], residual,
+                w.ln1w[l], a.ln1_mean[l], a.ln1_rstd[l], B, T, C)
         self.runner(None)("encoder", ops.encoder_backward, dw.wte, dw.wpe, d.encoded, tokens, B, T, C)

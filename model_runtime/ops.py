@@ -91,9 +91,10 @@ class TrainingOps(Protocol):
                         B: int, T: int, C: int, OC: int) -> None:
         """kernels/matmul_backward.py: dinp = dout @ weight; dweight += dout^T @ inp; dbias += dout's row sum."""
 
-    def layernorm_backward(self, dinp: Array, dweight: Array, dbias: Array, dout: Array, inp: Array, weight: Array,
-                           mean: Array, rstd: Array, B: int, T: int, C: int) -> None:
-        """kernels/layernorm_backward.py: from the forward's saved mean and rstd; dinp, dweight, dbias added to."""
+    def layernorm_backward(self, dinp: Array, dweight: Array, dbias: Array, scratch: Array, dout: Array, inp: Array,
+                           weight: Array, mean: Array, rstd: Array, B: int, T: int, C: int) -> None:
+        """kernels/layernorm_backward.py: from the forward's saved mean and rstd; dinp, dweight, dbias added to;
+        scratch holds reference/specs/layernorm_backward.py's scratch_size(B, T, C) floats."""
 
     def attention_backward(self, dinp: Array, dout: Array, inp: Array, att: Array, B: int, T: int, C: int,
                            NH: int) -> None:

@@ -32,6 +32,7 @@ from kernel_runtime.device import captured
 from model_runtime.causal_lm import CausalLM, layer_views
 from model_runtime.ops import TRAINING_FUNCTIONS
 from reference.registry import not_written_yet
+from reference.specs.layernorm_backward import scratch_size
 
 
 class TrainingError(KitError):
@@ -80,6 +81,7 @@ class TrainingStep:
         backend = model.backend
         self.activations = model.new_activations(B, T)
         self.activation_grads = model.new_activations(B, T, model.GRADIENT_ACTIVATIONS)
+        self.activation_grads.scratch = backend.empty(scratch_size(B, T, model.config.channels))  # layernorm's
         self.grads = {name: backend.xp.zeros_like(array) for name, array in model.parameters.items()}
         layered = {name for name, value in vars(model.weights).items() if isinstance(value, list)}
         self.grad_views = layer_views(self.grads, tuple(set(self.grads) - layered))
