@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING
 from gpt2.config import GPT2Config
 from model_runtime.backends import Backend, BackendError
 from model_runtime.causal_lm import CausalLM, KVCache
+from reference.specs.layernorm_backward import scratch_size as layernorm_scratch_size
 
 if TYPE_CHECKING:
     from gpt2.checkpoint import Parameters
@@ -129,11 +130,19 @@ class GPT2(CausalLM):
                             "fcproj", "residual3", "lnf", "logits")
     ACCUMULATED_GRADIENTS = ("encoded", "attproj", "residual2", "fcproj", "residual3")
 
+    def new_activation_grads(self, B: int, T: int):
+        """The backward pass's buffers for B rows of T tokens: the gradients of GRADIENT_ACTIVATIONS, named as the
+        activations, and two scratches every layer shares: layernorm_backward's (scratch) and attention_backward's
+        (dscores, one layer's T x T score gradients)."""
+        d = self.new_activations(B, T, self.GRADIENT_ACTIVATIONS)
+        d.scratch = self.backend.empty(layernorm_scratch_size(B, T, self.config.channels))
+        d.dscores = self.backend.empty(B, self.config.num_heads, T, T)
+        return d
+
     def backward(self, a, d, dw, tokens, B: int, T: int) -> None:
         """Every parameter's gradient added into dw (laid out as self.weights), from d.logits, the gradient
         of the loss at the logits of the forward pass that left its activations in `a`. d holds the
-        activations' gradients, named as theirs (and d.scratch, the layernorm backward's scratch); the
-        ACCUMULATED_GRADIENTS ones start at zero. The forward
+        activations' gradients (new_activation_grads); the ACCUMULATED_GRADIENTS ones start at zero. The forward
         pass in reverse, call by call (llm.c's gpt2_backward)."""
         C, L, NH, Vp = self.config.channels, self.config.num_layers, self.config.num_heads, self.config.padded_vocab_size
         w, ops, run = self.weights, self.backend.ops, self.runner(None)
@@ -154,7 +163,7 @@ class GPT2(CausalLM):
             run("residual2", ops.residual_backward, dresidual, d.attproj[l], d.residual2[l], B * T * C)
             run("attproj", ops.matmul_backward, d.atty[l], dw.attprojw[l], dw.attprojb[l], d.attproj[l], a.atty[l],
                 w.attprojw[l], B, T, C, C)
-            run("attention", ops.attention_backward, d.qkv[l], d.atty[l], a.qkv[l], a.att[l], B, T, C, NH)
+            run("attention", ops.attention_backward, d.qkv[l], d.dscores, d.atty[l], a.qkv[l], a.att[l], B, T, C, NH)
             run("qkv", ops.matmul_backward, d.ln1[l], dw.qkvw[l], dw.qkvb[l], d.qkv[l], a.ln1[l], w.qkvw[l], B, T,
                 C, 3 * C)
             run("ln1", ops.layernorm_backward, dresidual, dw.ln1w[l], dw.ln1b[l], d.scratch, d.ln1[l], residual,

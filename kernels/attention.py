@@ -33,10 +33,8 @@ import numpy as np
 
 from kernel_runtime import CudaKernel, KernelArgumentError, ceil_div, check_array, check_dims
 
-SOFTMAX_SOURCE = r"""
-#define NEG_INFINITY __int_as_float(0xff800000)
-#define VECTORS_PER_LANE 8  // float4s a lane keeps: rows up to 32 * 4 * 8 = 1024 long stay in registers
-
+# The maximum and the sum over a warp's 32 lanes, in every lane (kernels/attention_backward.py's too).
+WARP_REDUCTIONS = r"""
 __device__ float warp_max(float value) {
     for (int offset = 16; offset > 0; offset /= 2) {
         value = fmaxf(value, __shfl_xor_sync(0xffffffff, value, offset));
@@ -50,6 +48,11 @@ __device__ float warp_sum(float value) {
     }
     return value;
 }
+"""
+
+SOFTMAX_SOURCE = WARP_REDUCTIONS + r"""
+#define NEG_INFINITY __int_as_float(0xff800000)
+#define VECTORS_PER_LANE 8  // float4s a lane keeps: rows up to 32 * 4 * 8 = 1024 long stay in registers
 
 // out and inp are (N, T, T); row (n, t) is normalised over its first t + 1 entries.
 // out may be inp: each lane writes only the entries it read itself.
@@ -129,7 +132,9 @@ THREADS = 256             # 16 x 16 threads, each owning a 4 x 4 part of the til
 SOFTMAX_BLOCK_SIZE = 256  # 8 warps, 8 rows per block
 SOFTMAX_ROW_LIMIT = 1024  # rows up to this long, in registers (VECTORS_PER_LANE float4s per lane)
 
-ATTENTION_SOURCE = r"""
+# A thread's 4 x 4 part of a 64 x 64 tile product, one shared-memory slice at a time (the backward pass's
+# products, kernels/attention_backward.py, are made of it too).
+TILE_PRODUCT_SOURCE = r"""
 // acc[i][j] += sum over the slice of a[k][ty + 16 i] * b[k][tx + 16 j].
 // Rows and columns interleave with stride 16 so a warp reads distinct banks.
 __device__ void accumulate_slice(float acc[4][4], const float (*a)[TILE + 1],
@@ -149,6 +154,9 @@ __device__ void accumulate_slice(float acc[4][4], const float (*a)[TILE + 1],
         }
     }
 }
+"""
+
+ATTENTION_SOURCE = TILE_PRODUCT_SOURCE + r"""
 
 // scores[b, h, t, t2] = q[b, t, h, :] . k[b, t2, h, :] for t2 <= t (unscaled).
 // grid: (key tiles, query tiles, B * NH)

@@ -96,9 +96,10 @@ class TrainingOps(Protocol):
         """kernels/layernorm_backward.py: from the forward's saved mean and rstd; dinp, dweight, dbias added to;
         scratch holds reference/specs/layernorm_backward.py's scratch_size(B, T, C) floats."""
 
-    def attention_backward(self, dinp: Array, dout: Array, inp: Array, att: Array, B: int, T: int, C: int,
-                           NH: int) -> None:
-        """kernels/attention_backward.py: dinp (B, T, 3C) for q, k and v, from the saved probabilities att."""
+    def attention_backward(self, dinp: Array, dscores: Array, dout: Array, inp: Array, att: Array, B: int, T: int,
+                           C: int, NH: int) -> None:
+        """kernels/attention_backward.py: dinp (B, T, 3C) for q, k and v, from the saved probabilities att;
+        dscores (B, NH, T, T) is scratch."""
 
     def gelu_backward(self, dinp: Array, inp: Array, dout: Array, N: int) -> None:
         """kernels/gelu_backward.py: dinp = gelu'(inp) * dout."""

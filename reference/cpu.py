@@ -342,17 +342,18 @@ def matmul_backward(dinp, dweight, dbias, dout, inp, weight, B, T, C, OC):
         dbias.reshape(OC)[...] += grads.sum(axis=0)
 
 
-def attention_backward(dinp, dout, inp, att, B, T, C, NH):
-    """Causal attention's dinp (B, T, 3C) for q, k and v (written), from its saved probabilities att (B, NH, T, T)."""
+def attention_backward(dinp, dscores, dout, inp, att, B, T, C, NH):
+    """Causal attention's dinp (B, T, 3C) for q, k and v (written), from its saved probabilities att (B, NH, T, T),
+    whose entries above the diagonal are never read; dscores is scratch this version does not need."""
     HS = C // NH
     qkv = exact(inp).reshape(B, T, 3, NH, HS)
     q, k, v = (qkv[:, :, i].transpose(0, 2, 1, 3) for i in range(3))          # (B, NH, T, HS)
-    probabilities = exact(att).reshape(B, NH, T, T)
+    probabilities = np.where(np.tril(np.ones((T, T), dtype=bool)), exact(att).reshape(B, NH, T, T), 0.0)
     dy = exact(dout).reshape(B, T, NH, HS).transpose(0, 2, 1, 3)
     dprobabilities = dy @ v.transpose(0, 1, 3, 2)
-    dscores = probabilities * (dprobabilities - (dprobabilities * probabilities).sum(axis=-1, keepdims=True))
-    dscores /= np.sqrt(HS)  # masked entries have probability 0, so their gradient is 0 too
-    grads = np.stack([dscores @ k, dscores.transpose(0, 1, 3, 2) @ q, probabilities.transpose(0, 1, 3, 2) @ dy])
+    score_grads = probabilities * (dprobabilities - (dprobabilities * probabilities).sum(axis=-1, keepdims=True))
+    score_grads /= np.sqrt(HS)  # masked entries have probability 0, so their gradient is 0 too
+    grads = np.stack([score_grads @ k, score_grads.transpose(0, 1, 3, 2) @ q, probabilities.transpose(0, 1, 3, 2) @ dy])
     dinp.reshape(B, T, 3, NH, HS)[...] = grads.transpose(1, 3, 0, 2, 4)
 
 

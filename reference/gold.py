@@ -359,3 +359,20 @@ def cross_entropy_forward_backward(dlogits, losses, logits, targets, B, T, V, Vp
     losses.reshape(B, T)[...] = loss
     dlogits.reshape(B, T, Vp)[..., :V] = grads
     dlogits.reshape(B, T, Vp)[..., V:] = 0
+
+
+def attention_backward(dinp, dscores, dout, inp, att, B, T, C, NH):
+    """att's entries above the diagonal are never read (they may be NaN): where() takes 0 there instead."""
+    xp = array_module(inp)
+    HS = C // NH
+    qkv = inp.reshape(B, T, 3, NH, HS).transpose(2, 0, 3, 1, 4)  # (3, B, NH, T, HS)
+    q, k, v = (qkv[i] for i in range(3))
+    dy = dout.reshape(B, T, NH, HS).transpose(0, 2, 1, 3)
+    causal = xp.tril(xp.ones((T, T), dtype=bool))
+    probabilities = xp.where(causal, att.reshape(B, NH, T, T), xp.float32(0))
+    dprobabilities = xp.matmul(dy, v.transpose(0, 1, 3, 2))
+    row_sums = (probabilities * dprobabilities).sum(axis=-1, keepdims=True)
+    score_grads = probabilities * (dprobabilities - row_sums) * xp.float32(1 / math.sqrt(HS))
+    grads = (xp.matmul(score_grads, k), xp.matmul(score_grads.transpose(0, 1, 3, 2), q),
+             xp.matmul(probabilities.transpose(0, 1, 3, 2), dy))
+    dinp.reshape(B, T, 3, NH, HS)[...] = xp.stack(grads).transpose(1, 3, 0, 2, 4)

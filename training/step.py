@@ -32,7 +32,6 @@ from kernel_runtime.device import captured
 from model_runtime.causal_lm import CausalLM, layer_views
 from model_runtime.ops import TRAINING_FUNCTIONS
 from reference.registry import not_written_yet
-from reference.specs.layernorm_backward import scratch_size
 
 
 class TrainingError(KitError):
@@ -63,7 +62,7 @@ class AdamW:
 class TrainingStep:
     def __init__(self, model: CausalLM, B: int, T: int, optimizer: AdamW = AdamW()):
         missing = [name for name in TRAINING_FUNCTIONS if getattr(model.backend.ops, name, None) is None]
-        if missing or not hasattr(model, "backward"):
+        if missing or not hasattr(model, "backward"):  # a family's backward and new_activation_grads
             what = f"the host functions {', '.join(missing)}" if missing else "a backward pass"
             raise TrainingError(f"training needs {what}, which the {model.backend.name} backend's "
                                 f"{type(model).__name__} does not have (milestone 4)")
@@ -80,8 +79,7 @@ class TrainingStep:
         self.model, self.B, self.T, self.optimizer = model, B, T, optimizer
         backend = model.backend
         self.activations = model.new_activations(B, T)
-        self.activation_grads = model.new_activations(B, T, model.GRADIENT_ACTIVATIONS)
-        self.activation_grads.scratch = backend.empty(scratch_size(B, T, model.config.channels))  # layernorm's
+        self.activation_grads = model.new_activation_grads(B, T)
         self.grads = {name: backend.xp.zeros_like(array) for name, array in model.parameters.items()}
         layered = {name for name, value in vars(model.weights).items() if isinstance(value, list)}
         self.grad_views = layer_views(self.grads, tuple(set(self.grads) - layered))

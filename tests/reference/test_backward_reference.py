@@ -90,8 +90,9 @@ def test_attention_backward_from_saved_probabilities(seed, B, T, C, NH):
     x, dout = rng.normal(size=(B, T, 3 * C)), rng.normal(size=(B, T, C))
     out, att = np.empty((B, T, C)), np.empty((B, NH, T, T))
     cpu.attention_forward(out, None, att, x, B, T, C, NH)
+    att[..., ~np.tril(np.ones((T, T), dtype=bool))] = np.nan  # above the diagonal: never read
     dinp = np.full((B, T, 3 * C), np.nan)
-    cpu.attention_backward(dinp, dout, x, att, B, T, C, NH)
+    cpu.attention_backward(dinp, None, dout, x, att, B, T, C, NH)
     x_t = tensor(x)
     q, k, v = (part.reshape(B, T, NH, C // NH).transpose(1, 2) for part in x_t.split(C, dim=-1))
     y = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
