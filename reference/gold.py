@@ -320,3 +320,25 @@ def gelu_backward(dinp, inp, dout, N):
     t = xp.tanh(scale * (x + xp.float32(0.044715) * x * x * x))
     slope = xp.float32(0.5) * (1 + t) + xp.float32(0.5) * x * (1 - t * t) * scale * (1 + xp.float32(3 * 0.044715) * x * x)
     dinp.reshape(N)[...] = slope * dout.reshape(N)
+
+
+def encoder_backward(dwte, dwpe, dout, inp, B, T, C):
+    """Token ids must be in [0, V), as for encoder_forward."""
+    xp = array_module(dout)
+    grads = dout.reshape(B, T, C)
+    xp.add.at(dwte.reshape(-1, C), inp.reshape(B, T), grads)
+    dwpe.reshape(-1, C)[:T] += grads.sum(axis=0)
+
+
+def adamw_update(params, grads, m, v, N, learning_rate, beta1, beta2, eps, weight_decay, step):
+    """In torch.optim.AdamW's own order: the decay first, m by lerp, the bias corrections folded into a step size
+    and the denominator."""
+    xp = array_module(grads)
+    f32 = xp.float32
+    g, p, m_, v_ = grads.reshape(N), params.reshape(N), m.reshape(N), v.reshape(N)
+    p *= f32(1 - learning_rate * weight_decay)
+    m_ += f32(1 - beta1) * (g - m_)
+    v_ *= f32(beta2)
+    v_ += f32(1 - beta2) * g * g
+    denominator = xp.sqrt(v_) / f32(math.sqrt(1 - beta2**step)) + f32(eps)
+    p -= f32(learning_rate / (1 - beta1**step)) * (m_ / denominator)
