@@ -376,3 +376,25 @@ def attention_backward(dinp, dscores, dout, inp, att, B, T, C, NH):
     grads = (xp.matmul(score_grads, k), xp.matmul(score_grads.transpose(0, 1, 3, 2), q),
              xp.matmul(probabilities.transpose(0, 1, 3, 2), dy))
     dinp.reshape(B, T, 3, NH, HS)[...] = xp.stack(grads).transpose(1, 3, 0, 2, 4)
+
+
+def encoder_backward(dwte, dwpe, dout, inp, B, T, C):
+    """Token ids must be in [0, V), as for encoder_forward."""
+    xp = array_module(dout)
+    grads = dout.reshape(B, T, C)
+    xp.add.at(dwte.reshape(-1, C), inp.reshape(B, T), grads)
+    dwpe.reshape(-1, C)[:T] += grads.sum(axis=0)
+
+
+def adamw_update(params, grads, m, v, N, learning_rate, beta1, beta2, eps, weight_decay, step):
+    """In torch.optim.AdamW's own order: the decay first, m by lerp, the bias corrections folded into a step size
+    and the denominator."""
+    xp = array_module(grads)
+    f32 = xp.float32
+    g, p, m_, v_ = grads.reshape(N), params.reshape(N), m.reshape(N), v.reshape(N)
+    p *= f32(1 - learning_rate * weight_decay)
+    m_ += f32(1 - beta1) * (g - m_)
+    v_ *= f32(beta2)
+    v_ += f32(1 - beta2) * g * g
+    denominator = xp.sqrt(v_) / f32(math.sqrt(1 - beta2**step)) + f32(eps)
+    p -= f32(learning_rate / (1 - beta1**step)) * (m_ / denominator)
