@@ -117,7 +117,7 @@ class StepChecker:
         names, function_spec = parameters(function), spec(function)
         read = set(names) - set(function_spec.written) | set(function_spec.updates)
         arrays = {n: self.backend.to_host(a) for n, a in zip(names, args)
-                  if n in read and a is not None and hasattr(a, "shape") and a.dtype.kind == "f"}
+                  if n in read and a is not None and hasattr(a, "shape")}  # token ids and targets too
         return arrays | {n: a for n, a in zip(names, args) if isinstance(a, (int, np.integer))}
 
 

@@ -12,7 +12,7 @@ from gpt2 import step_check
 from model_runtime.backends import Backend
 from gpt2.checkpoint import perturbed_parameters
 from gpt2.model import GPT2
-from model_runtime.ops import MODEL_FUNCTIONS
+from model_runtime.ops import MODEL_FUNCTIONS, TRAINING_FUNCTIONS
 from reference import cpu, gold
 from reference.precision import COURSE, FP32, TF32
 from tests.model.helpers import TINY
@@ -28,12 +28,14 @@ def rounded_reference(name):
         getattr(cpu, name)(*copies)
         outputs, scratch = step_check.written_positions(name)
         for i in outputs + scratch:
-            args[i][...] = copies[i]
+            if args[i] is not None:  # an output left out (matmul_backward's dbias without a bias)
+                args[i][...] = copies[i]
     return call
 
 
 def float32_candidate(**replaced):
-    return types.SimpleNamespace(**{name: replaced.get(name) or rounded_reference(name) for name in MODEL_FUNCTIONS})
+    return types.SimpleNamespace(**{name: replaced.get(name) or rounded_reference(name)
+                                    for name in MODEL_FUNCTIONS + TRAINING_FUNCTIONS})
 
 
 def tf32_matmul_forward():
@@ -42,8 +44,8 @@ def tf32_matmul_forward():
 
 @pytest.fixture(scope="module")
 def model():
-    gold_on_numpy = Backend("gold on NumPy", np, np.float32,
-                            types.SimpleNamespace(**{name: getattr(gold, name) for name in MODEL_FUNCTIONS}))
+    gold_on_numpy = Backend("gold on NumPy", np, np.float32, types.SimpleNamespace(
+        **{name: getattr(gold, name) for name in MODEL_FUNCTIONS + TRAINING_FUNCTIONS}))
     return GPT2(TINY, perturbed_parameters(TINY, seed=5), backend=gold_on_numpy)
 
 
@@ -85,3 +87,21 @@ def test_variants_in_a_model_are_named_and_one_per_host_function():
     with pytest.raises(BackendError, match="variants matmul_tf32, matmul_cublas: at most one per host function"):
         kernel_ops(variants=("matmul_tf32", "matmul_cublas"))
     assert kernel_ops(variants=("matmul_tf32",)).matmul_forward.__module__ == "kernels.matmul_tf32"
+
+
+def test_a_training_step_passes_call_by_call_and_a_wrong_backward_is_named(model):
+    """The forward pass, the loss and the backward pass, every call judged; gradients added to start from gold's
+    content. A GELU backward without the tanh's slope is named where it first runs: the last layer's."""
+    inputs, targets = TOKENS[:, :-1], TOKENS[:, 1:]
+    checker = step_check.run_training(model, inputs, targets, float32_candidate(), FP32)
+    assert checker.first_failure() is None, checker.first_failure()
+    assert {"cross_entropy_forward_backward", "encoder_backward", "layernorm_backward"} <= {
+        s.function for s in checker.steps}
+
+    def gelu_backward_without_tanh_slope(dinp, inp, dout, N):
+        t = np.tanh(np.float32(np.sqrt(2 / np.pi)) * (inp + np.float32(0.044715) * inp**3))
+        dinp[...] = (np.float32(0.5) * (1 + t) * dout).reshape(dinp.shape)
+
+    candidate = float32_candidate(gelu_backward=gelu_backward_without_tanh_slope)
+    failure = step_check.run_training(model, inputs, targets, candidate, FP32).first_failure()
+    assert (failure.where, failure.function) == (f"layer {TINY.num_layers - 1} gelu", "gelu_backward")
