@@ -163,11 +163,7 @@ def _value_text(value: float) -> str:
 def _bar_figure(path: Path, labels: list[str], series: list[list[float]], names: list[str], unit: str,
                 title: str, *, errors=None, stacked: bool = False, log: bool = False) -> Path:
     """Bars per label (grouped, or stacked), each bar's value written on it; saved as `path`."""
-    import matplotlib
-
-    matplotlib.use("Agg")  # files only: no screen needed
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     width_inches = max(6.0, 1.3 * len(labels) + 2)
     figure, axes = plt.subplots(figsize=(width_inches, 5.0))
     positions = list(range(len(labels)))
@@ -188,10 +184,25 @@ def _bar_figure(path: Path, labels: list[str], series: list[list[float]], names:
         axes.set_yscale("log")
     if len(series) > 1:
         axes.legend(fontsize=8)
+    return save_figure(figure, path)
+
+
+def pyplot():
+    """matplotlib.pyplot, drawing to files only (no screen needed)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def save_figure(figure, path: Path) -> Path:
+    """`figure` laid out and written to `path` as a whole file, then closed."""
     figure.tight_layout()
     try:
         with replacing(path) as partial:
             figure.savefig(partial, dpi=120)
     finally:
-        plt.close(figure)
+        pyplot().close(figure)
     return path

@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 
-from benchmarks.grape_tables import read_csv, write_csv
+from benchmarks.grape_tables import pyplot, read_csv, save_figure, write_csv
 from gpt2.checkpoint import load as load_gpt2
 from gpt2.model import GPT2
 from gpt2.train import kit_texts, read_texts
@@ -98,30 +98,16 @@ def write_curve(out: Path, kit: list[float], pytorch: list[float], title: str) -
 
 
 def plot_curve(csv_path: Path, title: str) -> Path:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from kernel_runtime.files import replacing
-
     rows = read_csv(csv_path)
     steps = [int(r["step"]) for r in rows]
-    figure, axes = plt.subplots(figsize=(7.0, 4.5))
+    figure, axes = pyplot().subplots(figsize=(7.0, 4.5))
     axes.plot(steps, [float(r["kit"]) for r in rows], label="the kit's kernels (CUDA graphs)", linewidth=2)
     axes.plot(steps, [float(r["pytorch"]) for r in rows], label="PyTorch eager (transformers)", linestyle="--")
     axes.set_xlabel("step")
     axes.set_ylabel("mean cross-entropy loss")
     axes.set_title(title, fontsize=9)
     axes.legend()
-    figure.tight_layout()
-    path = Path(csv_path).with_suffix(".png")
-    try:
-        with replacing(path) as partial:
-            figure.savefig(partial, dpi=120)
-    finally:
-        plt.close(figure)
-    return path
+    return save_figure(figure, Path(csv_path).with_suffix(".png"))
 
 
 def main(argv=None) -> int:
