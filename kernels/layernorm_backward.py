@@ -35,16 +35,18 @@ thousands of additions queue on each float, in an order that changes from run to
   its column's SLICES subtotals in order and the total into dweight and dbias.
 
 Every sum is taken in an order fixed by B, T and C alone (not by the GPU's size or by
-which block finishes first), so a call gives the same bits every time. What it costs: scratch of 2 * C floats per 16 rows,
-written once and read once, 4C floats against the 64C that the 16 rows' dout, inp and
-dinp move: a sixteenth more traffic.
+which block finishes first), so a call gives the same bits every time. What it costs: 2 * C
+floats of scratch per 16 rows, written once and read once, 4C floats against the 64C
+that the 16 rows' dout, inp and dinp move: a sixteenth more traffic. The signature's
+scratch is (B, T, 2C), twice dout's size, so a caller needs no formula; the kernel uses
+its first sixteenth.
 """
 
 import numpy as np
 
 from kernel_runtime import CudaKernel, KernelArgumentError, ceil_div, check_array, check_dims
 
-ROWS_PER_BLOCK = 16  # rows a block sums into one slice of scratch: its size is part of the signature
+ROWS_PER_BLOCK = 16  # rows a block sums into one slice of scratch
 SLICES = 32  # threads per column in the parameter kernel: each adds every SLICES-th slice
 BLOCK_SIZE = 256  # at most, for the rows; a narrower row takes the fewest warps that cover it
 MAX_C = 6080  # the column sums, 2 * C floats, and block_sums' 512 bytes in the 48 KiB a block gets by default
@@ -154,17 +156,12 @@ layernorm_parameter_grads_kernel = CudaKernel(LAYERNORM_BACKWARD_SOURCE, "layern
                                               defines=DEFINES)
 
 
-def scratch_size(B: int, T: int, C: int) -> int:
-    """The floats of layernorm_backward's scratch: dweight's and dbias's partial sums, 2 * C per 16 rows."""
-    return 2 * C * ceil_div(B * T, ROWS_PER_BLOCK)
-
-
 def layernorm_backward(dinp, dweight, dbias, scratch, dout, inp, weight, mean, rstd, B, T, C):
     check_dims("layernorm_backward", B=B, T=T, C=C)
     if C > MAX_C:
         raise KernelArgumentError(f"layernorm_backward: C={C} is more than the {MAX_C} channels it handles")
     for name, array, size in (("dinp", dinp, B * T * C), ("dweight", dweight, C), ("dbias", dbias, C),
-                              ("scratch", scratch, scratch_size(B, T, C)), ("dout", dout, B * T * C),
+                              ("scratch", scratch, 2 * B * T * C), ("dout", dout, B * T * C),
                               ("inp", inp, B * T * C), ("weight", weight, C), ("mean", mean, B * T),
                               ("rstd", rstd, B * T)):
         check_array("layernorm_backward", name, array, size)

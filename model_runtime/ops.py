@@ -94,7 +94,7 @@ class TrainingOps(Protocol):
     def layernorm_backward(self, dinp: Array, dweight: Array, dbias: Array, scratch: Array, dout: Array, inp: Array,
                            weight: Array, mean: Array, rstd: Array, B: int, T: int, C: int) -> None:
         """kernels/layernorm_backward.py: from the forward's saved mean and rstd; dinp, dweight, dbias added to;
-        scratch holds reference/specs/layernorm_backward.py's scratch_size(B, T, C) floats."""
+        scratch (B, T, 2C) for the sums over rows."""
 
     def attention_backward(self, dinp: Array, dscores: Array, dout: Array, inp: Array, att: Array, B: int, T: int,
                            C: int, NH: int) -> None:
