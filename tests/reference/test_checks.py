@@ -94,6 +94,23 @@ def test_error_past_the_bound_fails(function):
     assert not result.passed, f"an error of 3x the bound passed for {function}"
 
 
+@pytest.mark.parametrize("function", [name for name, spec in SPECS.items() if spec.updates])
+def test_writing_what_should_be_added_to_fails(function):
+    """Every host function that adds to an output (a gradient, an optimizer's moment) is caught when it writes
+    the output instead: gold computed from zeros in place of what the output held."""
+    order = list(build(cases(function)[0]).args)  # the arguments' names, in call order
+    updated = [order.index(name) for name in SPECS[function].updates]
+
+    def overwrite(*args):
+        for position in updated:
+            if args[position] is not None:
+                args[position][...] = 0
+        getattr(gold, function)(*args)
+
+    failed = [c.id for c in cases(function) if not run_case(overwrite, c, device="cpu").passed]
+    assert failed, f"{function}: writing its outputs instead of adding to them passed every case"
+
+
 def test_outputs_that_do_not_follow_other_inputs_fail():
     """A call right on its own inputs whose replay on the other inputs is stale (what the
     replay of a cheat's taped launches gives) fails, and says so."""
