@@ -22,6 +22,7 @@ import dataclasses
 import numpy as np
 
 from generation.decoding import decoder_or_recompute
+from generation.generate import check_finite
 from model_runtime.causal_lm import CausalLM, TokenError
 
 NEGATIVE = np.float32(-1e9)  # transformers' "impossible" score
@@ -155,7 +156,9 @@ def _kept_length(sequence, prompt_length: int, generated: int, end_of_text: int)
 
 
 def _log_softmax(logits: np.ndarray) -> np.ndarray:
-    shifted = logits - logits.max(axis=-1, keepdims=True)
+    largest = logits.max(axis=-1, keepdims=True)
+    check_finite(largest)
+    shifted = logits - largest
     return shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
 
 

@@ -51,19 +51,33 @@ class Sampling:
             raise SamplingError(f"seed must be >= 0, got {self.seed}")
 
 
+class NonFiniteLogitsError(KitError):
+    """Logits holding NaN or infinity: no token can be chosen from them."""
+
+
+def check_finite(largest) -> None:
+    """NonFiniteLogitsError unless `largest`, a row's largest logit (NaN where the row holds one), is finite."""
+    if not np.all(np.isfinite(largest)):
+        raise NonFiniteLogitsError("the model's logits hold NaN or infinity, so no token can be chosen: a kernel "
+                                   "wrote non-finite values (python -m gpt2.step_check names the first)")
+
+
 GREEDY = Sampling(temperature=0.0)
 
 
 def next_token(logits: np.ndarray, sampling: Sampling, rng: np.random.Generator) -> int:
     """One token id from a row of logits (V,)."""
     if sampling.temperature == 0:
-        return int(np.argmax(logits))
+        token = int(np.argmax(logits))  # a NaN is the argmax: then it is what the check sees
+        check_finite(logits[token])
+        return token
     probabilities = sampling_probabilities(logits, sampling)
     return int(rng.choice(probabilities.size, p=probabilities))
 
 
 def sampling_probabilities(logits: np.ndarray, sampling: Sampling) -> np.ndarray:
     """The distribution (float64) a row of logits (V,) is sampled from: temperature (> 0), then top-k, then top-p."""
+    check_finite(logits.max())
     logits = logits.astype(np.float64) / sampling.temperature
     if sampling.top_k is not None and sampling.top_k < logits.size:
         kth_largest = np.partition(logits, -sampling.top_k)[-sampling.top_k]

@@ -6,7 +6,8 @@ import pytest
 from generation.beam_search import BeamSearch, beam_search
 from gpt2.checkpoint import perturbed_parameters
 from generation.decoding import make_decoder
-from generation.generate import GREEDY, Sampling, SamplingError, fit_prompt, generate, generate_batch, next_token
+from generation.generate import (GREEDY, NonFiniteLogitsError, Sampling, SamplingError, fit_prompt, generate,
+                                 generate_batch, next_token)
 from gpt2.model import GPT2
 from model_runtime.causal_lm import TokenError
 from gpt2.tokenizer import END_OF_TEXT
@@ -203,3 +204,18 @@ def test_beam_searchs_top_indices_are_a_stable_sorts(seed):
         scores = rng.integers(-3, 3, (3, n)).astype(np.float32)  # few values: many ties
         for k in {1, max(1, n // 4), n}:
             assert np.array_equal(_top_indices(scores, k), np.argsort(-scores, axis=1, kind="stable")[:, :k])
+
+
+@pytest.mark.parametrize("search", ["greedy", "sampling", "beam"])
+def test_non_finite_logits_stop_generation_in_one_line(search):
+    """A model whose logits come out NaN (a kernel that wrote NaN, here a NaN bias) is refused, not sampled from."""
+    params = perturbed_parameters(TINY, seed=2)
+    params["lnfb"][3] = np.nan
+    broken = GPT2(TINY, params, backend="reference")
+    with pytest.raises(NonFiniteLogitsError, match=r"^the model's logits hold NaN or infinity, so no token can be "
+                                                   r"chosen: a kernel wrote non-finite values \(python -m "
+                                                   r"gpt2.step_check names the first\)$"):
+        if search == "beam":
+            beam_search(broken, [[1, 2, 3]], 4, BeamSearch(3))
+        else:
+            generate(broken, [1, 2, 3], 4, GREEDY if search == "greedy" else Sampling(temperature=1.0, seed=0))
