@@ -16,9 +16,11 @@ from pathlib import Path
 
 import pytest
 
+from tests import KIT_PACKAGES
+
 
 ROOT = Path(__file__).parents[1]
-PACKAGES = ("kernel_runtime", "kernels", "reference", "model_runtime", "generation", "training", "gptj", "gpt2", "grading", "benchmarks", "tests")
+PACKAGES = (*KIT_PACKAGES, "tests")
 
 KERNEL_MODULE = '''"""Scale: out = alpha * inp, elementwise over N floats."""
 

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from model_runtime.ops import MODEL_FUNCTIONS
+from tests import KIT_PACKAGES
 
 ROOT = Path(__file__).parents[1]
 MARK = "the submission's own encoder"
@@ -23,7 +24,7 @@ MARK = "the submission's own encoder"
 @pytest.fixture(scope="module")
 def own_kit(tmp_path_factory):
     kit = tmp_path_factory.mktemp("mine")
-    for name in ("kernel_runtime", "kernels", "reference", "model_runtime", "generation", "training", "gptj", "gpt2", "grading", "benchmarks", "tests"):
+    for name in (*KIT_PACKAGES, "tests"):
         if (ROOT / name).exists():  # a student's kit has no grading/
             shutil.copytree(ROOT / name, kit / name, ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(ROOT / "pyproject.toml", kit)

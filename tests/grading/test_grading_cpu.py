@@ -26,6 +26,7 @@ from grading.items import SchemeError, load_scheme, scheme_for
 from kernel_runtime.device import gpu_unavailable_reason, nvrtc_unavailable_reason
 from kernel_runtime.stubs import STUB_LINES, cuda_body, function_holds_stub, reached
 from reference import gold
+from tests import KIT_PACKAGES
 from kernel_runtime.tape import Launch, Program, Tape
 from reference.execution import Execution, execute, save_records
 from reference.registry import SPECS, build, cases, unwritten
@@ -1005,8 +1006,7 @@ def test_a_handout_from_a_directory_that_is_not_a_git_checkout_is_refused(tmp_pa
 def test_a_handout_from_an_installed_copy_is_one_line(tmp_path):
     """As from `pip install .`: the kit's packages in a directory of their own, no git work tree around them."""
     site = tmp_path / "site-packages"
-    for package in ("kernel_runtime", "kernels", "reference", "model_runtime", "generation", "training", "gptj", "gpt2",
-                    "grading"):
+    for package in KIT_PACKAGES:
         shutil.copytree(ROOT / package, site / package, ignore=shutil.ignore_patterns("__pycache__"))
     done = subprocess.run([sys.executable, "-m", "grading", "handout", str(tmp_path / "kit")], capture_output=True,
                           text=True, cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(site)})

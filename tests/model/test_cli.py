@@ -10,17 +10,10 @@ import pytest
 
 import gpt2.__main__ as cli
 from gpt2 import profile
-from gpt2.checkpoint import perturbed_parameters, write_hf, write_llmc
+from gpt2.checkpoint import perturbed_parameters, write_hf
 from tests.model.helpers import TINY, interruptible
 
 ROOT = Path(__file__).parents[2]
-
-
-@pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory):
-    path = tmp_path_factory.mktemp("model") / "tiny.bin"
-    write_llmc(path, TINY, perturbed_parameters(TINY, seed=4))
-    return path
 
 
 def gpt2_cli(*args, stdin=None, env=None):

@@ -8,19 +8,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gpt2.checkpoint import perturbed_parameters, read_llmc, write_llmc
+from gpt2.checkpoint import perturbed_parameters, read_llmc
 from tests.model.helpers import TINY
 from training.data import TextBatches, TextTooShortError
 
 ROOT = Path(__file__).parents[2]
 TEXT = "The kit trains the GPT-2 it runs. " * 40  # repetitive: a few steps learn it
-
-
-@pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory):
-    path = tmp_path_factory.mktemp("model") / "tiny.bin"
-    write_llmc(path, TINY, perturbed_parameters(TINY, seed=4))
-    return path
 
 
 def train_cli(*args):
