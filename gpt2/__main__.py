@@ -119,13 +119,14 @@ def parse_args(argv) -> argparse.Namespace:
 
 
 def choose_backend(args, note) -> str:
-    """--backend if given; else kernels where there is a GPU, the NumPy reference where there is none."""
+    """--backend if given; else kernels where there is a GPU, the NumPy reference where there is none (args of
+    this command, or of one with --backend and --kernels only: python -m gpt2.train)."""
     if args.backend == "reference":
         return "reference"
     reason = gpu_unavailable_reason()
     if reason is None:
         return args.backend or "kernels"
-    for option, given in (("--kernels", args.kernels is not None), ("--variant", bool(args.variant))):
+    for option, given in (("--kernels", args.kernels is not None), ("--variant", bool(getattr(args, "variant", ())))):
         if given:
             raise GPUUnavailableError(f"{option} needs a GPU: {reason}")
     if args.backend is not None:

@@ -143,8 +143,8 @@ class GPT2(CausalLM):
         of the loss at the logits of the forward pass that left its activations in `a`. d holds the
         activations' gradients (new_activation_grads); the ACCUMULATED_GRADIENTS ones start at zero. The forward
         pass in reverse, call by call (llm.c's gpt2_backward)."""
-        C, L, NH, Vp = self.config.channels, self.config.num_layers, self.config.num_heads, self.config.padded_vocab_size
-        w, ops, run = self.weights, self.backend.ops, self.runner(None)
+        c, w, ops, run = self.config, self.weights, self.backend.ops, self.runner(None)
+        C, L, NH, Vp = c.channels, c.num_layers, c.num_heads, c.padded_vocab_size
         run("lm_head", ops.matmul_backward, d.lnf, dw.wte, None, d.logits, a.lnf, w.wte, B, T, C, Vp)
         run("lnf", ops.layernorm_backward, d.residual3[L - 1], dw.lnfw, dw.lnfb, d.scratch, d.lnf, a.residual3[L - 1],
             w.lnfw, a.lnf_mean, a.lnf_rstd, B, T, C)

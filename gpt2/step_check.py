@@ -48,6 +48,13 @@ def written_positions(function: str) -> tuple[list[int], list[int]]:
     return ([names.index(n) for n in written.outputs], [names.index(n) for n in written.scratch])
 
 
+@functools.cache
+def updated_positions(function: str) -> frozenset[int]:
+    """Where the outputs a host function adds to (its spec's `updates`) sit among its arguments."""
+    names = parameters(function)
+    return frozenset(names.index(n) for n in spec(function).updates)
+
+
 @dataclasses.dataclass
 class Step:
     where: str
@@ -87,7 +94,7 @@ class StepChecker:
         outputs, scratch = (tuple(i for i in positions if args[i] is not None)  # None: an output left out (dbias)
                             for positions in written_positions(name))
         where = step if layer is None else f"layer {layer} {step}"
-        mine, updated = list(args), self._updated_positions(name)
+        mine, updated = list(args), updated_positions(name)
         for i in (*outputs, *scratch):  # an output the call adds to starts as gold's does; the others from NaN
             mine[i] = args[i].copy() if i in updated else self.backend.xp.full_like(args[i], np.nan)
         inputs = self._inputs(name, args) if self.profile.rounding_bounds else None
@@ -105,11 +112,6 @@ class StepChecker:
             error = element_errors(got[i], expected[names[i]])
             self.steps.append(Step(where, name, i, worst_fraction(error, 2 * bounds[names[i]]), rms(error),
                                    self.profile.name))
-
-    @staticmethod
-    def _updated_positions(function: str) -> set[int]:
-        names = parameters(function)
-        return {names.index(n) for n in spec(function).updates}
 
     def _inputs(self, function: str, args: tuple) -> dict:
         """The call's array inputs on the host, the content of the outputs it adds to, and its integer sizes,

@@ -25,10 +25,11 @@ from pathlib import Path
 
 import numpy as np
 
+from gpt2.__main__ import choose_backend
 from gpt2.checkpoint import write_llmc
 from gpt2.families import check_sources, family_of, load_model
 from gpt2.tokenizer import get_tokenizer
-from kernel_runtime import KitError, gpu_unavailable_reason
+from kernel_runtime import KitError
 from kernel_runtime.commands import POSITIVE_INT, OneLineArgumentParser, checked, raise_lost_interrupt, run_command
 from model_runtime.backends import make_backend
 from training.data import TextBatches
@@ -95,7 +96,7 @@ def train(args) -> None:
     if family_of(args.model) != "gpt2":  # said before a model loads
         raise KitError(f"{args.model}: training runs GPT-2 models only (the kit has GPT-2's backward pass)")
     tokens = read_texts(args.text or kit_texts())
-    backend = args.backend or ("kernels" if gpu_unavailable_reason() is None else "reference")
+    backend = choose_backend(args, note)
     note(f"loading {args.model} on the {backend} backend ...")
     model = load_model(args.model, make_backend(backend, args.kernels))
     if args.tokens > model.config.max_T:

@@ -302,7 +302,7 @@ def beam_update_forward(candidate_scores, candidate_tokens, beam_scores, finishe
     done[...] = xp.where(stop & ~over, length + 1, done.reshape(1, 1)).reshape(done.shape)
 
 
-# --------------------------------------------------------------------------- training: the backward passes (milestone 4)
+# --------------------------------------------------------------------------- training: the backward passes
 # reference/cpu.py's conventions: a parameter's gradient is added to, an activation's written (layernorm's dinp adds).
 
 
@@ -329,7 +329,8 @@ def gelu_backward(dinp, inp, dout, N):
     x = inp.reshape(N)
     scale = xp.float32(math.sqrt(2.0 / math.pi))
     t = xp.tanh(scale * (x + xp.float32(0.044715) * x * x * x))
-    slope = xp.float32(0.5) * (1 + t) + xp.float32(0.5) * x * (1 - t * t) * scale * (1 + xp.float32(3 * 0.044715) * x * x)
+    slope = (xp.float32(0.5) * (1 + t)
+             + xp.float32(0.5) * x * (1 - t * t) * scale * (1 + xp.float32(3 * 0.044715) * x * x))
     dinp.reshape(N)[...] = slope * dout.reshape(N)
 
 
