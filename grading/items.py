@@ -3,6 +3,7 @@
     milestone 1   grading/weights.toml      items of host functions (`functions = [...]`)
     milestone 2   grading/weights_m2.toml   items of variants (`variants = [...]`, reference.variants)
     milestone 3   grading/weights_m3.toml   the same
+    milestone 4   grading/weights_m4.toml   the same (training's host functions)
 
 An item is made of variants either way: a milestone-1 host function is the variant
 `plain(function)` (its spec's module, fp32, no technique to show).
@@ -22,8 +23,7 @@ from kernel_runtime import KitError
 from reference.variants import VARIANTS, Variant, milestone_variants, plain
 
 WEIGHTS_FILE = Path(__file__).with_name("weights.toml")
-WEIGHTS_FILES = {1: WEIGHTS_FILE, 2: Path(__file__).with_name("weights_m2.toml"),
-                 3: Path(__file__).with_name("weights_m3.toml")}
+WEIGHTS_FILES = {1: WEIGHTS_FILE, **{m: Path(__file__).with_name(f"weights_m{m}.toml") for m in (2, 3, 4)}}
 POLICIES = ("none", "fraction")
 
 
@@ -62,7 +62,7 @@ class Scheme:
 
 
 def scheme_for(milestone: int) -> Scheme:
-    """The grading scheme of a milestone (1, 2 or 3)."""
+    """The grading scheme of a milestone (1 to 4)."""
     if milestone not in WEIGHTS_FILES:
         raise SchemeError(f"no milestone {milestone}; the grader knows milestones {', '.join(map(str, WEIGHTS_FILES))}")
     return load_scheme(WEIGHTS_FILES[milestone])

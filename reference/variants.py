@@ -13,6 +13,9 @@ named technique, each judged under its own precision profile.
     rotary               rotary_forward           rotary           fp32     -              3
     kv_cache_append, decode_attention, encoder_at_positions: the decoding host
                          functions, in decode.py, fp32, no technique (milestone 3's KV cache)
+    cross_entropy, matmul_backward, layernorm_backward, attention_backward,
+    gelu_backward, residual_backward, encoder_backward, adamw: training's host
+                         functions, each in its spec's module, fp32, no technique (milestone 4)
     layernorm_matmul, layernorm_matmul_gelu, matmul_residual: the fused matmuls of
                          fused_gemv.py, fp32, technique fused: one kernel a call (milestone
                          3's menu); together (FUSED_DECODE_VARIANTS) they make the model's
@@ -94,6 +97,15 @@ DECLARED = (
     Variant("matmul_split_k", "matmul_forward", "matmul_split_k", "fp32", "split_k", milestone=3),
     # the menu: GPT-J's rotary embedding, the one host function GPT-J adds to GPT-2's
     Variant("rotary", "rotary_forward", "rotary", "fp32", None, milestone=3),
+    # training: the loss, a backward pass for every forward host function, and the optimizer step
+    Variant("cross_entropy", "cross_entropy_forward_backward", "cross_entropy", "fp32", None, milestone=4),
+    Variant("matmul_backward", "matmul_backward", "matmul_backward", "fp32", None, milestone=4),
+    Variant("layernorm_backward", "layernorm_backward", "layernorm_backward", "fp32", None, milestone=4),
+    Variant("attention_backward", "attention_backward", "attention_backward", "fp32", None, milestone=4),
+    Variant("gelu_backward", "gelu_backward", "gelu_backward", "fp32", None, milestone=4),
+    Variant("residual_backward", "residual_backward", "residual_backward", "fp32", None, milestone=4),
+    Variant("encoder_backward", "encoder_backward", "encoder_backward", "fp32", None, milestone=4),
+    Variant("adamw", "adamw_update", "adamw", "fp32", None, milestone=4),
 )
 FUSED_DECODE_VARIANTS = ("layernorm_matmul", "layernorm_matmul_gelu", "matmul_residual")  # together: the fused step
 VARIANTS = {v.name: v for v in DECLARED if v.function in SPECS and (KIT_KERNELS / f"{v.module}.py").exists()}

@@ -38,7 +38,7 @@ def test_the_solution_scores_full_marks(tmp_path):
     assert grade.score == 10, "\n".join(f"{g.item.title}: {g.reason}" for g in grade.items)
 
 
-@pytest.mark.parametrize("milestone, points", [(2, 18), (3, 30)])  # 3: 20 required, the menu capped at 10
+@pytest.mark.parametrize("milestone, points", [(2, 18), (3, 30), (4, 30)])  # 3: 20 required, the menu capped at 10
 def test_the_solution_scores_full_marks_in_later_milestones(tmp_path, milestone, points):
     grade = grade_submission(solution_copy(tmp_path), scheme_for(milestone), SEED)
     assert grade.score == points, "\n".join(f"{g.item.title}: {g.reason}" for g in grade.items)
@@ -65,7 +65,7 @@ def test_a_known_wrong_kernel_loses_its_item(tmp_path, name):
     submission = solution_copy(tmp_path)
     with open(submission / "kernels" / f"{spec(wrong.FUNCTION).module}.py", "a") as f:
         f.write(f"\nfrom {wrong.__name__} import {wrong.FUNCTION}  # noqa: E402,F401\n")
-    scheme = scheme_for(spec(wrong.FUNCTION).milestone)  # flash and local attention: milestone 3's items
+    scheme = scheme_for(spec(wrong.FUNCTION).milestone)  # flash and local attention: milestone 3's; training's: 4's
     item = next(i for i in scheme.items if wrong.FUNCTION in i.functions)
     grade = grade_item(submission, item, scheme, SEED)
     assert grade.score == 0, grade.reason
@@ -220,7 +220,7 @@ def test_a_cheat_on_the_grader_s_own_processes_loses_its_item(tmp_path, name):
     assert grade.score == 0 and GRADER_CHEATS_CAUGHT_BY[name] in grade.reason, grade.reason
 
 
-@pytest.mark.parametrize("milestone, points", [(1, 10), (2, 18), (3, 30)])
+@pytest.mark.parametrize("milestone, points", [(1, 10), (2, 18), (3, 30), (4, 30)])
 @pytest.mark.parametrize("style", STYLES)
 def test_kernels_written_as_cupy_teaches_score_full_marks(tmp_path, style, milestone, points):
     grade = grade_submission(cupy_style_submission(tmp_path, style), scheme_for(milestone), SEED)

@@ -71,6 +71,19 @@ def test_milestone_3_weights_are_the_course_s_required_items_and_a_capped_menu()
     assert {v.technique for i in scheme.items for v in i.variants} == {"flash", "fused", "split_k", None}
 
 
+def test_milestone_4_weights_score_each_host_function_of_training():
+    scheme = scheme_for(4)
+    assert {i.name: (i.weight, [v.name for v in i.variants]) for i in scheme.items} == {
+        "cross_entropy": (4, ["cross_entropy"]), "matmul_backward": (6, ["matmul_backward"]),
+        "layernorm_backward": (5, ["layernorm_backward"]), "attention_backward": (6, ["attention_backward"]),
+        "pointwise_backward": (3, ["gelu_backward", "residual_backward"]),
+        "encoder_backward": (3, ["encoder_backward"]), "adamw": (3, ["adamw"])}
+    assert scheme.total_points == 30 and scheme.milestone == 4 and not any(i.menu for i in scheme.items)
+    variants = [v for i in scheme.items for v in i.variants]
+    assert {(v.profile_name, v.technique) for v in variants} == {("fp32", None)}
+    assert sorted(v.function for v in variants) == sorted(s.function for s in SPECS.values() if s.milestone == 4)
+
+
 def test_menu_items_count_up_to_their_cap():
     scheme = scheme_for(3)
     menu_weight = sum(i.weight for i in scheme.items if i.menu)
@@ -109,8 +122,8 @@ def test_bad_scheme_is_refused(tmp_path, file, edit, message):
 
 
 def test_a_milestone_without_a_scheme_is_one_line():
-    done = grading("--milestone", "4", str(ROOT))
-    assert done.returncode == 2 and done.stderr.count("\n") == 1 and "--milestone: invalid choice: 4" in done.stderr
+    done = grading("--milestone", "5", str(ROOT))
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and "--milestone: invalid choice: 5" in done.stderr
 
 
 def worker_records(out: Path, implementation, functions, launches=1, variant=None, kernel="plain_matmul",
@@ -510,6 +523,27 @@ def handout_m3(tmp_path_factory):
     return destination, stubbed
 
 
+@pytest.fixture(scope="module")
+def handout_m4(tmp_path_factory):
+    destination = tmp_path_factory.mktemp("handout-m4") / "kit"
+    stubbed = make_handout(destination, milestone=4)
+    return destination, stubbed
+
+
+def test_milestone_4_handout_adds_training_s_kernels_stubbed(handout_m4, handout_m3):
+    destination, stubbed = handout_m4
+    training = sorted(s.module for s in SPECS.values() if s.milestone == 4)
+    assert sorted(path.split()[0] for path in set(stubbed) - set(handout_m3[1])) == [f"kernels/{m}.py" for m in training]
+    for module in training:
+        assert not (handout_m3[0] / f"kernels/{module}.py").exists() and not (handout_m3[0] / f"reference/specs/{module}.py").exists()
+        assert (destination / f"reference/specs/{module}.py").exists()
+        assert "BEGIN SOLUTION" not in (destination / f"kernels/{module}.py").read_text()
+    readme = (destination / "README.md").read_text()
+    assert "## Milestone 4" in readme and "## Milestone 3" in readme and "<!--" not in readme
+    assert "## Milestone 4" not in (handout_m3[0] / "README.md").read_text()
+    assert kit_paths_mentioned(readme, ROOT) == kit_paths_mentioned(readme, destination)
+
+
 def test_milestone_3_handout_adds_flash_and_local_attention_stubbed(handout_m3, handout_m2):
     destination, stubbed = handout_m3
     assert sorted(set(stubbed) - set(handout_m2[1])) == ["kernels/flash_attention.py (1 block)",
@@ -633,7 +667,7 @@ def paragraphs(readme: str) -> set[str]:
     return {words(paragraph) for paragraph in prose(readme).split("\n\n") if len(paragraph) > 80}
 
 
-@pytest.mark.parametrize("kit", ["handout", "handout_m2", "handout_m3"])
+@pytest.mark.parametrize("kit", ["handout", "handout_m2", "handout_m3", "handout_m4"])
 def test_a_handout_s_readme_is_the_students_alone(kit, request):
     """Each milestone's README holds what its students need: no section or paragraph of the research README
     (which it points to) or of the staff README (which stays out with grading/); the research README it
@@ -650,7 +684,7 @@ def test_a_handout_s_readme_is_the_students_alone(kit, request):
     assert kit_paths_mentioned(research, ROOT) == kit_paths_mentioned(research, destination)
 
 
-KITS = [("handout", 1), ("handout_m2", 2), ("handout_m3", 3)]
+KITS = [("handout", 1), ("handout_m2", 2), ("handout_m3", 3), ("handout_m4", 4)]
 
 
 def stub_line(function: str, module: str) -> str:
@@ -697,7 +731,8 @@ def pytest_commands(commands: list[str]) -> list[str]:
 @pytest.mark.skipif(gpu_unavailable_reason() is None, reason="checks the GPU-less run (on a GPU, "
                                                              "test_handout_test_commands_name_each_stub_on_a_gpu)")
 @pytest.mark.parametrize("kit, milestone, runs_pytest", [(kit, milestone, True) for kit, milestone in KITS] +
-                         [("handout", 1, False)], ids=["m1-pytest", "m2-pytest", "m3-pytest", "m1-the-others"])
+                         [("handout", 1, False)], ids=["m1-pytest", "m2-pytest", "m3-pytest", "m4-pytest",
+                                                                  "m1-the-others"])
 def test_handout_readme_commands_without_a_gpu(kit, milestone, runs_pytest, request):
     """Exactly the handout README's commands, run in a fresh handout with this environment's Python and no
     network: each pytest command fails with one line per host function not written yet (and nothing else), every
@@ -792,7 +827,7 @@ def words(text: str) -> str:
     return " ".join(text.split())
 
 
-@pytest.mark.parametrize("kit, milestone", [("handout", 1), ("handout_m2", 2), ("handout_m3", 3)])
+@pytest.mark.parametrize("kit, milestone", KITS)
 def test_a_handout_ships_no_graded_kernel_whole(kit, milestone, request):
     """Every kernel that a host function or variant graded by the milestone's weights launches is stubbed in
     that milestone's kit (or its module left out), and no file of the kit holds the kit's body of one."""

@@ -1,6 +1,7 @@
 """The milestone variants (reference.variants): each on every case of its host function,
 judged under its own precision profile (unless --profile or $KIT_PROFILE names another),
-and its calls showing its technique: the compiled code of the kernels it launched and
+where its module or profile is not its host function's own (the others' cases are
+test_kernels.py's, as they are), and its calls showing its technique: the compiled code of the kernels it launched and
 what they executed, or its cuBLAS calls, judged as the grader judges them
 (reference.techniques).
 
@@ -26,7 +27,10 @@ def pytest_generate_tests(metafunc):
     if "variant_case" in metafunc.fixturenames:
         seed = metafunc.config.getoption("seed")
         metafunc.parametrize("variant_case", [pytest.param((v, c), marks=calls(v), id=f"{v.name}-{c.id}")
-                                              for v in VARIANTS.values() for c in SPECS[v.function].test_cases(seed)])
+                                              for v in OWN_CASES for c in SPECS[v.function].test_cases(seed)])
+
+
+OWN_CASES = [v for v in VARIANTS.values() if (v.module, v.profile_name) != (SPECS[v.function].module, "fp32")]
 
 
 def calls(variant):
