@@ -11,8 +11,6 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
-
 from gpt2.checkpoint import perturbed_parameters
 from generation.executors import make_executor
 from generation.generate import GREEDY
