@@ -33,17 +33,18 @@ def error_bound(x, e):
     # exp(x - max) / sum or as exp(x - lse), with lse = max + log(sum) rounded by U|lse|, its exponent errs by a few
     # U max|x| (the online sum's rescalings by exp(m_old - m_new) add at most 2U max|x| more). expf adds 2 ulp, the
     # division by the sum one rounding, and the sum of n positive terms ~sqrt(n) U of itself: exponent_error, the
-    # softmax's own bound (reference.bounds), relative to each probability, plus TINY where it underflows.
+    # softmax's own bound (reference.bounds), relative to each probability.
     # The gradient subtracts the one-hot (one rounding of |p - 1|) and divides by B * T (exact only for powers of
-    # two; as a product with a rounded 1 / (B * T), two roundings; 1 / B / T, three): 4U |dlogit| more. The padding
-    # is exactly 0.
+    # two; as a product with a rounded 1 / (B * T), two roundings; 1 / B / T, three): 4U |dlogit| more. A result
+    # below float32's smallest normal number may be flushed to 0 wherever it is formed (the probability, or the
+    # quotient by B * T): TINY absolute, after the division. The padding is exactly 0.
     # The loss is lse - x[target]: log(sum) carries the sum's relative error, logf 2 ulp of log(sum), and the
     # addition of max and the subtraction of x[target] one rounding each, of |lse| and of |loss|.
     B, T, V, Vp = x["B"], x["T"], x["V"], x["Vp"]
     scores = x["logits"][..., :V]
     exponent = exponent_error(np.abs(scores), np.ones(scores.shape, bool))
     dlogits = np.zeros((B, T, Vp))
-    dlogits[..., :V] = (softmax_rows(scores) * exponent + TINY) / (B * T) + 4 * U * np.abs(e["dlogits"][..., :V])
+    dlogits[..., :V] = softmax_rows(scores) * exponent / (B * T) + 4 * U * np.abs(e["dlogits"][..., :V]) + TINY
     target_logits = np.take_along_axis(scores, x["targets"].astype(np.int64)[..., None], axis=-1)[..., 0]
     lse, largest = e["losses"] + target_logits, scores.max(axis=-1)
     losses = exponent[..., 0] + U * (4 * np.abs(lse - largest) + np.abs(lse) + np.abs(e["losses"]))
