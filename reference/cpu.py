@@ -6,6 +6,8 @@ have: pass float64 outputs to see the exact answer, float32 ones to get what a
 float32 kernel should produce.
 """
 
+import math
+
 import numpy as np
 
 from reference.numerics import draw_fractions, softmax_rows, window_mask
@@ -345,10 +347,15 @@ def matmul_backward(dinp, dweight, dbias, dout, inp, weight, B, T, C, OC):
 def attention_backward(dinp, dscores, dout, inp, att, B, T, C, NH):
     """Causal attention's dinp (B, T, 3C) for q, k and v (written), from its saved probabilities att (B, NH, T, T),
     whose entries above the diagonal are never read; dscores is scratch this version does not need."""
+    probabilities = np.where(np.tril(np.ones((T, T), dtype=bool)), exact(att).reshape(B, NH, T, T), 0.0)
+    _attention_input_gradients(dinp, dout, inp, probabilities, B, T, C, NH)
+
+
+def _attention_input_gradients(dinp, dout, inp, probabilities, B, T, C, NH):
+    """dinp (B, T, 3C) for q, k and v (written) of attention with these probabilities (B, NH, T, T), 0 where masked."""
     HS = C // NH
     qkv = exact(inp).reshape(B, T, 3, NH, HS)
     q, k, v = (qkv[:, :, i].transpose(0, 2, 1, 3) for i in range(3))          # (B, NH, T, HS)
-    probabilities = np.where(np.tril(np.ones((T, T), dtype=bool)), exact(att).reshape(B, NH, T, T), 0.0)
     dy = exact(dout).reshape(B, T, NH, HS).transpose(0, 2, 1, 3)
     dprobabilities = dy @ v.transpose(0, 1, 3, 2)
     score_grads = probabilities * (dprobabilities - (dprobabilities * probabilities).sum(axis=-1, keepdims=True))
@@ -395,3 +402,187 @@ def adamw_update(params, grads, m, v, N, learning_rate, beta1, beta2, eps, weigh
     v_hat = exact(v).reshape(N) / (1 - beta2**step)
     decayed = exact(params).reshape(N) * (1 - learning_rate * weight_decay)
     params.reshape(N)[...] = decayed - learning_rate * m_hat / (np.sqrt(v_hat) + eps)
+
+
+# --------------------------------------------------------------------------- Wav2Vec2's layers (forward and backward)
+# Activations are channel-last (B, T, C), like the transformer's, where PyTorch's convolutions and group norm hold
+# (B, C, T): a frame's channels are contiguous, so the feature encoder's output feeds the transformer's matmuls as
+# it is. Weights are as PyTorch stores them: a convolution's (OC, C // groups, K), weight norm's g (1, 1, K).
+# Gradients follow the training section: parameters' added to, activations' written.
+
+GROUP_NORM_EPS = 1e-5  # torch.nn.GroupNorm's default, which Wav2Vec2 keeps
+CTC_BLANK = 0          # Wav2Vec2's pad_token_id, the blank of its CTC loss
+
+
+def _conv_taps(T_out, K, stride):
+    """(T_out, K): the frame that tap k of output frame t reads, t * stride + k, in the input padded on both sides."""
+    return np.arange(T_out)[:, None] * stride + np.arange(K)
+
+
+def _conv_windows(inp, B, T, C, K, stride, padding, groups, T_out):
+    """(B, T_out, K, groups, C // groups): the input frame t * stride + k - padding that tap k of output frame t
+    reads, zero outside [0, T)."""
+    padded = np.pad(exact(inp).reshape(B, T, C), ((0, 0), (padding, padding), (0, 0)))
+    return padded[:, _conv_taps(T_out, K, stride)].reshape(B, T_out, K, groups, C // groups)
+
+
+def conv1d_forward(out, inp, weight, bias, B, T, C, OC, K, stride, padding, groups, T_out):
+    """torch's conv1d on channel-last frames: out (B, T_out, OC)[b, t, o] = bias[o] + the sum over k and over the
+    channels c of o's group of inp (B, T, C)[b, t * stride + k - padding, c] * weight (OC, C // groups, K)[o, c % (C //
+    groups), k], zero padded; bias None: none. T_out at most (T + 2 padding - K) // stride + 1: fewer drop the last
+    frames."""
+    windows = _conv_windows(inp, B, T, C, K, stride, padding, groups, T_out)
+    kernels = exact(weight).reshape(groups, OC // groups, C // groups, K)
+    product = np.einsum("btkgc,gock->btgo", windows, kernels, optimize=True).reshape(B, T_out, OC)
+    if bias is not None:
+        product += exact(bias)
+    out.reshape(B, T_out, OC)[...] = product
+
+
+def conv1d_backward(dinp, dweight, dbias, dout, inp, weight, B, T, C, OC, K, stride, padding, groups, T_out):
+    """conv1d_forward's gradients: dinp (written; None: not wanted, as for the audio), dweight += and dbias +=
+    (None: no bias)."""
+    G = groups
+    grads = exact(dout).reshape(B, T_out, G, OC // G)
+    windows = _conv_windows(inp, B, T, C, K, stride, padding, G, T_out)
+    dweight.reshape(G, OC // G, C // G, K)[...] += np.einsum("btgo,btkgc->gock", grads, windows, optimize=True)
+    if dbias is not None:
+        dbias.reshape(OC)[...] += grads.sum(axis=(0, 1)).reshape(OC)
+    if dinp is not None:
+        kernels = exact(weight).reshape(G, OC // G, C // G, K)
+        dwindows = np.einsum("btgo,gock->btkgc", grads, kernels, optimize=True).reshape(B, T_out, K, C)
+        dpadded = np.zeros((B, T + 2 * padding, C))
+        # a frame that several taps read (K > stride) gathers every one's gradient
+        np.add.at(dpadded, (slice(None), _conv_taps(T_out, K, stride)), dwindows)
+        dinp.reshape(B, T, C)[...] = dpadded[:, padding:padding + T]
+
+
+def group_norm_forward(out, mean, rstd, inp, weight, bias, B, T, C, G):
+    """torch.nn.GroupNorm on channel-last frames: each (b, group) of C // G channels normalised over its T x C / G
+    values (biased variance), then out = normalised * weight + bias per channel; mean and rstd (B, G) saved."""
+    x = exact(inp).reshape(B, T, G, C // G)
+    mu = x.mean(axis=(1, 3), keepdims=True)
+    s = 1.0 / np.sqrt(((x - mu) ** 2).mean(axis=(1, 3), keepdims=True) + GROUP_NORM_EPS)
+    out.reshape(B, T, C)[...] = ((x - mu) * s).reshape(B, T, C) * exact(weight) + exact(bias)
+    mean.reshape(B, G)[...] = mu.reshape(B, G)
+    rstd.reshape(B, G)[...] = s.reshape(B, G)
+
+
+def group_norm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, B, T, C, G):
+    """From the forward pass's saved mean and rstd (B, G): dinp (written), dweight += and dbias +=."""
+    grads = exact(dout).reshape(B, T, C)
+    s = exact(rstd).reshape(B, 1, G, 1)
+    normalised = (exact(inp).reshape(B, T, G, C // G) - exact(mean).reshape(B, 1, G, 1)) * s
+    dbias.reshape(C)[...] += grads.sum(axis=(0, 1))
+    dweight.reshape(C)[...] += (grads * normalised.reshape(B, T, C)).sum(axis=(0, 1))
+    dnormalised = (grads * exact(weight)).reshape(B, T, G, C // G)
+    centred = dnormalised - dnormalised.mean(axis=(1, 3), keepdims=True)
+    dx = s * (centred - normalised * (dnormalised * normalised).mean(axis=(1, 3), keepdims=True))
+    dinp.reshape(B, T, C)[...] = dx.reshape(B, T, C)
+
+
+_erfc = np.frompyfunc(math.erfc, 1, 1)  # NumPy has no erf; math's is accurate to float64
+
+
+def _normal_cdf(x):
+    """Phi(x) in float64, through erfc: 1 + erf(x / sqrt 2) would lose the far left tail to cancellation."""
+    return 0.5 * _erfc(-x / np.sqrt(2.0)).astype(np.float64)
+
+
+def gelu_erf_forward(out, inp, N):
+    """The exact GELU, x * Phi(x) (torch's default, transformers' "gelu"), where gelu_forward is the tanh form."""
+    x = exact(inp).reshape(N)
+    out.reshape(N)[...] = x * _normal_cdf(x)
+
+
+def gelu_erf_backward(dinp, inp, dout, N):
+    """dinp = (Phi(x) + x * phi(x)) * dout (written), phi the standard normal density."""
+    x = exact(inp).reshape(N)
+    density = np.exp(-0.5 * x**2) / np.sqrt(2.0 * np.pi)
+    dinp.reshape(N)[...] = (_normal_cdf(x) + x * density) * exact(dout).reshape(N)
+
+
+def bidirectional_attention_forward(out, att, inp, lengths, B, T, C, NH):
+    """Multi-head attention of inp (B, T, 3C) (q, k, v as attention_forward's) in which every query, padded ones too,
+    attends to every key at positions < lengths[b] (>= 1); att (B, NH, T, T) the probabilities, 0 at padded keys."""
+    HS = C // NH
+    qkv = exact(inp).reshape(B, T, 3, NH, HS)
+    q, k, v = (qkv[:, :, i].transpose(0, 2, 1, 3) for i in range(3))  # (B, NH, T, HS)
+    valid_keys = np.arange(T) < np.asarray(lengths).reshape(B, 1, 1, 1)
+    probabilities = softmax_rows(np.where(valid_keys, q @ k.transpose(0, 1, 3, 2) / np.sqrt(HS), -np.inf))
+    att.reshape(B, NH, T, T)[...] = probabilities
+    out.reshape(B, T, C)[...] = (probabilities @ v).transpose(0, 2, 1, 3).reshape(B, T, C)
+
+
+def bidirectional_attention_backward(dinp, dout, inp, att, lengths, B, T, C, NH):
+    """dinp (B, T, 3C) for q, k and v (written), from the saved probabilities att (B, NH, T, T), whose zeros at
+    padded keys already carry the mask (lengths is there for a kernel that skips them)."""
+    _attention_input_gradients(dinp, dout, inp, exact(att).reshape(B, NH, T, T), B, T, C, NH)
+
+
+def _log_softmax(x):
+    """log softmax over the last axis, the largest value subtracted first."""
+    shifted = x - x.max(axis=-1, keepdims=True)
+    return shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
+
+
+def _ctc_log_alpha(log_probs, extended):
+    """CTC's forward variables in log space (T, L): alpha[t, s], the probability of the frames 0..t under every
+    alignment that starts at extended[0] or extended[1] and is at extended[s] at frame t."""
+    T, L = log_probs.shape[0], extended.size
+    emissions = log_probs[:, extended]
+    skips = np.zeros(L, dtype=bool)  # a blank may be skipped only between two different labels
+    skips[2:] = (extended[2:] != CTC_BLANK) & (extended[2:] != extended[:-2])
+    alpha = np.full((T, L), -np.inf)
+    alpha[0, :2] = emissions[0, :2]
+    for t in range(1, T):
+        before = np.concatenate([[-np.inf, -np.inf], alpha[t - 1]])  # before[s + 2] = alpha[t - 1, s]
+        stay, advance, skip = before[2:], before[1:-1], np.where(skips, before[:-2], -np.inf)
+        alpha[t] = np.logaddexp(np.logaddexp(stay, advance), skip) + emissions[t]
+    return alpha
+
+
+def _ctc_utterance(logits, labels):
+    """One utterance's CTC loss -log p(labels | logits (T, V)) and its gradient with respect to the logits."""
+    log_probs = _log_softmax(logits)
+    extended = np.full(2 * labels.size + 1, CTC_BLANK)  # a blank before, between and after the labels
+    extended[1::2] = labels
+    alpha = _ctc_log_alpha(log_probs, extended)
+    beta = _ctc_log_alpha(log_probs[::-1], extended[::-1])[::-1, ::-1]  # the same recursion, from the end
+    log_likelihood = np.logaddexp.reduce(alpha[-1, -2:])  # ending on the last label or the blank after it
+    if log_likelihood == -np.inf:  # more labels (and repeats) than frames: torch's gradient is NaN there too
+        return np.inf, np.full(logits.shape, np.nan)
+    # the posterior of each alignment state at each frame (alpha and beta both count the frame's emission)
+    occupancy = np.exp(alpha + beta - log_probs[:, extended] - log_likelihood)
+    return -log_likelihood, np.exp(log_probs) - occupancy @ np.eye(logits.shape[1])[extended]
+
+
+def ctc_loss_forward_backward(dlogits, losses, logits, targets, input_lengths, target_lengths, B, T, V, S):
+    """torch's ctc_loss, blank 0, with the log-softmax over V inside: losses (B,) -log p(targets[b, :target_lengths[b]]
+    | logits (B, T, V)[b, :input_lengths[b]]) (+inf when no alignment fits), targets (B, S) never the blank,
+    input_lengths >= 1; dlogits the gradient of their sum (written), 0 at frames t >= input_lengths[b], NaN for an
+    utterance whose loss is +inf."""
+    scores, labels = exact(logits).reshape(B, T, V), np.asarray(targets).reshape(B, S)
+    frames, counts = np.asarray(input_lengths).reshape(B), np.asarray(target_lengths).reshape(B)
+    dlogits.reshape(B, T, V)[...] = 0.0
+    for b in range(B):
+        loss, grads = _ctc_utterance(scores[b, :frames[b]], labels[b, :counts[b]])
+        losses.reshape(B)[b] = loss
+        dlogits.reshape(B, T, V)[b, :frames[b]] = grads
+
+
+def weight_norm_forward(weight, g, v, OC, C, K):
+    """torch's weight_norm with dim=2 (Wav2Vec2's positional convolution): weight (OC, C, K)[:, :, k] =
+    g (1, 1, K)[k] * v[:, :, k] / ||v[:, :, k]||, the norm over OC and C (the convolution's channels per group)."""
+    directions = exact(v).reshape(OC, C, K)
+    weight.reshape(OC, C, K)[...] = exact(g).reshape(K) * directions / np.sqrt((directions**2).sum(axis=(0, 1)))
+
+
+def weight_norm_backward(dg, dv, dweight, g, v, OC, C, K):
+    """weight_norm_forward's gradients from dweight (OC, C, K): dg += and dv +=; a direction's gradient is dweight's
+    part orthogonal to v[:, :, k], scaled by g[k] / ||v[:, :, k]||."""
+    directions, grads = exact(v).reshape(OC, C, K), exact(dweight).reshape(OC, C, K)
+    norms = np.sqrt((directions**2).sum(axis=(0, 1)))
+    along = (grads * directions).sum(axis=(0, 1)) / norms  # dweight's component along each unit direction
+    dg.reshape(K)[...] += along
+    dv.reshape(OC, C, K)[...] += exact(g).reshape(K) / norms * (grads - directions * along / norms)
