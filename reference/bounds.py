@@ -66,7 +66,8 @@ def attention_backward_bounds(q, k, v, dy, p, visible):
     to their small difference. dq = ds k sums over the keys a query sees, dk = ds^T q and dv = p^T dy over the
     queries that see a key: each carries its factor's error times the other factor's magnitude, plus its own
     sum's rounding. TINY covers values below float32's normal range, which lose their relative accuracy (or are
-    flushed to 0): each probability, dp, ds and output may be off by that much more."""
+    flushed to 0): each probability, dp, ds and output may be off by that much more, and so may the scaled
+    probability scale * p, which a kernel may form before the difference: p below TINY / scale is lost there."""
     def transposed(m):
         return np.swapaxes(m, -1, -2)
 
@@ -82,7 +83,7 @@ def attention_backward_bounds(q, k, v, dy, p, visible):
     row_sum_error = (p * dp_error + (sum_error(keys_seen) * p + flushed) * np.abs(dp)).sum(axis=-1, keepdims=True)
     difference = np.abs(dp - row_sum)
     ds_abs = scale * p * difference
-    ds_error = np.where(visible, scale * (p * (dp_error + row_sum_error) + flushed * difference) + 4 * U * ds_abs
+    ds_error = np.where(visible, scale * p * (dp_error + row_sum_error) + TINY * difference + 4 * U * ds_abs
                         + TINY, 0.0)
 
     dq = ds_error @ k_abs + sum_error(keys_seen) * (ds_abs @ k_abs)

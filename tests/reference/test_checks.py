@@ -41,6 +41,35 @@ def test_float32_implementation_passes(case):
         assert result.passed, f"course: {result.message}"
 
 
+def flushing_attention_backward(dinp, dscores, dout, inp, att, B, T, C, NH):
+    """attention_backward in float32 as a GPU kernel compiled to flush subnormal numbers may compute it: each
+    probability read, the scaled probability scale * p (formed before the difference) and ds flushed to 0 below
+    float32's smallest normal number."""
+    HS, tiny = C // NH, np.float32(2.0**-126)
+
+    def flushed(x):
+        return np.where(np.abs(x) < tiny, np.float32(0), x).astype(np.float32)
+
+    q, k, v = inp.reshape(B, T, 3, NH, HS).transpose(2, 0, 3, 1, 4)
+    dy = dout.reshape(B, T, NH, HS).transpose(0, 2, 1, 3)
+    p = flushed(np.where(np.tril(np.ones((T, T), bool)), att, np.float32(0)))
+    dp = dy @ v.transpose(0, 1, 3, 2)
+    row_sums = (p * dp).sum(axis=-1, keepdims=True, dtype=np.float32)
+    ds = flushed(flushed(p * np.float32(1 / np.sqrt(HS))) * (dp - row_sums))
+    grads = np.stack([ds @ k, ds.transpose(0, 1, 3, 2) @ q, p.transpose(0, 1, 3, 2) @ dy])
+    dinp.reshape(B, T, 3, NH, HS)[...] = grads.transpose(1, 3, 0, 2, 4)
+
+
+@pytest.mark.parametrize("seed", [516951009, 1, 2, 3], ids=lambda s: f"seed{s}")  # the first: a grader's seed
+def test_attention_backward_s_bound_admits_flushed_subnormal_numbers(seed):
+    """Probabilities near float32's smallest normal number, scaled before the difference, fall below it and may be
+    flushed to 0 (they were, on a GPU, at the first seed): the extreme case's bound must admit that."""
+    case = next(c for c in cases("attention_backward") if c.values == "extreme")
+    problem = build(dataclasses.replace(case, seed=seed))
+    result = judge(problem, execute(flushing_attention_backward, problem, device="cpu"), profile=FP32)
+    assert result.passed, result.message
+
+
 @pytest.mark.parametrize("case", [c for c in ALL_CASES if SPECS[c.function].updates],
                          ids=lambda c: f"{c.function}-{c.id}")
 def test_outputs_a_call_updates_start_from_real_content(case):
