@@ -1,5 +1,6 @@
 """Where the model's host functions come from: a backend is an array module plus the
-functions of model_runtime.ops.ForwardOps (and, for training, of TrainingOps).
+functions of model_runtime.ops.ForwardOps (and, for training, of TrainingOps; for
+Wav2Vec2, of SpeechOps, each one where the backend's module has it, else None).
 
 * kernels:   the kernels directory this process runs (this kit's kernels/, or another
              one: `kernels=` binds it, see kernel_runtime.loader), on the GPU; with
@@ -24,7 +25,7 @@ import types
 import numpy as np
 
 from model_runtime.ops import (FUSED_DECODE_FUNCTIONS, KV_CACHE_FUNCTIONS, MODEL_FUNCTIONS, OPTIONAL_FUNCTIONS,
-                               TRAINING_FUNCTIONS, ForwardOps)
+                               SPEECH_FUNCTIONS, TRAINING_FUNCTIONS, ForwardOps)
 from kernel_runtime import KitError, require_gpu
 from kernel_runtime.loader import use_kernels
 from reference.registry import SPECS, host_function, host_functions, not_written_yet
@@ -98,7 +99,8 @@ def kernel_ops(kernels: str | None = None, variants: tuple[str, ...] = ()) -> Fo
     recomputes)."""
     directory = use_kernels(kernels)
     ops = host_functions(MODEL_FUNCTIONS)
-    for name in OPTIONAL_FUNCTIONS + TRAINING_FUNCTIONS:  # a later milestone's, when this kernels directory has it
+    # a later milestone's, or Wav2Vec2's, when this kernels directory has it
+    for name in OPTIONAL_FUNCTIONS + TRAINING_FUNCTIONS + SPEECH_FUNCTIONS:
         if name in SPECS and (directory / f"{SPECS[name].module}.py").exists():
             setattr(ops, name, host_function(name))
     chosen = [variant_named(name) for name in variants]
@@ -117,4 +119,5 @@ def kernel_ops(kernels: str | None = None, variants: tuple[str, ...] = ()) -> Fo
 
 def _namespace(module) -> ForwardOps:
     names = MODEL_FUNCTIONS + OPTIONAL_FUNCTIONS + TRAINING_FUNCTIONS
-    return types.SimpleNamespace(**{name: getattr(module, name) for name in names})
+    speech = {name: getattr(module, name, None) for name in SPEECH_FUNCTIONS}  # reference.cpu's; not yet gold's
+    return types.SimpleNamespace(**{name: getattr(module, name) for name in names}, **speech)

@@ -1,10 +1,12 @@
 """The host functions the model calls, as a typed protocol: follow `ops.matmul_forward(...)`
 in gpt2/model.py to here, and from each method's docstring to its kernel module.
 
-Every backend (model_runtime.backends) offers exactly these functions: the kernels of the
-kernels directory the process runs, reference.gold, or reference.cpu. Arrays are the
-backend's (CuPy float32 on the GPU, NumPy on the CPU); each call writes its outputs
-in place and returns None. Each method's spec is reference/specs/<name without _forward>.py.
+Every backend (model_runtime.backends) offers these functions: the kernels of the
+kernels directory the process runs, reference.gold, or reference.cpu (SpeechOps' only
+where its module has them). Arrays are the backend's (CuPy float32 on the GPU, NumPy on
+the CPU); each call writes its outputs in place and returns None. Each method's spec is
+reference/specs/<name without _forward>.py (SpeechOps' have none yet: reference.cpu's
+Wav2Vec2 section defines them).
 """
 
 from __future__ import annotations
@@ -115,7 +117,59 @@ class TrainingOps(Protocol):
         """kernels/adamw.py: one torch.optim.AdamW step of N parameters; m and v updated in place."""
 
 
+class SpeechOps(Protocol):
+    """What Wav2Vec2 (wav2vec2.model) calls besides the transformer's functions: the convolutions of its
+    feature encoder and positional embedding, their norms, the exact GELU, attention over every valid frame and
+    the CTC loss, forward and backward. Channel-last (B, T, C) activations; gradients as in TrainingOps.
+    Optional: a backend has each one its module has (reference.cpu has them all)."""
+
+    def conv1d_forward(self, out: Array, inp: Array, weight: Array, bias: Array, B: int, T: int, C: int, OC: int,
+                       K: int, stride: int, padding: int, groups: int, T_out: int) -> None:
+        """kernels/conv1d.py: torch's grouped conv1d of inp (B, T, C) into out (B, T_out, OC), zero padded."""
+
+    def conv1d_backward(self, dinp: Array, dweight: Array, dbias: Array, dout: Array, inp: Array, weight: Array,
+                        B: int, T: int, C: int, OC: int, K: int, stride: int, padding: int, groups: int,
+                        T_out: int) -> None:
+        """kernels/conv1d.py: dinp written (None: not wanted), dweight and dbias (None: no bias) added to."""
+
+    def group_norm_forward(self, out: Array, mean: Array, rstd: Array, inp: Array, weight: Array, bias: Array,
+                           B: int, T: int, C: int, G: int) -> None:
+        """kernels/group_norm.py: GroupNorm of G groups over time and channels; mean and rstd (B, G) saved."""
+
+    def group_norm_backward(self, dinp: Array, dweight: Array, dbias: Array, dout: Array, inp: Array,
+                            weight: Array, mean: Array, rstd: Array, B: int, T: int, C: int, G: int) -> None:
+        """kernels/group_norm.py: dinp written, dweight and dbias added to, from the saved mean and rstd."""
+
+    def gelu_erf_forward(self, out: Array, inp: Array, N: int) -> None:
+        """kernels/gelu_erf.py: the exact GELU, x * Phi(x)."""
+
+    def gelu_erf_backward(self, dinp: Array, inp: Array, dout: Array, N: int) -> None:
+        """kernels/gelu_erf.py: dinp = gelu_erf'(inp) * dout."""
+
+    def bidirectional_attention_forward(self, out: Array, att: Array, inp: Array, lengths: Array, B: int, T: int,
+                                        C: int, NH: int) -> None:
+        """kernels/bidirectional_attention.py: attention of packed q|k|v to every key before lengths[b]."""
+
+    def bidirectional_attention_backward(self, dinp: Array, dout: Array, inp: Array, att: Array, lengths: Array,
+                                         B: int, T: int, C: int, NH: int) -> None:
+        """kernels/bidirectional_attention.py: dinp (B, T, 3C) from the saved probabilities att."""
+
+    def ctc_loss_forward_backward(self, dlogits: Array, losses: Array, logits: Array, targets: Array,
+                                  input_lengths: Array, target_lengths: Array, B: int, T: int, V: int,
+                                  S: int) -> None:
+        """kernels/ctc_loss.py: losses (B,) of CTC, blank 0, and dlogits, the gradient of their sum."""
+
+    def weight_norm_forward(self, weight: Array, g: Array, v: Array, OC: int, C: int, K: int) -> None:
+        """kernels/weight_norm.py: weight[:, :, k] = g[k] * v[:, :, k] / ||v[:, :, k]|| (torch's dim=2)."""
+
+    def weight_norm_backward(self, dg: Array, dv: Array, dweight: Array, g: Array, v: Array, OC: int, C: int,
+                             K: int) -> None:
+        """kernels/weight_norm.py: dg and dv added to, from dweight."""
+
+
+PROTOCOLS = (ForwardOps, TrainingOps, SpeechOps)
 TRAINING_FUNCTIONS: tuple[str, ...] = tuple(name for name in vars(TrainingOps) if not name.startswith("_"))
+SPEECH_FUNCTIONS: tuple[str, ...] = tuple(name for name in vars(SpeechOps) if not name.startswith("_"))
 FUSED_DECODE_FUNCTIONS = ("layernorm_matmul_forward", "layernorm_matmul_gelu_forward", "matmul_residual_forward")
 # the KV cache's: while they are stubs, generation recomputes every step instead (generation.decoding)
 KV_CACHE_FUNCTIONS = ("encoder_at_positions_forward", "kv_cache_append_forward", "decode_attention_forward")
@@ -128,5 +182,5 @@ MODEL_FUNCTIONS: tuple[str, ...] = tuple(name for name in vars(ForwardOps)
 
 def parameters(function: str) -> tuple[str, ...]:
     """A host function's argument names in call order, from its protocol."""
-    protocol = TrainingOps if function in TRAINING_FUNCTIONS else ForwardOps
+    protocol = next(protocol for protocol in PROTOCOLS if function in vars(protocol))
     return tuple(inspect.signature(getattr(protocol, function)).parameters)[1:]  # all but self

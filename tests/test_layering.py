@@ -1,6 +1,6 @@
 """The kit's packages stand on each other one way:
 
-    kernel_runtime  <-  kernels  <-  reference  <-  model_runtime  <-  generation, training  <-  gptj
+    kernel_runtime  <-  kernels  <-  reference  <-  model_runtime  <-  generation, training  <-  gptj, wav2vec2
                     <-  gpt2  <-  grading  <-  benchmarks
 
 A package imports only packages below it, counting `import` statements anywhere in
@@ -8,10 +8,10 @@ a module (inside functions too) and importlib.import_module calls whose name sta
 with a literal (reference reaches kernels only that way: by the module names its
 specs give). So the graph has no cycle, and an editor can follow every edge. Model
 families share model_runtime, generation and training (which stand side by side,
-neither importing the other), and gptj imports nothing of gpt2's: gpt2
-stands above it only because it holds the kit's command (python -m gpt2, which runs
-any family: gpt2.families). The
-grader's leaderboard runs the whole model, so grading stands on gpt2.
+neither importing the other); gptj and wav2vec2 import nothing of gpt2's, nor of each
+other's: gpt2 stands above them only because it holds the kit's command (python -m
+gpt2, which runs any family: gpt2.families). The grader's leaderboard runs the whole
+model, so grading stands on gpt2.
 """
 
 import ast
@@ -22,8 +22,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).parents[1]
-LAYERS = [["kernel_runtime"], ["kernels"], ["reference"], ["model_runtime"], ["generation", "training"], ["gptj"],
-          ["gpt2"], ["grading"], ["benchmarks"]]
+LAYERS = [["kernel_runtime"], ["kernels"], ["reference"], ["model_runtime"], ["generation", "training"],
+          ["gptj", "wav2vec2"], ["gpt2"], ["grading"], ["benchmarks"]]
 LEVEL = {package: level for level, packages in enumerate(LAYERS) for package in packages}
 
 
@@ -77,8 +77,8 @@ def test_the_graph_has_no_cycle():
 @pytest.mark.parametrize("module", sorted(p.stem for p in (ROOT / "kernels").glob("*.py") if p.stem != "__init__"))
 def test_importing_a_kernel_module_loads_nothing_above_the_runtime(module):
     code = ("import sys, kernels." + module + "\n"
-            "print(sorted({m.split('.')[0] for m in sys.modules} & {'model_runtime', 'generation', 'gptj', 'gpt2',"
-            " 'reference', 'grading', 'benchmarks'}))")
+            "print(sorted({m.split('.')[0] for m in sys.modules} & {'model_runtime', 'generation', 'gptj', 'wav2vec2',"
+            " 'gpt2', 'reference', 'grading', 'benchmarks'}))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"

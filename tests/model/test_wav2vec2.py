@@ -1,0 +1,121 @@
+"""Wav2Vec2ForCTC (wav2vec2/) on the reference backend against transformers' Wav2Vec2ForCTC, both in float64 on the
+CPU: the same seeded weights, a batch of three utterances of different lengths (zero padded, with an attention
+mask) and their labels on both sides.
+
+The logits, the summed CTC loss and every parameter's gradient must agree to rounding (1e-9 of each tensor's largest
+element). transformers' own loss takes its log-softmax in float32 (transformers.loss.loss_ctc), so the float64 loss
+is the same computation, torch's ctc_loss of transformers' float64 logits, and transformers' float32 one is checked
+against it to float32's precision."""
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch", reason="needs PyTorch and transformers: the README's Setup says how to add them")
+transformers = pytest.importorskip("transformers", reason="needs transformers: pip install -e '.[hf]'")
+
+from wav2vec2.checkpoint import config_from_hf, from_hf_state_dict, perturbed_parameters  # noqa: E402
+from wav2vec2.config import PRESETS  # noqa: E402
+from wav2vec2.model import InputError, Wav2Vec2ForCTC  # noqa: E402
+
+TINY = PRESETS["tiny"]
+SEEDS = [0, 1]
+TOLERANCE = 1e-9  # float64 on both sides: rounding only, relative to each tensor's largest element
+AUDIO_LENGTHS = np.array([3200, 2400, 1600])  # 9, 7 and 4 frames
+LABEL_LENGTHS = np.array([5, 3, 1])  # the first with a repeated label: 6 of its 9 frames at least
+
+
+def hf_config(config):
+    """transformers' config of `config`, in eval mode's terms: no dropout, LayerDrop or SpecAugment; CTC summed."""
+    return transformers.Wav2Vec2Config(
+        conv_dim=list(config.conv_dim), conv_kernel=list(config.conv_kernel), conv_stride=list(config.conv_stride),
+        hidden_size=config.channels, num_hidden_layers=config.num_layers, num_attention_heads=config.num_heads,
+        intermediate_size=config.intermediate_size, num_conv_pos_embeddings=config.pos_conv_kernel,
+        num_conv_pos_embedding_groups=config.pos_conv_groups, vocab_size=config.vocab_size, hidden_dropout=0.0,
+        activation_dropout=0.0, attention_dropout=0.0, feat_proj_dropout=0.0, final_dropout=0.0, layerdrop=0.0,
+        mask_time_prob=0.0, ctc_loss_reduction="sum", attn_implementation="eager")
+
+
+def hf_twin(seed: int):
+    """transformers' Wav2Vec2ForCTC of TINY in float64, eval mode, every parameter drawn from N(0, 1 / fan-in) (the
+    size of one output's slice of it), in float32 values so that our float32 parameters hold them exactly."""
+    model = transformers.Wav2Vec2ForCTC(hf_config(TINY)).double().eval()
+    rng = np.random.default_rng(seed)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            values = rng.normal(size=tuple(parameter.shape)) / np.sqrt(parameter[0].numel())
+            parameter.copy_(torch.tensor(values.astype(np.float32)))
+    return model
+
+
+def batch(seed: int):
+    """Audio (3, 3200) zero padded past AUDIO_LENGTHS, and labels (3, 5) in 1..V-1 padded with 0 past LABEL_LENGTHS,
+    the first utterance's second label a repeat of its first."""
+    rng = np.random.default_rng(seed + 100)
+    S, U = AUDIO_LENGTHS.max(), LABEL_LENGTHS.max()
+    audio = np.where(np.arange(S) < AUDIO_LENGTHS[:, None], rng.normal(size=(3, S)), 0.0)
+    labels = np.where(np.arange(U) < LABEL_LENGTHS[:, None], rng.integers(1, TINY.vocab_size, size=(3, U)), 0)
+    labels[0, 1] = labels[0, 0]
+    return audio, labels
+
+
+@pytest.mark.parametrize("seed", SEEDS, ids=lambda s: f"seed{s}")
+def test_logits_loss_and_every_gradient_equal_transformers_autograd(seed):
+    hf_model = hf_twin(seed)
+    audio, labels = batch(seed)
+    model = Wav2Vec2ForCTC(TINY, from_hf_state_dict(TINY, hf_model.state_dict()), backend="reference")
+    a, d, grads = model.new_activations(*audio.shape), model.new_gradients(*audio.shape), model.zero_grads()
+    logits = model.forward(audio, AUDIO_LENGTHS, a)
+    loss = model.loss(labels, LABEL_LENGTHS, a, d)
+    model.backward(a, d, grads)
+
+    attention_mask = torch.tensor(np.arange(audio.shape[1]) < AUDIO_LENGTHS[:, None], dtype=torch.long)
+    hf_labels = torch.tensor(np.where(np.arange(labels.shape[1]) < LABEL_LENGTHS[:, None], labels, -100))
+    out = hf_model(torch.tensor(audio), attention_mask=attention_mask, labels=hf_labels)
+    frames = hf_model._get_feat_extract_output_lengths(attention_mask.sum(-1))
+    assert frames.tolist() == TINY.frames(AUDIO_LENGTHS).tolist() == [9, 7, 4]
+    theirs = torch.nn.functional.ctc_loss(  # transformers' loss_ctc, in float64
+        torch.log_softmax(out.logits, dim=-1).transpose(0, 1), torch.tensor(labels[labels > 0]), frames,
+        torch.tensor(LABEL_LENGTHS), blank=0, reduction="sum", zero_infinity=False)
+    theirs.backward()
+
+    want = out.logits.detach().numpy()
+    assert logits.shape == want.shape == (3, 9, TINY.vocab_size)
+    # the padded frames too: both models compute them alike (their queries attend to the valid frames)
+    assert np.abs(logits - want).max() <= TOLERANCE * np.abs(want).max()
+    assert abs(out.loss.item() - theirs.item()) <= 1e-5 * abs(theirs.item())  # transformers' float32 log-softmax
+    assert abs(loss - theirs.item()) <= TOLERANCE * abs(theirs.item())
+    expected = from_hf_state_dict(TINY, {name: p.grad for name, p in hf_model.named_parameters()}, np.float64)
+    assert set(expected) == set(grads)
+    for name, want in expected.items():
+        scale = np.abs(want).max()
+        assert scale > 0, f"{name}: transformers' gradient is all zero"
+        error = np.abs(grads[name] - want).max()
+        assert error <= TOLERANCE * scale, f"{name}: {error / scale:.2e}"
+
+
+def test_base_size_has_transformers_parameter_count():
+    with torch.device("meta"):  # shapes only: nothing drawn
+        hf_model = transformers.Wav2Vec2ForCTC(transformers.Wav2Vec2Config(vocab_size=32))
+    counts = {name: p.numel() for name, p in hf_model.named_parameters()}
+    # SpecAugment's mask embedding: a training-time parameter (mask_time_prob 0.05 by default) eval mode never reads
+    assert counts.pop("wav2vec2.masked_spec_embed") == 768
+    assert PRESETS["base"].num_parameters() == sum(counts.values()) == 94_395_552
+    assert config_from_hf(transformers.Wav2Vec2Config(vocab_size=32).to_dict()) == PRESETS["base"]
+    assert config_from_hf(hf_config(TINY).to_dict()) == TINY
+
+
+@pytest.mark.parametrize("seed", SEEDS, ids=lambda s: f"seed{s}")
+def test_random_init_fills_every_parameter_and_runs(seed):
+    params = perturbed_parameters(TINY, seed)
+    assert {name: p.shape for name, p in params.items()} == TINY.parameter_shapes()
+    model = Wav2Vec2ForCTC(TINY, params, backend="reference")
+    audio, labels = batch(seed)
+    a = model.new_activations(*audio.shape)
+    assert np.isfinite(model.forward(audio, AUDIO_LENGTHS, a)).all()
+    assert np.isfinite(model.loss(labels, LABEL_LENGTHS, a, model.new_gradients(*audio.shape)))
+
+
+def test_audio_too_short_for_a_frame_is_refused():
+    model = Wav2Vec2ForCTC(TINY, perturbed_parameters(TINY, 0), backend="reference")
+    with pytest.raises(InputError, match="at least 400 \\(one frame\\)"):
+        model.forward(np.zeros((2, 800)), np.array([800, 399]))
