@@ -399,3 +399,52 @@ def adamw_update(params, grads, m, v, N, learning_rate, beta1, beta2, eps, weigh
     v_ += f32(1 - beta2) * g * g
     denominator = xp.sqrt(v_) / f32(math.sqrt(1 - beta2**step)) + f32(eps)
     p -= f32(learning_rate / (1 - beta1**step)) * (m_ / denominator)
+
+
+# --------------------------------------------------------------------------- Wav2Vec2's layers
+# reference/cpu.py's last section: channel-last (B, T, C) frames, weights as PyTorch stores them.
+
+
+def conv1d_columns(inp, B, T, C, K, stride, padding, groups, T_out):
+    """im2col: (groups, B*T_out, K * C // groups), row (b, t) holding the window of output frame t, tap-major
+    (k * C // groups + c), zeros where it reaches past inp's frames."""
+    xp = array_module(inp)
+    padded = xp.zeros((B, T + 2 * padding, C), dtype=inp.dtype)
+    padded[:, padding:padding + T] = inp.reshape(B, T, C)
+    taps = xp.arange(T_out).reshape(T_out, 1) * stride + xp.arange(K)
+    windows = padded[:, taps].reshape(B * T_out, K, groups, C // groups)
+    return windows.transpose(2, 0, 1, 3).reshape(groups, B * T_out, K * (C // groups))
+
+
+def conv1d_filters(weight, C, OC, K, groups):
+    """(groups, K * C // groups, OC // groups): weight (OC, C // groups, K) as the columns' matrix multiplier."""
+    return weight.reshape(groups, OC // groups, C // groups, K).transpose(0, 3, 2, 1).reshape(groups, -1, OC // groups)
+
+
+def conv1d_forward(out, inp, weight, bias, B, T, C, OC, K, stride, padding, groups, T_out):
+    xp = array_module(inp)
+    columns = conv1d_columns(inp, B, T, C, K, stride, padding, groups, T_out)
+    product = xp.matmul(columns, conv1d_filters(weight, C, OC, K, groups))  # (groups, B*T_out, OC // groups)
+    result = product.transpose(1, 0, 2).reshape(B, T_out, OC)
+    if bias is not None:
+        result += bias.reshape(OC)
+    out.reshape(B, T_out, OC)[...] = result
+
+
+def conv1d_backward(dinp, dweight, dbias, dout, inp, weight, B, T, C, OC, K, stride, padding, groups, T_out):
+    xp = array_module(dout)
+    G, Cg, OCg = groups, C // groups, OC // groups
+    grads = dout.reshape(B * T_out, G, OCg).transpose(1, 0, 2)  # (G, B*T_out, OCg)
+    columns = conv1d_columns(inp, B, T, C, K, stride, padding, G, T_out)
+    gathered = dweight.reshape(G, OCg, Cg, K)
+    product = xp.matmul(grads.transpose(0, 2, 1), columns).reshape(G, OCg, K, Cg).transpose(0, 1, 3, 2)
+    xp.add(gathered, product, out=gathered)
+    if dbias is not None:
+        xp.add(dbias.reshape(OC), dout.reshape(B * T_out, OC).sum(axis=0), out=dbias.reshape(OC))
+    if dinp is not None:
+        dcolumns = xp.matmul(grads, conv1d_filters(weight, C, OC, K, G).transpose(0, 2, 1))  # (G, B*T_out, K*Cg)
+        dwindows = dcolumns.reshape(G, B, T_out, K, Cg).transpose(1, 2, 3, 0, 4).reshape(B, T_out, K, C)
+        dpadded = xp.zeros((B, T + 2 * padding, C), dtype=dout.dtype)
+        for k in range(K):  # tap k of output frame t reads padded frame t * stride + k
+            dpadded[:, k:k + stride * (T_out - 1) + 1:stride] += dwindows[:, :, k]
+        dinp.reshape(B, T, C)[...] = dpadded[:, padding:padding + T]

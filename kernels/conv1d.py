@@ -1,0 +1,351 @@
+"""Conv1d on channel-last frames: Wav2Vec2's feature encoder and positional convolution.
+
+    out[b, t, o] = bias[o] + sum_k sum_c inp[b, t * stride + k - padding, g * Cg + c] * weight[o, c, k]
+
+inp (B, T, C): a frame's C channels are contiguous; weight (OC, Cg, K) as PyTorch stores it, Cg = C / groups
+channels per group; output channel o belongs to group g = o / OCg (OCg = OC / groups) and reads only that
+group's channels; frames outside [0, T) are zeros (padding); bias (OC) or None; out (B, T_out, OC), T_out at
+most (T + 2 padding - K) / stride + 1 (fewer: the last frames are dropped).
+
+A convolution is a matmul in disguise (an implicit GEMM): per group, the rows are the B*T_out output frames,
+the columns its OCg output channels, and the reduction runs over the K*Cg values of a frame's window, taken in
+the order j = k * Cg + c, so that consecutive j are consecutive channels of one input frame (contiguous floats;
+with C = 1, the audio, consecutive taps, also contiguous). Nothing is copied into an im2col matrix: the
+shared-memory tiles are gathered straight from inp and weight. The backward pass is two more such products:
+
+    dinp[b, t, c]   = sum over taps k that read frame t, and o in the group, of dout[b, t_out, o] * weight[o, c, k]
+    dweight[o, c, k] += sum over the B*T_out rows of dout[row, o] * window[row, k * Cg + c]
+    dbias[o]        += sum over the rows of dout[row, o]
+
+tile_product is the one tiling of all three: a block computes a 64 x 64 tile of a product, walking the
+reduction in slices of 16; per slice its 256 threads gather a 64 x 16 slice of each operand into shared memory
+(4 elements each, zeros outside the operand) and each accumulates a 4 x 4 part of the tile, two float4 reads
+from shared memory per 16 multiply-adds. A gather reads along whichever index is contiguous in global memory:
+ALONG_K, 16 lanes take 16 consecutive reduction indices of one row (inp's windows and dout's channels); else 64
+lanes take 64 consecutive rows or columns (dout transposed, and the window columns of dweight). Each kernel
+hands tile_product two element functions, a(piece, k) and b(piece, k), over the rows (columns) it prepared once
+per thread: where they start in memory, the first frame they read.
+
+* forward: grid (row tiles, column tiles, groups); out written with the bias added.
+* dinp, as a product per group and phase: frame t = s * stride + q is read only by the taps k = k0 + stride * m
+  with k0 = (q + padding) % stride, from output frame t_out = s + (q + padding) / stride - m. So for each phase q
+  the rows are the frames s of that phase, the reduction runs over (m, o) with no zero taps in it (a stride-2
+  convolution does half the work of a transposed one over every tap), and every dinp element is written once,
+  by one thread, gathered rather than scattered: no atomics. A frame no tap reads (T_out below the formula, or
+  stride > K) is written 0. Grid (row tiles, column tiles, groups * stride).
+* dweight: per group (OCg rows) x (K * Cg columns), reduced over the B*T_out rows of dout. The first conv has
+  only 512 x 10 weights but 128k rows: 8 tiles of 64 could not fill a GPU, so the rows are cut into `splits`
+  contiguous spans (a number fixed by the sizes alone, ~TARGET_BLOCKS blocks in all), each block writing its
+  partial tile into a scratch array taken from CuPy's memory pool inside conv1d_backward (splits x OC x Cg x K
+  floats: 2.6 MB for the first conv, about the weight's size at the positional conv, where splits = 1). Then
+  dweight_sum_kernel adds the partials to dweight in split order. Summing each element in one pass (no
+  scratch) would leave the first conv's dweight to 8 blocks walking 128k rows each.
+* dbias: a block owns 32 columns, one per lane; its 32 warps sum every 32nd row, then the warps' sums are added
+  in warp order.
+
+Every sum is taken in an order fixed by the sizes alone (no atomics): the same bits on every run. Weight
+gathers are strided (weight's fastest index is k); weights are small next to the frames and stay in L2. This
+module builds on nothing of kernels/matmul*.py: those are the students' to write, and this one is in every kit
+whole.
+"""
+
+import numpy as np
+
+from kernel_runtime import CudaKernel, KernelArgumentError, ceil_div, check_array, check_dims
+from kernel_runtime.device import cupy
+
+TILE = 64          # rows and columns of a product's tile per block
+TILE_K = 16        # depth of one shared-memory slice
+THREADS = 256      # per product block, each owning a 4 x 4 part of the tile
+BIAS_COLUMNS = 32  # columns of dout per dbias block: one per lane
+BIAS_WARPS = 32    # warps per dbias block, each summing every BIAS_WARPS-th row
+SUM_THREADS = 256  # per dweight_sum_kernel block, one dweight element each
+TARGET_BLOCKS = 1024   # dweight's row splits aim at about this many blocks in all
+MIN_SPLIT_ROWS = 256   # and give each split at least this many rows
+
+CONV1D_SOURCE = r"""
+static_assert(TILE * TILE_K == 4 * THREADS, "each thread gathers four elements of each operand per slice");
+static_assert((TILE / 4) * (TILE / 4) == THREADS, "each thread owns a 4 x 4 part of the tile");
+
+// Piece i (0..3) of this thread's gather of a TILE x TILE_K slice: its row (or column) in the tile, and its
+// reduction index in the slice. ALONG_K: lanes take consecutive reduction indices of one row; else
+// consecutive rows at one reduction index.
+template <bool ALONG_K> __device__ __forceinline__ int piece_outer(int i) {
+    return ALONG_K ? threadIdx.x / TILE_K + (THREADS / TILE_K) * i : threadIdx.x % TILE;
+}
+template <bool ALONG_K> __device__ __forceinline__ int piece_k(int i) {
+    return ALONG_K ? threadIdx.x % TILE_K : threadIdx.x / TILE + (THREADS / TILE) * i;
+}
+// The tile rows and columns of this thread's 4 x 4 part of the tile: 4 * (its row group) + i, 4 * (column group) + j.
+__device__ __forceinline__ int owned_row(int i) { return 4 * (threadIdx.x / (TILE / 4)) + i; }
+__device__ __forceinline__ int owned_column(int j) { return 4 * (threadIdx.x % (TILE / 4)) + j; }
+
+// acc += A (TILE rows) @ B (TILE columns) over the reduction indices [k_begin, k_end): a(i, k) is A's element
+// at tile row piece_outer<A_ALONG_K>(i), b(i, k) B's at tile column piece_outer<B_ALONG_K>(i), each 0 outside
+// its operand (k is always inside [k_begin, k_end)).
+template <bool A_ALONG_K, bool B_ALONG_K, class ElementA, class ElementB>
+__device__ __forceinline__ void tile_product(float (&acc)[4][4], int k_begin, int k_end, ElementA a, ElementB b) {
+    __shared__ __align__(16) float a_tile[TILE_K][TILE + 4];  // a_tile[k][r] = A[r][k0 + k]
+    __shared__ __align__(16) float b_tile[TILE_K][TILE + 4];  // b_tile[k][n] = B[k0 + k][n]
+    for (int k0 = k_begin; k0 < k_end; k0 += TILE_K) {
+        #pragma unroll
+        for (int i = 0; i < 4; i++) {
+            int ka = k0 + piece_k<A_ALONG_K>(i), kb = k0 + piece_k<B_ALONG_K>(i);
+            a_tile[piece_k<A_ALONG_K>(i)][piece_outer<A_ALONG_K>(i)] = ka < k_end ? a(i, ka) : 0.0f;
+            b_tile[piece_k<B_ALONG_K>(i)][piece_outer<B_ALONG_K>(i)] = kb < k_end ? b(i, kb) : 0.0f;
+        }
+        __syncthreads();
+        #pragma unroll
+        for (int k = 0; k < TILE_K; k++) {
+            float4 a_column = *(const float4*)&a_tile[k][owned_row(0)];
+            float4 b_row = *(const float4*)&b_tile[k][owned_column(0)];
+            float a_k[4] = {a_column.x, a_column.y, a_column.z, a_column.w};
+            #pragma unroll
+            for (int i = 0; i < 4; i++) {  // the outer product of A's column and B's row at this k
+                acc[i][0] += a_k[i] * b_row.x;
+                acc[i][1] += a_k[i] * b_row.y;
+                acc[i][2] += a_k[i] * b_row.z;
+                acc[i][3] += a_k[i] * b_row.w;
+            }
+        }
+        __syncthreads();  // everyone is done with this slice before the next one overwrites it
+    }
+}
+
+// out (B, T_out, OC) = the convolution, bias added (bias may be null). Grid (ceil(B * T_out / TILE),
+// ceil(OCg / TILE), groups): per group g, rows (b, t_out), columns o, reduction j = k * Cg + c.
+extern "C" __global__ void __launch_bounds__(THREADS)
+conv1d_forward_kernel(float* out, const float* inp, const float* weight, const float* bias, int B, int T, int C,
+                      int OC, int K, int stride, int padding, int groups, int T_out) {
+    const int g = blockIdx.z, Cg = C / groups, OCg = OC / groups, rows = B * T_out;
+    const int row0 = blockIdx.x * TILE, col0 = blockIdx.y * TILE;
+    const float* frames[4];  // this thread's gather rows: their utterance's channels of group g, or null
+    int first_frame[4];      // and the frame their tap 0 reads
+    const float* filters[4]; // this thread's gather columns: weight[o] of their output channel, or null
+    #pragma unroll
+    for (int i = 0; i < 4; i++) {
+        int row = row0 + piece_outer<true>(i), b = row / T_out;
+        frames[i] = row < rows ? inp + (long long)b * T * C + g * Cg : nullptr;
+        first_frame[i] = (row - b * T_out) * stride - padding;
+        int o = col0 + piece_outer<true>(i);
+        filters[i] = o < OCg ? weight + (long long)(g * OCg + o) * Cg * K : nullptr;
+    }
+    auto window = [&](int i, int j) {  // inp[b, t_out * stride + k - padding, g * Cg + c]
+        int k = j / Cg, c = j - k * Cg, frame = first_frame[i] + k;
+        return frames[i] && frame >= 0 && frame < T ? frames[i][(long long)frame * C + c] : 0.0f;
+    };
+    auto tap = [&](int i, int j) {  // weight[o, c, k]
+        int k = j / Cg, c = j - k * Cg;
+        return filters[i] ? filters[i][c * K + k] : 0.0f;
+    };
+    float acc[4][4] = {};
+    tile_product<true, true>(acc, 0, K * Cg, window, tap);
+
+    #pragma unroll
+    for (int i = 0; i < 4; i++) {
+        int row = row0 + owned_row(i);
+        if (row >= rows) break;
+        #pragma unroll
+        for (int j = 0; j < 4; j++) {
+            int o = col0 + owned_column(j);
+            if (o < OCg) out[(long long)row * OC + g * OCg + o] = acc[i][j] + (bias ? bias[g * OCg + o] : 0.0f);
+        }
+    }
+}
+
+// dinp (B, T, C), written. Grid (ceil(B * ceil(T / stride) / TILE), ceil(Cg / TILE), groups * stride): block z
+// takes group z % groups and the frames t = s * stride + q of phase q = z / groups; rows (b, s), columns c,
+// reduction (m, o) -> m * OCg + o over the taps k = k0 + stride * m that read those frames.
+extern "C" __global__ void __launch_bounds__(THREADS)
+conv1d_backward_dinp_kernel(float* dinp, const float* dout, const float* weight, int B, int T, int C, int OC,
+                            int K, int stride, int padding, int groups, int T_out) {
+    const int g = blockIdx.z % groups, q = blockIdx.z / groups, Cg = C / groups, OCg = OC / groups;
+    const int frames_of_phase = q < T ? (T - q + stride - 1) / stride : 0, rows = B * frames_of_phase;
+    const int k0 = (q + padding) % stride, taps = k0 < K ? (K - k0 + stride - 1) / stride : 0;
+    const int row0 = blockIdx.x * TILE, col0 = blockIdx.y * TILE;
+    if (row0 >= rows) return;
+    const float* grads[4];  // this thread's gather rows: their utterance's dout, channels of group g, or null
+    int last_output[4];     // and the output frame their tap k0 (m = 0) comes from; tap m's is this - m
+    #pragma unroll
+    for (int i = 0; i < 4; i++) {
+        int row = row0 + piece_outer<true>(i), b = row / frames_of_phase;
+        grads[i] = row < rows ? dout + (long long)b * T_out * OC + g * OCg : nullptr;
+        last_output[i] = row - b * frames_of_phase + (q + padding) / stride;
+    }
+    const int c = col0 + piece_outer<false>(0);  // this thread's gather column: one channel for all four pieces
+    const float* filter = c < Cg ? weight + (long long)g * OCg * Cg * K + c * K + k0 : nullptr;
+    auto grad = [&](int i, int j) {  // dout[b, t_out, g * OCg + o]
+        int m = j / OCg, o = j - m * OCg, t_out = last_output[i] - m;
+        return grads[i] && t_out >= 0 && t_out < T_out ? grads[i][(long long)t_out * OC + o] : 0.0f;
+    };
+    auto tap = [&](int, int j) {  // weight[g * OCg + o, c, k0 + stride * m]
+        int m = j / OCg, o = j - m * OCg;
+        return filter ? filter[(long long)o * Cg * K + stride * m] : 0.0f;
+    };
+    float acc[4][4] = {};
+    tile_product<true, false>(acc, 0, taps * OCg, grad, tap);
+
+    #pragma unroll
+    for (int i = 0; i < 4; i++) {
+        int row = row0 + owned_row(i);
+        if (row >= rows) break;
+        int b = row / frames_of_phase, t = (row - b * frames_of_phase) * stride + q;
+        #pragma unroll
+        for (int j = 0; j < 4; j++) {
+            int channel = col0 + owned_column(j);
+            if (channel < Cg) dinp[((long long)b * T + t) * C + g * Cg + channel] = acc[i][j];
+        }
+    }
+}
+
+// partials (splits, groups, OCg, K * Cg): block z's group g = z % groups sums dout^T @ window over its split's
+// rows [split * split_rows, + split_rows). Grid (ceil(OCg / TILE), ceil(K * Cg / TILE), groups * splits): rows o,
+// columns j = k * Cg + c, reduction over the rows (b, t_out) of dout.
+extern "C" __global__ void __launch_bounds__(THREADS)
+conv1d_backward_dweight_kernel(float* partials, const float* dout, const float* inp, int B, int T, int C, int OC,
+                               int K, int stride, int padding, int groups, int T_out, int split_rows) {
+    const int g = blockIdx.z % groups, split = blockIdx.z / groups, Cg = C / groups, OCg = OC / groups;
+    const int rows = B * T_out, columns = K * Cg, row_begin = split * split_rows;
+    const int row0 = blockIdx.x * TILE, col0 = blockIdx.y * TILE;
+    const int o = row0 + piece_outer<false>(0), j = col0 + piece_outer<false>(0);  // this thread's gathers
+    const int k = j / Cg, c = j - k * Cg;
+    auto grad = [&](int, int row) {  // dout[row, g * OCg + o]
+        return o < OCg ? dout[(long long)row * OC + g * OCg + o] : 0.0f;
+    };
+    auto window = [&](int, int row) {  // inp[b, t_out * stride + k - padding, g * Cg + c]
+        int b = row / T_out, frame = (row - b * T_out) * stride + k - padding;
+        return j < columns && frame >= 0 && frame < T ? inp[((long long)b * T + frame) * C + g * Cg + c] : 0.0f;
+    };
+    float acc[4][4] = {};
+    tile_product<false, false>(acc, row_begin, min(rows, row_begin + split_rows), grad, window);
+
+    float* partial = partials + (long long)blockIdx.z * OCg * columns;
+    #pragma unroll
+    for (int i = 0; i < 4; i++) {
+        int out_channel = row0 + owned_row(i);
+        if (out_channel >= OCg) break;
+        #pragma unroll
+        for (int jj = 0; jj < 4; jj++) {
+            int column = col0 + owned_column(jj);
+            if (column < columns) partial[(long long)out_channel * columns + column] = acc[i][jj];
+        }
+    }
+}
+
+// dweight (OC, Cg, K) += the splits' partials of each element, added in split order. One thread per element.
+extern "C" __global__ void __launch_bounds__(SUM_THREADS)
+dweight_sum_kernel(float* dweight, const float* partials, int C, int OC, int K, int groups, int splits) {
+    const int Cg = C / groups;
+    const long long element = (long long)blockIdx.x * SUM_THREADS + threadIdx.x, per_split = (long long)OC * Cg * K;
+    if (element >= per_split) return;
+    const int o = element / (Cg * K), c = element / K % Cg, k = element % K;
+    const long long at = (long long)o * K * Cg + k * Cg + c;  // split 0's [g][o % OCg][j], g * OCg + o % OCg = o
+    float sum = 0.0f;
+    for (int split = 0; split < splits; split++) sum += partials[split * per_split + at];
+    dweight[element] += sum;
+}
+
+// dbias (OC) += the sum of dout's rows. Grid ceil(OC / BIAS_COLUMNS), BIAS_COLUMNS * BIAS_WARPS threads.
+extern "C" __global__ void __launch_bounds__(BIAS_COLUMNS * BIAS_WARPS)
+conv1d_backward_dbias_kernel(float* dbias, const float* dout, int rows, int OC) {
+    __shared__ float warp_sums[BIAS_WARPS][BIAS_COLUMNS];
+    const int lane = threadIdx.x % BIAS_COLUMNS, warp = threadIdx.x / BIAS_COLUMNS;
+    const int o = blockIdx.x * BIAS_COLUMNS + lane;
+    float sum = 0.0f;
+    if (o < OC) {
+        #pragma unroll 4  // four rows' loads in flight at once; the additions keep their order
+        for (int row = warp; row < rows; row += BIAS_WARPS) sum += dout[(long long)row * OC + o];
+    }
+    warp_sums[warp][lane] = sum;
+    __syncthreads();
+    if (warp == 0 && o < OC) {
+        float total = 0.0f;
+        for (int w = 0; w < BIAS_WARPS; w++) total += warp_sums[w][lane];
+        dbias[o] += total;
+    }
+}
+"""
+
+DEFINES = dict(TILE=TILE, TILE_K=TILE_K, THREADS=THREADS, BIAS_COLUMNS=BIAS_COLUMNS, BIAS_WARPS=BIAS_WARPS,
+               SUM_THREADS=SUM_THREADS)
+conv1d_forward_kernel = CudaKernel(CONV1D_SOURCE, "conv1d_forward_kernel", defines=DEFINES)
+conv1d_backward_dinp_kernel = CudaKernel(CONV1D_SOURCE, "conv1d_backward_dinp_kernel", defines=DEFINES)
+conv1d_backward_dweight_kernel = CudaKernel(CONV1D_SOURCE, "conv1d_backward_dweight_kernel", defines=DEFINES)
+dweight_sum_kernel = CudaKernel(CONV1D_SOURCE, "dweight_sum_kernel", defines=DEFINES)
+conv1d_backward_dbias_kernel = CudaKernel(CONV1D_SOURCE, "conv1d_backward_dbias_kernel", defines=DEFINES)
+
+
+def check_conv1d(function, B, T, C, OC, K, stride, padding, groups, T_out):
+    """The sizes of a convolution: positive, padding >= 0, groups dividing C and OC, T_out frames that exist."""
+    check_dims(function, B=B, T=T, C=C, OC=OC, K=K, stride=stride, groups=groups, T_out=T_out)
+    if padding < 0:
+        raise KernelArgumentError(f"{function}: padding must be >= 0, got {padding!r}")
+    if C % groups or OC % groups:
+        raise KernelArgumentError(f"{function}: groups ({groups}) must divide C ({C}) and OC ({OC})")
+    if T_out > (T + 2 * padding - K) // stride + 1:
+        raise KernelArgumentError(f"{function}: T_out ({T_out}) is more than the {(T + 2 * padding - K) // stride + 1} "
+                                  f"frames the convolution has")
+
+
+def conv1d_forward(out, inp, weight, bias, B, T, C, OC, K, stride, padding, groups, T_out):
+    check_conv1d("conv1d_forward", B, T, C, OC, K, stride, padding, groups, T_out)
+    for name, array, size in (("out", out, B * T_out * OC), ("inp", inp, B * T * C),
+                              ("weight", weight, OC * (C // groups) * K)):
+        check_array("conv1d_forward", name, array, size)
+    if bias is not None:
+        check_array("conv1d_forward", "bias", bias, OC)
+    launch_forward(out, inp, weight, bias, B, T, C, OC, K, stride, padding, groups, T_out)
+
+
+def conv1d_backward(dinp, dweight, dbias, dout, inp, weight, B, T, C, OC, K, stride, padding, groups, T_out):
+    check_conv1d("conv1d_backward", B, T, C, OC, K, stride, padding, groups, T_out)
+    for name, array, size in (("dweight", dweight, OC * (C // groups) * K), ("dout", dout, B * T_out * OC),
+                              ("inp", inp, B * T * C), ("weight", weight, OC * (C // groups) * K)):
+        check_array("conv1d_backward", name, array, size)
+    for name, array, size in (("dinp", dinp, B * T * C), ("dbias", dbias, OC)):
+        if array is not None:
+            check_array("conv1d_backward", name, array, size)
+    launch_backward(dinp, dweight, dbias, dout, inp, weight, B, T, C, OC, K, stride, padding, groups, T_out)
+
+
+def launch_forward(out, inp, weight, bias, B, T, C, OC, K, stride, padding, groups, T_out,
+                   kernel=conv1d_forward_kernel):
+    """The forward kernel on checked arguments (a known-wrong version passes its own)."""
+    grid = (ceil_div(B * T_out, TILE), ceil_div(OC // groups, TILE), groups)
+    bias_pointer = bias if bias is not None else np.uint64(0)  # NULL: no bias
+    kernel(grid, (THREADS,), (out, inp, weight, bias_pointer, *sizes(B, T, C, OC, K, stride, padding, groups, T_out)))
+
+
+def sizes(*values):
+    return tuple(np.int32(v) for v in values)
+
+
+def dweight_splits(B, C, OC, K, groups, T_out):
+    """(splits, rows per split) of dweight's reduction over B*T_out rows: about TARGET_BLOCKS blocks in all,
+    each split at least MIN_SPLIT_ROWS rows, a whole number of slices; from the sizes alone."""
+    rows = B * T_out
+    tiles = ceil_div(OC // groups, TILE) * ceil_div(K * (C // groups), TILE) * groups
+    wanted = max(1, min(ceil_div(TARGET_BLOCKS, tiles), ceil_div(rows, MIN_SPLIT_ROWS)))
+    split_rows = ceil_div(ceil_div(rows, wanted), TILE_K) * TILE_K
+    return ceil_div(rows, split_rows), split_rows
+
+
+def launch_backward(dinp, dweight, dbias, dout, inp, weight, B, T, C, OC, K, stride, padding, groups, T_out,
+                    dinp_kernel=conv1d_backward_dinp_kernel, sum_kernel=dweight_sum_kernel):
+    """The backward kernels on checked arguments (a known-wrong version passes its own kernel for one); the
+    dweight partials in a scratch array from CuPy's memory pool; no dinp, no dinp kernel; no dbias, no bias
+    kernel."""
+    shape = sizes(B, T, C, OC, K, stride, padding, groups, T_out)
+    Cg, OCg = C // groups, OC // groups
+    splits, split_rows = dweight_splits(B, C, OC, K, groups, T_out)
+    partials = cupy.empty(splits * OC * Cg * K, dtype=cupy.float32)
+    conv1d_backward_dweight_kernel((ceil_div(OCg, TILE), ceil_div(K * Cg, TILE), groups * splits), (THREADS,),
+                                   (partials, dout, inp, *shape, np.int32(split_rows)))
+    sum_kernel((ceil_div(OC * Cg * K, SUM_THREADS),), (SUM_THREADS,),
+               (dweight, partials, *sizes(C, OC, K, groups, splits)))
+    if dinp is not None:
+        dinp_kernel((ceil_div(B * ceil_div(T, stride), TILE), ceil_div(Cg, TILE), groups * stride), (THREADS,),
+                    (dinp, dout, weight, *shape))
+    if dbias is not None:
+        conv1d_backward_dbias_kernel((ceil_div(OC, BIAS_COLUMNS),), (BIAS_COLUMNS * BIAS_WARPS,),
+                                     (dbias, dout, *sizes(B * T_out, OC)))
