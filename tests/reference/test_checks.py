@@ -60,6 +60,7 @@ def flushing_attention_backward(dinp, dscores, dout, inp, att, B, T, C, NH):
     dinp.reshape(B, T, 3, NH, HS)[...] = grads.transpose(1, 3, 0, 2, 4)
 
 
+@pytest.mark.skipif("attention_backward" not in SPECS, reason="milestone 4's specs are not in this kit")
 @pytest.mark.parametrize("seed", [516951009, 1, 2, 3], ids=lambda s: f"seed{s}")  # the first: a grader's seed
 def test_attention_backward_s_bound_admits_flushed_subnormal_numbers(seed):
     """Probabilities near float32's smallest normal number, scaled before the difference, fall below it and may be
