@@ -399,3 +399,33 @@ def adamw_update(params, grads, m, v, N, learning_rate, beta1, beta2, eps, weigh
     v_ += f32(1 - beta2) * g * g
     denominator = xp.sqrt(v_) / f32(math.sqrt(1 - beta2**step)) + f32(eps)
     p -= f32(learning_rate / (1 - beta1**step)) * (m_ / denominator)
+
+
+# --------------------------------------------------------------------------- Wav2Vec2's layers
+# reference/cpu.py's conventions: channel-last (B, T, C) activations; parameters' gradients added to, activations'
+# written.
+
+
+def erfc(x):
+    """erfc of a float32 array, in float32: CuPy's (cupyx.scipy.special, erfcf); NumPy has none, so there math's,
+    correctly rounded to float32."""
+    if array_module(x) is numpy:
+        return numpy.frompyfunc(math.erfc, 1, 1)(x).astype(numpy.float32)
+    from cupyx.scipy.special import erfc as cupy_erfc  # here: the CPU tests run where CuPy is not installed
+    return cupy_erfc(x)
+
+
+def normal_cdf(x):
+    return array_module(x).float32(0.5) * erfc(x * numpy.float32(-1 / math.sqrt(2)))
+
+
+def gelu_erf_forward(out, inp, N):
+    x = inp.reshape(N)
+    out.reshape(N)[...] = x * normal_cdf(x)
+
+
+def gelu_erf_backward(dinp, inp, dout, N):
+    xp = array_module(inp)
+    x = inp.reshape(N)
+    density = xp.float32(1 / math.sqrt(2 * math.pi)) * xp.exp(xp.float32(-0.5) * x * x)
+    dinp.reshape(N)[...] = (normal_cdf(x) + x * density) * dout.reshape(N)
