@@ -20,6 +20,7 @@ from kernel_runtime.device import cupy
 from reference.numerics import draw_fractions
 
 LAYERNORM_EPS = 1e-5
+GROUP_NORM_EPS = 1e-5  # torch.nn.GroupNorm's default, which Wav2Vec2 keeps
 
 
 def array_module(array):
@@ -429,3 +430,26 @@ def gelu_erf_backward(dinp, inp, dout, N):
     x = inp.reshape(N)
     density = xp.float32(1 / math.sqrt(2 * math.pi)) * xp.exp(xp.float32(-0.5) * x * x)
     dinp.reshape(N)[...] = (normal_cdf(x) + x * density) * dout.reshape(N)
+
+
+def group_norm_forward(out, mean, rstd, inp, weight, bias, B, T, C, G):
+    xp = array_module(inp)
+    x = inp.reshape(B, T, G, C // G)
+    mu = x.mean(axis=(1, 3), keepdims=True)
+    centred = x - mu
+    s = 1.0 / xp.sqrt((centred * centred).mean(axis=(1, 3), keepdims=True) + GROUP_NORM_EPS)
+    out.reshape(B, T, C)[...] = (centred * s).reshape(B, T, C) * weight + bias
+    mean.reshape(B, G)[...] = mu.reshape(B, G)
+    rstd.reshape(B, G)[...] = s.reshape(B, G)
+
+
+def group_norm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, B, T, C, G):
+    grads = dout.reshape(B, T, C)
+    s = rstd.reshape(B, 1, G, 1)
+    normalised = (inp.reshape(B, T, G, C // G) - mean.reshape(B, 1, G, 1)) * s
+    dbias.reshape(C)[...] += grads.sum(axis=(0, 1))
+    dweight.reshape(C)[...] += (grads * normalised.reshape(B, T, C)).sum(axis=(0, 1))
+    dnormalised = (grads * weight.reshape(C)).reshape(B, T, G, C // G)
+    centred = dnormalised - dnormalised.mean(axis=(1, 3), keepdims=True)
+    dinp.reshape(B, T, C)[...] = (s * (centred - normalised * (dnormalised * normalised).mean(axis=(1, 3),
+                                                                                           keepdims=True))).reshape(B, T, C)
