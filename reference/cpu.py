@@ -6,11 +6,9 @@ have: pass float64 outputs to see the exact answer, float32 ones to get what a
 float32 kernel should produce.
 """
 
-import math
-
 import numpy as np
 
-from reference.numerics import draw_fractions, softmax_rows, window_mask
+from reference.numerics import draw_fractions, normal_cdf, softmax_rows, window_mask
 
 LAYERNORM_EPS = 1e-5
 
@@ -481,25 +479,17 @@ def group_norm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, B, 
     dinp.reshape(B, T, C)[...] = dx.reshape(B, T, C)
 
 
-_erfc = np.frompyfunc(math.erfc, 1, 1)  # NumPy has no erf; math's is accurate to float64
-
-
-def _normal_cdf(x):
-    """Phi(x) in float64, through erfc: 1 + erf(x / sqrt 2) would lose the far left tail to cancellation."""
-    return 0.5 * _erfc(-x / np.sqrt(2.0)).astype(np.float64)
-
-
 def gelu_erf_forward(out, inp, N):
     """The exact GELU, x * Phi(x) (torch's default, transformers' "gelu"), where gelu_forward is the tanh form."""
     x = exact(inp).reshape(N)
-    out.reshape(N)[...] = x * _normal_cdf(x)
+    out.reshape(N)[...] = x * normal_cdf(x)
 
 
 def gelu_erf_backward(dinp, inp, dout, N):
     """dinp = (Phi(x) + x * phi(x)) * dout (written), phi the standard normal density."""
     x = exact(inp).reshape(N)
     density = np.exp(-0.5 * x**2) / np.sqrt(2.0 * np.pi)
-    dinp.reshape(N)[...] = (_normal_cdf(x) + x * density) * exact(dout).reshape(N)
+    dinp.reshape(N)[...] = (normal_cdf(x) + x * density) * exact(dout).reshape(N)
 
 
 def bidirectional_attention_forward(out, att, inp, lengths, B, T, C, NH):

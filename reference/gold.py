@@ -20,6 +20,7 @@ from kernel_runtime.device import cupy
 from reference.numerics import draw_fractions
 
 LAYERNORM_EPS = 1e-5
+GROUP_NORM_EPS = 1e-5  # torch.nn.GroupNorm's default, which Wav2Vec2 keeps
 
 
 def array_module(array):
@@ -402,7 +403,8 @@ def adamw_update(params, grads, m, v, N, learning_rate, beta1, beta2, eps, weigh
 
 
 # --------------------------------------------------------------------------- Wav2Vec2's layers
-# reference/cpu.py's last section: channel-last (B, T, C) frames, weights as PyTorch stores them.
+# reference/cpu.py's conventions: channel-last (B, T, C) activations; parameters' gradients added to, activations'
+# written.
 
 
 def conv1d_columns(inp, B, T, C, K, stride, padding, groups, T_out):
@@ -448,3 +450,51 @@ def conv1d_backward(dinp, dweight, dbias, dout, inp, weight, B, T, C, OC, K, str
         for k in range(K):  # tap k of output frame t reads padded frame t * stride + k
             dpadded[:, k:k + stride * (T_out - 1) + 1:stride] += dwindows[:, :, k]
         dinp.reshape(B, T, C)[...] = dpadded[:, padding:padding + T]
+
+
+def erfc(x):
+    """erfc of a float32 array, in float32: CuPy's (cupyx.scipy.special, erfcf); NumPy has none, so there math's,
+    correctly rounded to float32."""
+    if array_module(x) is numpy:
+        return numpy.frompyfunc(math.erfc, 1, 1)(x).astype(numpy.float32)
+    from cupyx.scipy.special import erfc as cupy_erfc  # here: the CPU tests run where CuPy is not installed
+    return cupy_erfc(x)
+
+
+def normal_cdf(x):
+    return array_module(x).float32(0.5) * erfc(x * numpy.float32(-1 / math.sqrt(2)))
+
+
+def gelu_erf_forward(out, inp, N):
+    x = inp.reshape(N)
+    out.reshape(N)[...] = x * normal_cdf(x)
+
+
+def gelu_erf_backward(dinp, inp, dout, N):
+    xp = array_module(inp)
+    x = inp.reshape(N)
+    density = xp.float32(1 / math.sqrt(2 * math.pi)) * xp.exp(xp.float32(-0.5) * x * x)
+    dinp.reshape(N)[...] = (normal_cdf(x) + x * density) * dout.reshape(N)
+
+
+def group_norm_forward(out, mean, rstd, inp, weight, bias, B, T, C, G):
+    xp = array_module(inp)
+    x = inp.reshape(B, T, G, C // G)
+    mu = x.mean(axis=(1, 3), keepdims=True)
+    centred = x - mu
+    s = 1.0 / xp.sqrt((centred * centred).mean(axis=(1, 3), keepdims=True) + GROUP_NORM_EPS)
+    out.reshape(B, T, C)[...] = (centred * s).reshape(B, T, C) * weight + bias
+    mean.reshape(B, G)[...] = mu.reshape(B, G)
+    rstd.reshape(B, G)[...] = s.reshape(B, G)
+
+
+def group_norm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, B, T, C, G):
+    grads = dout.reshape(B, T, C)
+    s = rstd.reshape(B, 1, G, 1)
+    normalised = (inp.reshape(B, T, G, C // G) - mean.reshape(B, 1, G, 1)) * s
+    dbias.reshape(C)[...] += grads.sum(axis=(0, 1))
+    dweight.reshape(C)[...] += (grads * normalised.reshape(B, T, C)).sum(axis=(0, 1))
+    dnormalised = (grads * weight.reshape(C)).reshape(B, T, G, C // G)
+    centred = dnormalised - dnormalised.mean(axis=(1, 3), keepdims=True)
+    dinp.reshape(B, T, C)[...] = (s * (centred - normalised * (dnormalised * normalised).mean(axis=(1, 3),
+                                                                                           keepdims=True))).reshape(B, T, C)

@@ -4,6 +4,8 @@ comparisons that judge against them (judging.py, precision.py, gpt2.step_check).
 U and TINY measure float32: the error of a correct float32 kernel is stated in them.
 """
 
+import math
+
 import numpy as np
 
 U = 2.0**-24            # float32 unit roundoff: a correctly rounded operation errs by <= U * |result|
@@ -26,6 +28,15 @@ def window_mask(T: int, window: int) -> np.ndarray:
     (window >= T: causal attention)."""
     offset = np.arange(T).reshape(T, 1) - np.arange(T)
     return (offset >= 0) & (offset < window)
+
+
+_erfc = np.frompyfunc(math.erfc, 1, 1)  # NumPy has no erf; math's is accurate to float64
+
+
+def normal_cdf(x):
+    """The standard normal distribution function Phi(x) in float64, through erfc: 1 + erf(x / sqrt 2) would lose
+    the far left tail to cancellation."""
+    return 0.5 * _erfc(-np.asarray(x, dtype=np.float64) / np.sqrt(2.0)).astype(np.float64)
 
 
 def element_errors(got: np.ndarray, want: np.ndarray) -> np.ndarray:
