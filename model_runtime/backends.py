@@ -119,5 +119,5 @@ def kernel_ops(kernels: str | None = None, variants: tuple[str, ...] = ()) -> Fo
 
 def _namespace(module) -> ForwardOps:
     names = MODEL_FUNCTIONS + OPTIONAL_FUNCTIONS + TRAINING_FUNCTIONS
-    speech = {name: getattr(module, name, None) for name in SPEECH_FUNCTIONS}  # reference.cpu's; gold's conv1d so far
+    speech = {name: getattr(module, name, None) for name in SPEECH_FUNCTIONS}  # reference.cpu's all; gold's, those it has
     return types.SimpleNamespace(**{name: getattr(module, name) for name in names}, **speech)
