@@ -326,5 +326,13 @@ def layer_views(arrays: dict, global_names: tuple[str, ...]) -> types.SimpleName
                                     for name, array in arrays.items()})
 
 
+def zero_activations(activations: types.SimpleNamespace, names) -> None:
+    """Each named activation of `activations` filled with 0: every per-layer view of a list, or the array."""
+    for name in names:
+        value = getattr(activations, name)
+        for array in value if isinstance(value, list) else [value]:
+            array.fill(0)
+
+
 def _call(step: str, kernel: Callable, *args) -> None:
     kernel(*args)

@@ -29,7 +29,7 @@ import numpy as np
 
 from kernel_runtime import KitError
 from kernel_runtime.device import captured
-from model_runtime.causal_lm import CausalLM, layer_views
+from model_runtime.causal_lm import CausalLM, layer_views, zero_activations
 from model_runtime.ops import TRAINING_FUNCTIONS
 from reference.registry import not_written_yet
 
@@ -129,9 +129,7 @@ class TrainingStep:
     def zero_grads(self) -> None:
         for grad in self.grads.values():
             grad.fill(0)
-        for name in self.model.ACCUMULATED_GRADIENTS:
-            for array in _arrays(getattr(self.activation_grads, name)):
-                array.fill(0)
+        zero_activations(self.activation_grads, self.model.ACCUMULATED_GRADIENTS)
 
     def update(self) -> None:
         """AdamW on every parameter tensor, step count self.steps + 1."""
@@ -142,10 +140,6 @@ class TrainingStep:
             run(f"adamw {name}", ops.adamw_update, params, self.grads[name], m, v, params.size, o.learning_rate,
                 o.beta1, o.beta2, o.eps, o.weight_decay, self.steps)
 
-
-def _arrays(activation) -> list:
-    """An activation's arrays: its per-layer views, or itself."""
-    return activation if isinstance(activation, list) else [activation]
 
 
 class GraphTrainingStep(TrainingStep):

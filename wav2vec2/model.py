@@ -40,7 +40,7 @@ import numpy as np
 
 from kernel_runtime import KitError
 from model_runtime.backends import Backend, BackendError, make_backend
-from model_runtime.causal_lm import layer_views
+from model_runtime.causal_lm import layer_views, zero_activations
 from model_runtime.checkpoint_files import Parameters
 from model_runtime.ops import SPEECH_FUNCTIONS
 from wav2vec2.config import LAYER_PARAMETERS, Wav2Vec2Config
@@ -154,9 +154,7 @@ class Wav2Vec2ForCTC:
         B, S, T = a.audio.shape[0], a.audio.shape[1], a.logits.shape[1]
         C, F, I, NH, V, K, G, L = (c.channels, c.features, c.intermediate_size, c.num_heads, c.vocab_size,
                                    c.pos_conv_kernel, c.pos_conv_groups, c.num_layers)
-        for name in ACCUMULATED_GRADIENTS:
-            for array in _arrays(getattr(d, name)):
-                array.fill(0)
+        zero_activations(d, ACCUMULATED_GRADIENTS)
 
         ops.matmul_backward(d.ln2[L - 1], dw.lm_headw, dw.lm_headb, d.logits, a.ln2[L - 1], w.lm_headw, B, T, C, V)
         for l in reversed(range(L)):
@@ -283,8 +281,3 @@ class Wav2Vec2ForCTC:
         if ((labels < 1) | (labels >= self.config.vocab_size))[own].any():
             raise InputError(f"labels must be ids in 1..{self.config.vocab_size - 1} (0 is CTC's blank)")
         return labels.astype(np.int32), lengths.astype(np.int32)
-
-
-def _arrays(value) -> list:
-    """An activation's arrays: the list a per-layer one is, or the one array."""
-    return value if isinstance(value, list) else [value]
