@@ -30,9 +30,10 @@ def cdf_relative_error(x):
 
 
 def error_bound(x, e):
-    # Phi's error (cdf_relative_error) and the product's rounding, relative to out; where x Phi(x) falls below
-    # float32's normal range (x below about -13) only TINY absolutely.
-    return {"out": U * (cdf_relative_error(x["inp"]) + 2) * np.abs(e["out"]) + TINY}
+    # Phi's error (cdf_relative_error) and the product's rounding, relative to out. Below float32's normal range
+    # (x below about -13) Phi itself may be flushed to 0 before x multiplies it, losing up to |x| TINY, and the
+    # product may be flushed too: TINY (1 + |x|) absolutely.
+    return {"out": U * (cdf_relative_error(x["inp"]) + 2) * np.abs(e["out"]) + TINY * (1 + np.abs(x["inp"]))}
 
 
 SPEC = Spec(

@@ -20,10 +20,13 @@ def error_bound(x, e):
     # sqrt(2 pi): x*x's rounding moves expf's argument by x^2 / 2 * 2U, which is x^2 U relative to phi; expf's 2 ulp
     # and three roundings (the constant, the products) add 8U. The terms may cancel (the slope is 0 near x = -0.75),
     # so their errors count against their magnitudes, not the slope's. Then the sum's and dout's product's roundings,
-    # and TINY where a term or the result falls below float32's normal range (|x| above about 13).
+    # and what flushing loses where a step falls below float32's normal range (|x| above about 13): Phi up to
+    # TINY, phi up to (1 + 1/sqrt(2 pi)) TINY before x multiplies it, x phi, their sum and the product with dout
+    # TINY each.
     inp, dout = x["inp"], np.abs(x["dout"])
     density_term = np.abs(inp) * np.exp(-0.5 * inp**2) / np.sqrt(2 * np.pi)
-    slope_error = U * (cdf_relative_error(inp) * normal_cdf(inp) + (inp**2 + 8) * density_term) + TINY
+    flushed = TINY * (3 + 1.4 * np.abs(inp))
+    slope_error = U * (cdf_relative_error(inp) * normal_cdf(inp) + (inp**2 + 8) * density_term) + flushed
     return {"dinp": dout * slope_error + 2 * U * np.abs(e["dinp"]) + TINY}
 
 

@@ -10,6 +10,7 @@
 
 import dataclasses
 import json
+import math
 
 import numpy as np
 import pytest
@@ -41,15 +42,17 @@ def test_float32_implementation_passes(case):
         assert result.passed, f"course: {result.message}"
 
 
+def flushed(x):
+    """x in float32 with every number below float32's smallest normal one flushed to 0, as a GPU kernel compiled
+    to flush subnormal numbers leaves each intermediate result."""
+    x = np.asarray(x, dtype=np.float32)
+    return np.where(np.abs(x) < np.float32(2.0**-126), np.float32(0), x)
+
+
 def flushing_attention_backward(dinp, dscores, dout, inp, att, B, T, C, NH):
     """attention_backward in float32 as a GPU kernel compiled to flush subnormal numbers may compute it: each
-    probability read, the scaled probability scale * p (formed before the difference) and ds flushed to 0 below
-    float32's smallest normal number."""
-    HS, tiny = C // NH, np.float32(2.0**-126)
-
-    def flushed(x):
-        return np.where(np.abs(x) < tiny, np.float32(0), x).astype(np.float32)
-
+    probability read, the scaled probability scale * p (formed before the difference) and ds flushed."""
+    HS = C // NH
     q, k, v = inp.reshape(B, T, 3, NH, HS).transpose(2, 0, 3, 1, 4)
     dy = dout.reshape(B, T, NH, HS).transpose(0, 2, 1, 3)
     p = flushed(np.where(np.tril(np.ones((T, T), bool)), att, np.float32(0)))
@@ -69,6 +72,35 @@ def test_attention_backward_s_bound_admits_flushed_subnormal_numbers(seed):
     problem = build(dataclasses.replace(case, seed=seed))
     result = judge(problem, execute(flushing_attention_backward, problem, device="cpu"), profile=FP32)
     assert result.passed, result.message
+
+
+def flushing_normal_cdf(x):
+    """Phi(x) = 0.5 erfc(-x / sqrt 2) step by step in float32 (erfc rounded from float64), each step flushed."""
+    argument = flushed(-x * np.float32(1 / np.sqrt(2)))
+    erfc = flushed(np.vectorize(math.erfc)(argument.astype(np.float64)))
+    return flushed(np.float32(0.5) * erfc)
+
+
+def flushing_gelu_erf_forward(out, inp, N):
+    out[...] = flushed(inp * flushing_normal_cdf(inp))
+
+
+def flushing_gelu_erf_backward(dinp, inp, dout, N):
+    density = flushed(np.float32(1 / np.sqrt(2 * np.pi)) * flushed(np.exp(np.float32(-0.5) * inp * inp)))
+    slope = flushed(flushing_normal_cdf(inp) + flushed(inp * density))
+    dinp[...] = flushed(slope * dout)
+
+
+@pytest.mark.parametrize("seed", [None, 1, 2], ids=lambda s: f"seed{s}")  # None: each case's own (flushed on a GPU)
+@pytest.mark.parametrize("function", ["gelu_erf_forward", "gelu_erf_backward"])
+def test_gelu_erf_s_bounds_admit_flushed_subnormal_numbers(function, seed):
+    """Phi's far left tail (x below about -13) and the density's (|x| above about 13) fall below float32's normal
+    range and may be flushed to 0 before x multiplies them (they were, on a GPU): the bounds must admit that."""
+    emulation = {"gelu_erf_forward": flushing_gelu_erf_forward, "gelu_erf_backward": flushing_gelu_erf_backward}
+    for case in cases(function):
+        problem = build(case if seed is None else dataclasses.replace(case, seed=seed))
+        result = judge(problem, execute(emulation[function], problem, device="cpu"), profile=FP32)
+        assert result.passed, f"{case.id}: {result.message}"
 
 
 @pytest.mark.parametrize("case", [c for c in ALL_CASES if SPECS[c.function].updates],
