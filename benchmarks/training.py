@@ -14,9 +14,11 @@ median of --runs:
   (TF32 off, as PyTorch's default is), torch.optim.AdamW with the same settings;
 * PyTorch torch.compile: that model's forward compiled (default mode).
 
-Then --curve-steps steps of the kit and of PyTorch eager from the same weights on the
-same batches of the same text (the kit's READMEs, as python -m gpt2.train reads them):
-training_loss.csv and training_loss.png in --out, the two curves on one plot.
+PyTorch eager runs first, so every row says how it compares with it; the table goes to
+training_step.csv in --out. Then --curve-steps steps of the kit and of PyTorch eager from
+the same weights on the same batches of the same text (the kit's READMEs, as python -m
+gpt2.train reads them): training_loss.csv and training_loss.png in --out, the two curves
+on one plot.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from training.step import AdamW, GraphTrainingStep, TrainingStep
 
 OPTIMIZER = AdamW(learning_rate=3e-4, weight_decay=0.0)  # llm.c's
 CURVE_COLUMNS = ("step", "kit", "pytorch")  # LossPoint's
+STEP_COLUMNS = ("method", "ms_per_step", "tokens_per_s", "vs_pytorch_eager")  # StepTime's
 
 
 def timed_steps(step, batches, runs: int) -> float:
@@ -78,6 +81,23 @@ def pytorch_step(config, params, compiled: bool):
         return loss.item()
 
     return step
+
+
+@dataclasses.dataclass
+class StepTime:
+    method: str
+    seconds: float
+    tokens: int  # per step
+    eager_seconds: float
+
+    def row(self) -> dict:
+        return dict(method=self.method, ms_per_step=f"{1e3 * self.seconds:.2f}",
+                    tokens_per_s=f"{self.tokens / self.seconds:.0f}",
+                    vs_pytorch_eager=f"{self.eager_seconds / self.seconds:.3f}")
+
+    def line(self) -> str:
+        return (f"{self.method:24s} {1e3 * self.seconds:9.1f} {self.tokens / self.seconds:9,.0f} "
+                f"{self.eager_seconds / self.seconds:16.2f}x")
 
 
 @dataclasses.dataclass
@@ -133,13 +153,13 @@ def benchmark(args) -> int:
           f"{OPTIMIZER.learning_rate}; median of {args.runs} steps after 3 warm-up ones", flush=True)
     print(f"{'method':24s} {'ms/step':>9s} {'tok/s':>9s} {'vs PyTorch eager':>17s}")
     kit = GPT2(config, params, backend=make_backend("kernels"))
-    rows = [("kit, CUDA graphs", lambda: GraphTrainingStep(kit, B, T, OPTIMIZER)),
-            ("kit, launched", lambda: TrainingStep(kit, B, T, OPTIMIZER)),
-            ("PyTorch eager", lambda: pytorch_step(config, params, compiled=False))]
+    methods = [("PyTorch eager", lambda: pytorch_step(config, params, compiled=False)),
+               ("kit, CUDA graphs", lambda: GraphTrainingStep(kit, B, T, OPTIMIZER)),
+               ("kit, launched", lambda: TrainingStep(kit, B, T, OPTIMIZER))]
     if not args.no_compile:
-        rows.append(("PyTorch torch.compile", lambda: pytorch_step(config, params, compiled=True)))
-    eager = None
-    for name, make in rows:
+        methods.append(("PyTorch torch.compile", lambda: pytorch_step(config, params, compiled=True)))
+    times = []
+    for name, make in methods:
         try:
             seconds = timed_steps(make(), TextBatches(tokens, B, T), args.runs)
         except Exception as err:  # torch.compile depends on the installed torch, triton and compiler
@@ -147,9 +167,9 @@ def benchmark(args) -> int:
                 raise
             print(f"{name:24s} could not run: {first_line(err)}", flush=True)
             continue
-        eager = seconds if name == "PyTorch eager" else eager
-        ratio = f"{eager / seconds:16.2f}x" if eager else ""
-        print(f"{name:24s} {1e3 * seconds:9.1f} {B * T / seconds:9,.0f} {ratio}", flush=True)
+        times.append(StepTime(name, seconds, B * T, times[0].seconds if times else seconds))
+        print(times[-1].line(), flush=True)
+    print(f"wrote {write_csv(args.out / 'training_step.csv', STEP_COLUMNS, times)}", flush=True)
     if args.curve_steps > 0:
         curves = []
         for make in (lambda: GraphTrainingStep(GPT2(config, params, backend=make_backend("kernels")), B, T,
@@ -157,7 +177,6 @@ def benchmark(args) -> int:
                      lambda: pytorch_step(config, params, compiled=False)):
             step, batches = make(), TextBatches(tokens, B, T)
             curves.append([step(*next(batches)) for _ in range(args.curve_steps)])
-        args.out.mkdir(parents=True, exist_ok=True)
         title = (f"GPT-2 {config.num_parameters() / 1e6:.0f}M from the same weights on the same batches of the kit's "
                  f"READMEs: B={B}, T={T}, AdamW lr {OPTIMIZER.learning_rate}")
         paths = write_curve(args.out, *curves, title)

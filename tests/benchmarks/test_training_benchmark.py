@@ -1,10 +1,11 @@
-"""The training benchmark's parts that need no GPU: its loss-curve files, and its one-line refusal without one."""
+"""The training benchmark's parts that need no GPU: its step table and loss-curve files, and its one-line refusal
+without one."""
 
 import numpy as np
 import pytest
 
-from benchmarks.grape_tables import read_csv
-from benchmarks.training import CURVE_COLUMNS, write_curve
+from benchmarks.grape_tables import read_csv, write_csv
+from benchmarks.training import CURVE_COLUMNS, STEP_COLUMNS, StepTime, write_curve
 
 
 def test_the_curve_is_a_csv_of_both_losses_and_its_png(tmp_path):
@@ -15,6 +16,17 @@ def test_the_curve_is_a_csv_of_both_losses_and_its_png(tmp_path):
     np.testing.assert_allclose([float(r["kit"]) for r in rows], kit)
     np.testing.assert_allclose([float(r["pytorch"]) for r in rows], pytorch)
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_step_table_compares_each_method_with_pytorch_eager(tmp_path):
+    eager = 0.093
+    times = [StepTime("PyTorch eager", eager, 4096, eager), StepTime("kit, CUDA graphs", 0.120, 4096, eager)]
+    rows = read_csv(write_csv(tmp_path / "training_step.csv", STEP_COLUMNS, times))
+    assert tuple(rows[0]) == STEP_COLUMNS and [r["method"] for r in rows] == ["PyTorch eager", "kit, CUDA graphs"]
+    assert [float(r["vs_pytorch_eager"]) for r in rows] == [1.0, 0.775]  # 93 / 120: slower than eager is below 1
+    assert [float(r["ms_per_step"]) for r in rows] == [93.0, 120.0]
+    assert int(rows[1]["tokens_per_s"]) == round(4096 / 0.120)
+    assert times[1].line().split()[-1] == "0.78x"
 
 
 def test_the_benchmark_says_in_one_line_that_it_needs_a_gpu(capsys):
