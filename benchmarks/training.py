@@ -178,7 +178,7 @@ def benchmark(args) -> int:
             step, batches = make(), TextBatches(tokens, B, T)
             curves.append([step(*next(batches)) for _ in range(args.curve_steps)])
         title = (f"GPT-2 {config.num_parameters() / 1e6:.0f}M from the same weights on the same batches of the kit's "
-                 f"READMEs: B={B}, T={T}, AdamW lr {OPTIMIZER.learning_rate}")
+                 f"READMEs\nB={B}, T={T}, AdamW lr {OPTIMIZER.learning_rate}")
         paths = write_curve(args.out, *curves, title)
         worst = max(abs(a - b) / b for a, b in zip(*curves))
         print(f"loss curves: step {args.curve_steps} kit {curves[0][-1]:.4f}, PyTorch {curves[1][-1]:.4f}; largest "
