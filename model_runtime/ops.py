@@ -5,8 +5,8 @@ Every backend (model_runtime.backends) offers these functions: the kernels of th
 kernels directory the process runs, reference.gold, or reference.cpu (SpeechOps' only
 where its module has them). Arrays are the backend's (CuPy float32 on the GPU, NumPy on
 the CPU); each call writes its outputs in place and returns None. Each method's spec is
-reference/specs/<name without _forward>.py (SpeechOps' where it exists: conv1d, group_norm
-and gelu_erf so far; reference.cpu's Wav2Vec2 section defines the others).
+reference/specs/<name without _forward>.py (SpeechOps' where it exists: conv1d, group_norm,
+gelu_erf and weight_norm so far; reference.cpu's Wav2Vec2 section defines the others).
 """
 
 from __future__ import annotations

@@ -498,3 +498,19 @@ def group_norm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, B, 
     centred = dnormalised - dnormalised.mean(axis=(1, 3), keepdims=True)
     dinp.reshape(B, T, C)[...] = (s * (centred - normalised * (dnormalised * normalised).mean(axis=(1, 3),
                                                                                            keepdims=True))).reshape(B, T, C)
+
+
+def weight_norm_forward(weight, g, v, OC, C, K):
+    xp = array_module(v)
+    directions = v.reshape(OC * C, K)
+    norms = xp.sqrt((directions * directions).sum(axis=0))
+    weight.reshape(OC * C, K)[...] = directions * (g.reshape(K) / norms)
+
+
+def weight_norm_backward(dg, dv, dweight, g, v, OC, C, K):
+    xp = array_module(v)
+    directions, grads = v.reshape(OC * C, K), dweight.reshape(OC * C, K)
+    norms = xp.sqrt((directions * directions).sum(axis=0))
+    along = (grads * directions).sum(axis=0) / norms
+    dg.reshape(K)[...] += along
+    dv.reshape(OC * C, K)[...] += (g.reshape(K) / norms) * (grads - directions * (along / norms))
