@@ -25,6 +25,17 @@ PACKAGE = "kernels"
 KIT_KERNELS = Path(__file__).resolve().parents[1] / PACKAGE  # this kit's own kernels/
 
 
+def package_attribute(name: str):
+    """The package's module __getattr__: a name it does not have. Hugging Face's `kernels` package has this import
+    name too; transformers 5.25 and later require it and import its classes (CUDAProperties, LayerRepository, ...)
+    from whichever `kernels` comes first, so those get one line that says what to install."""
+    if name[:1].isupper():
+        raise ImportError(f"{PACKAGE}.{name} is asked for, but this `{PACKAGE}` is the kit's, not Hugging Face's, "
+                          f"which transformers 5.25 and later import: pip install 'transformers<5.25' (the kit's hf "
+                          f"extra)")
+    raise AttributeError(f"module {PACKAGE!r} has no attribute {name!r}")
+
+
 def kernels_directory(path: str | Path) -> Path:
     """`path` itself, or its kernels/ subdirectory when it has one (a whole kit)."""
     directory = Path(path).expanduser()
@@ -52,5 +63,7 @@ def use_kernels(path: str | Path | None = None) -> Path:
         return directory
     spec = importlib.machinery.ModuleSpec(PACKAGE, None, is_package=True)
     spec.submodule_search_locations = [str(directory)]
-    sys.modules[PACKAGE] = importlib.util.module_from_spec(spec)
+    package = importlib.util.module_from_spec(spec)
+    package.__getattr__ = package_attribute
+    sys.modules[PACKAGE] = package
     return directory
