@@ -6,7 +6,8 @@ kernels directory the process runs, reference.gold, or reference.cpu (SpeechOps'
 where its module has them). Arrays are the backend's (CuPy float32 on the GPU, NumPy on
 the CPU); each call writes its outputs in place and returns None. Each method's spec is
 reference/specs/<name without _forward>.py (SpeechOps' where it exists: conv1d, group_norm,
-gelu_erf and weight_norm so far; reference.cpu's Wav2Vec2 section defines the others).
+gelu_erf, weight_norm and bidirectional_attention's forward so far; reference.cpu's Wav2Vec2
+section defines the others).
 """
 
 from __future__ import annotations

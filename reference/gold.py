@@ -514,3 +514,16 @@ def weight_norm_backward(dg, dv, dweight, g, v, OC, C, K):
     along = (grads * directions).sum(axis=0) / norms
     dg.reshape(K)[...] += along
     dv.reshape(OC * C, K)[...] += (g.reshape(K) / norms) * (grads - directions * (along / norms))
+
+
+def bidirectional_attention_forward(out, att, inp, lengths, B, T, C, NH):
+    xp = array_module(inp)
+    HS = C // NH
+    q, k, v = inp.reshape(B, T, 3, NH, HS).transpose(2, 0, 3, 1, 4)
+    scores = (q @ k.transpose(0, 1, 3, 2)) * xp.float32(1 / math.sqrt(HS))
+    real = xp.arange(T) < lengths.reshape(B, 1, 1, 1)
+    scores = xp.where(real, scores, xp.float32(-xp.inf))
+    exponents = xp.exp(scores - scores.max(axis=-1, keepdims=True))
+    probabilities = exponents / exponents.sum(axis=-1, keepdims=True)
+    att.reshape(B, NH, T, T)[...] = probabilities
+    out.reshape(B, T, C)[...] = (probabilities @ v).transpose(0, 2, 1, 3).reshape(B, T, C)

@@ -1,0 +1,18 @@
+"""Bidirectional attention with GPT-2's habit: each query sees only the keys up to itself."""
+
+from kernel_runtime import CudaKernel
+from kernels import bidirectional_attention
+from kernels.bidirectional_attention import BIDIRECTIONAL_ATTENTION_SOURCE, DEFINES
+from tests.kernels.wrong import mutate
+
+FUNCTION = "bidirectional_attention_forward"
+
+softmax = CudaKernel(mutate(BIDIRECTIONAL_ATTENTION_SOURCE, "const int keys = min(lengths[row / ((long long)NH * T)], T);",
+                            "const int keys = min(min(lengths[row / ((long long)NH * T)], T), (int)(row % T) + 1);"),
+                     "bidirectional_softmax_kernel", defines=DEFINES)
+
+
+def bidirectional_attention_forward(out, att, inp, lengths, B, T, C, NH):
+    kernels = (bidirectional_attention.bidirectional_scores_kernel, softmax,
+               bidirectional_attention.bidirectional_values_kernel)
+    bidirectional_attention.forward(kernels, out, att, inp, lengths, B, T, C, NH)
