@@ -13,4 +13,4 @@ from the one kernels directory it runs (kernel_runtime.loader).
 """
 
 
-from kernel_runtime.loader import package_attribute as __getattr__  # noqa: E402,F401  (Hugging Face's classes)
+from kernel_runtime.loader import package_attribute as __getattr__  # noqa: F401  (Hugging Face's classes)

@@ -167,8 +167,10 @@ def check_sizes(function, B, T, C, NH):
     check_dims(function, B=B, T=T, C=C, NH=NH)
     if C % NH:
         raise KernelArgumentError(f"{function}: C={C} channels do not fall into NH={NH} heads of one size")
-    if B * NH > MAX_GRID_YZ or ceil_div(T, TILE) > MAX_GRID_YZ:
+    if B * NH > MAX_GRID_YZ:
         raise KernelArgumentError(f"{function}: at most {MAX_GRID_YZ} utterances times heads, got B={B}, NH={NH}")
+    if ceil_div(T, TILE) > MAX_GRID_YZ:
+        raise KernelArgumentError(f"{function}: at most {MAX_GRID_YZ * TILE} frames, got T={T}")
 
 
 def bidirectional_attention_forward(out, att, inp, lengths, B, T, C, NH):
