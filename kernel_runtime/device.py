@@ -82,12 +82,27 @@ def exit_without_gpu(program: str, cannot: str = "cannot run kernels") -> None:
         raise SystemExit(2)
 
 
+class CapturedGraph:
+    """A CUDA graph and the memory its capture allocated. What a host function allocates while it is captured
+    (scratch from cupy.empty, as CuPy teaches) comes from a memory pool of the graph's own, as a PyTorch graph's
+    private pool: every replay writes that memory again, so it must stay the graph's, never handed to another
+    array by CuPy's shared pool once the capture has dropped it. The pool lives as long as the graph."""
+
+    def __init__(self, graph, pool):
+        self.graph, self.pool = graph, pool
+
+    def launch(self, stream=None) -> None:
+        self.graph.launch(stream)
+
+
 def captured(stream, launch):
-    """launch()'s launches captured on `stream` as a CUDA graph, not run: (the graph, what launch returned).
+    """launch()'s launches captured on `stream` as a CUDA graph, not run: (CapturedGraph, what launch returned).
     The caller must be in `stream` (`with stream:`), so that the launches go to it."""
-    stream.begin_capture()
-    try:
-        result = launch()
-    finally:
-        graph = stream.end_capture()
-    return graph, result
+    pool = cupy.cuda.MemoryPool()
+    with cupy.cuda.using_allocator(pool.malloc):
+        stream.begin_capture()
+        try:
+            result = launch()
+        finally:
+            graph = stream.end_capture()
+    return CapturedGraph(graph, pool), result
