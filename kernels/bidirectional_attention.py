@@ -14,7 +14,7 @@ inp (B, T, 3C), att (B, NH, T, T) receives the probabilities (the backward pass 
 them), out (B, T, C). The kit provides this module whole; it builds on nothing of
 kernels/attention.py, which is the students' to write.
 
-Three launches:
+The forward pass, three launches:
 1. bidirectional_scores_kernel: att = q k^T / sqrt(HS) per head, in 64 x 64 tiles of
    (queries, keys); a tile of keys all at or past lengths[b] is skipped.
 2. bidirectional_softmax_kernel: one warp per row of att, in place: the maximum and
@@ -24,13 +24,25 @@ Three launches:
 3. bidirectional_values_kernel: out = att v per head, in 64 x 64 tiles of (queries,
    head channels), summing over the real keys only.
 
-Both products are one tiling (tiled_product): a block computes a 64 x 64 tile of its
+The backward pass, bidirectional_attention_backward(dinp, dout, inp, att, lengths, B,
+T, C, NH), is causal attention's (kernels/attention_backward.py derives it) with every
+real key visible: per head, with p the saved probabilities and dy dout's slice,
+
+    dp = dy v^T,  ds = scale * p * (dp - rowsum(p * dp)),  dq = ds k,  dk = ds^T q,  dv = p^T dy
+
+in four launches: dp over the real keys' tiles into a (B, NH, T, T) scratch; one warp
+per row turning dp into ds in place (0 at padded keys); dq over the real keys; dk and
+dv, whose sums run down the columns of ds and p (tiled_product reads a transposed
+operand along its rows in memory), over every query. dinp (B, T, 3C) is written whole:
+padded keys' dk and dv are 0, as no query saw them.
+
+Every product is one tiling (tiled_product): a block computes a 64 x 64 tile of its
 output, walking the reduction in slices of 16 copied into shared memory k-major; each
-of its 256 threads accumulates a 4 x 4 part. A slice of q, k or att is 64 rows of 16
-consecutive floats (each thread copies 4 of one row); a slice of v is 16 rows of 64
-consecutive floats (each thread copies 4 of one row). Rows of inp are 3C floats apart,
-so the copies are scalar and zeros stand in past every edge. No atomics: every sum is
-taken in an order fixed by the sizes alone.
+of its 256 threads accumulates a 4 x 4 part. An operand's slice is copied along its
+contiguous index: 64 rows of 16 consecutive floats (q, k, att for the values), or 16
+rows of 64 consecutive floats (v; ds and p transposed), each thread copying 4. Rows of
+inp are 3C floats apart, so the copies are scalar and zeros stand in past every edge.
+No atomics: every sum is taken in an order fixed by the sizes alone.
 """
 
 import math
@@ -38,6 +50,7 @@ import math
 import numpy as np
 
 from kernel_runtime import CudaKernel, KernelArgumentError, ceil_div, check_array, check_dims
+from kernel_runtime.device import cupy
 
 TILE = 64      # rows and columns of a product's tile
 TILE_K = 16    # depth of one shared-memory slice
@@ -48,28 +61,34 @@ MAX_GRID_YZ = 65535  # CUDA's limit on a grid's y and z
 BIDIRECTIONAL_ATTENTION_SOURCE = r"""
 #define NEG_INFINITY __int_as_float(0xff800000)
 
-// A 64 x 64 tile of out (R, N) = A (R, K) @ B (K, N) into acc: A[r][k] = a[r * a_row + k]; B[k][n] = b[n * b_row + k]
-// when b_along_k (rows of B^T contiguous, as k is read for scores), else b[k * b_row + n]. The tile is (blockIdx.x,
-// blockIdx.y); this thread's part is rows 4 * (threadIdx.x / 16) .., columns 4 * (threadIdx.x % 16) ...
-template <bool b_along_k>
+// A 64 x 64 tile of out (R, N) = A (R, K) @ B (K, N) into acc. A[r][k] = a[r * a_row + k] when a_along_k (k runs
+// along a's rows in memory), else a[k * a_row + r]; B[k][n] = b[n * b_row + k] when b_along_k, else b[k * b_row + n].
+// Each operand is copied along its contiguous index. The tile is (blockIdx.x, blockIdx.y); this thread's part is rows
+// 4 * (threadIdx.x / 16) .., columns 4 * (threadIdx.x % 16) ...
+template <bool a_along_k, bool b_along_k>
 __device__ void tiled_product(float acc[4][4], const float* a, long long a_row, const float* b, long long b_row,
                               int R, int K, int N) {
     __shared__ float a_tile[TILE_K][TILE + 4];  // a_tile[k][r] = A[row0 + r][k0 + k]
     __shared__ float b_tile[TILE_K][TILE + 4];  // b_tile[k][n] = B[k0 + k][col0 + n]
     const int row0 = blockIdx.x * TILE, col0 = blockIdx.y * TILE;
     const int along_row = threadIdx.x / (TILE_K / 4), along_k = 4 * (threadIdx.x % (TILE_K / 4));  // 4 k of a row
-    const int across_k = threadIdx.x / (TILE / 4), across = 4 * (threadIdx.x % (TILE / 4));        // 4 n of a k
+    const int across_k = threadIdx.x / (TILE / 4), across = 4 * (threadIdx.x % (TILE / 4));        // 4 rows of a k
     const int ty = threadIdx.x / (TILE / 4), tx = threadIdx.x % (TILE / 4);
     for (int k0 = 0; k0 < K; k0 += TILE_K) {
         for (int j = 0; j < 4; j++) {
-            const int k = k0 + along_k + j, r = row0 + along_row;
-            a_tile[along_k + j][along_row] = (r < R && k < K) ? a[r * a_row + k] : 0.0f;
+            if (a_along_k) {
+                const int k = k0 + along_k + j, r = row0 + along_row;
+                a_tile[along_k + j][along_row] = (r < R && k < K) ? a[r * a_row + k] : 0.0f;
+            } else {
+                const int r = row0 + across + j, k = k0 + across_k;
+                a_tile[across_k][across + j] = (r < R && k < K) ? a[k * a_row + r] : 0.0f;
+            }
             if (b_along_k) {
-                const int n = col0 + along_row;
+                const int n = col0 + along_row, k = k0 + along_k + j;
                 b_tile[along_k + j][along_row] = (n < N && k < K) ? b[n * b_row + k] : 0.0f;
             } else {
-                const int n = col0 + across + j, kk = k0 + across_k;
-                b_tile[across_k][across + j] = (n < N && kk < K) ? b[kk * b_row + n] : 0.0f;
+                const int n = col0 + across + j, k = k0 + across_k;
+                b_tile[across_k][across + j] = (n < N && k < K) ? b[k * b_row + n] : 0.0f;
             }
         }
         __syncthreads();
@@ -85,6 +104,18 @@ __device__ void tiled_product(float acc[4][4], const float* a, long long a_row, 
     }
 }
 
+// rows x columns of m (row stride `stride`) from acc, at the tile (blockIdx.x, blockIdx.y) as tiled_product lays it.
+__device__ void store_tile(float* m, long long stride, const float acc[4][4], int rows, int columns, float scale) {
+    const int ty = threadIdx.x / (TILE / 4), tx = threadIdx.x % (TILE / 4);
+    for (int i = 0; i < 4; i++) {
+        const int r = blockIdx.x * TILE + 4 * ty + i;
+        for (int j = 0; j < 4; j++) {
+            const int c = blockIdx.y * TILE + 4 * tx + j;
+            if (r < rows && c < columns) m[r * stride + c] = acc[i][j] * scale;
+        }
+    }
+}
+
 // att[b, h] = q k^T * scale for key tiles that hold a real key. Grid (ceil(T / TILE), ceil(T / TILE), B * NH).
 extern "C" __global__ void __launch_bounds__(THREADS)
 bidirectional_scores_kernel(float* att, const float* inp, const int* lengths, int T, int C, int NH, float scale) {
@@ -93,16 +124,8 @@ bidirectional_scores_kernel(float* att, const float* inp, const int* lengths, in
     if (blockIdx.y * TILE >= keys) return;  // only padded keys: the softmax writes their zeros
     const float* q = inp + (long long)b * T * 3 * C + h * HS;
     float acc[4][4] = {};
-    tiled_product<true>(acc, q, 3LL * C, q + C, 3LL * C, T, HS, T);
-    float* out = att + (long long)blockIdx.z * T * T;
-    const int ty = threadIdx.x / (TILE / 4), tx = threadIdx.x % (TILE / 4);
-    for (int i = 0; i < 4; i++) {
-        const int t = blockIdx.x * TILE + 4 * ty + i;
-        for (int j = 0; j < 4; j++) {
-            const int s = blockIdx.y * TILE + 4 * tx + j;
-            if (t < T && s < T) out[(long long)t * T + s] = acc[i][j] * scale;
-        }
-    }
+    tiled_product<true, true>(acc, q, 3LL * C, q + C, 3LL * C, T, HS, T);
+    store_tile(att + (long long)blockIdx.z * T * T, T, acc, T, T, scale);
 }
 
 // Each row of att in place: the softmax over its first lengths[b] entries, 0 after. One warp per row; grid
@@ -142,15 +165,67 @@ bidirectional_values_kernel(float* out, const float* att, const float* inp, cons
     const int keys = min(lengths[b], T);
     const float* v = inp + (long long)b * T * 3 * C + 2 * C + h * HS;
     float acc[4][4] = {};
-    tiled_product<false>(acc, att + (long long)blockIdx.z * T * T, T, v, 3LL * C, T, keys, HS);
-    const int ty = threadIdx.x / (TILE / 4), tx = threadIdx.x % (TILE / 4);
-    for (int i = 0; i < 4; i++) {
-        const int t = blockIdx.x * TILE + 4 * ty + i;
-        for (int j = 0; j < 4; j++) {
-            const int d = blockIdx.y * TILE + 4 * tx + j;
-            if (t < T && d < HS) out[((long long)b * T + t) * C + h * HS + d] = acc[i][j];
-        }
+    tiled_product<true, false>(acc, att + (long long)blockIdx.z * T * T, T, v, 3LL * C, T, keys, HS);
+    store_tile(out + (long long)b * T * C + h * HS, C, acc, T, HS, 1.0f);
+}
+
+// dscores[b, h, t, s] = dout[b, t, h] . v[b, s, h] for key tiles that hold a real key: dp, which the softmax's
+// backward turns into ds in place. Grid (ceil(T / TILE), ceil(T / TILE), B * NH).
+extern "C" __global__ void __launch_bounds__(THREADS)
+bidirectional_dprobabilities_kernel(float* dscores, const float* dout, const float* inp, const int* lengths, int T,
+                                    int C, int NH) {
+    const int b = blockIdx.z / NH, h = blockIdx.z % NH, HS = C / NH;
+    if (blockIdx.y * TILE >= min(lengths[b], T)) return;  // only padded keys: the softmax's backward writes 0
+    float acc[4][4] = {};
+    tiled_product<true, true>(acc, dout + (long long)b * T * C + h * HS, C,
+                              inp + (long long)b * T * 3 * C + 2 * C + h * HS, 3LL * C, T, HS, T);
+    store_tile(dscores + (long long)blockIdx.z * T * T, T, acc, T, T, 1.0f);
+}
+
+// Each row of dscores in place, from dp to ds = scale * p * (dp - sum over real keys of p * dp); 0 at padded keys.
+// One warp per row; grid ceil(B * NH * T / ROWS_PER_BLOCK), ROWS_PER_BLOCK warps.
+extern "C" __global__ void bidirectional_softmax_backward_kernel(float* dscores, const float* att, const int* lengths,
+                                                                 float scale, int B, int T, int NH) {
+    const long long row = (long long)blockIdx.x * ROWS_PER_BLOCK + threadIdx.x / 32;
+    const int lane = threadIdx.x % 32;
+    if (row >= (long long)B * NH * T) return;
+    const int utterance = (int)(row / ((long long)NH * T)), keys = min(lengths[utterance], T);
+    const float* p = att + row * T;
+    float* g = dscores + row * T;
+    float weighted = 0.0f;
+    for (int s = lane; s < keys; s += 32) weighted += p[s] * g[s];
+    for (int offset = 16; offset > 0; offset /= 2) weighted += __shfl_xor_sync(0xffffffff, weighted, offset);
+    for (int s = lane; s < T; s += 32) g[s] = s < keys ? scale * p[s] * (g[s] - weighted) : 0.0f;
+}
+
+// dq[b, t, h] = sum over real keys s of ds[b, h, t, s] k[b, s, h], into dinp's first C columns.
+// Grid (ceil(T / TILE), ceil(HS / TILE), B * NH).
+extern "C" __global__ void __launch_bounds__(THREADS)
+bidirectional_dquery_kernel(float* dinp, const float* dscores, const float* inp, const int* lengths, int T, int C,
+                            int NH) {
+    const int b = blockIdx.z / NH, h = blockIdx.z % NH, HS = C / NH;
+    const long long head = (long long)b * T * 3 * C + h * HS;  // q's first value in inp, dq's in dinp
+    float acc[4][4] = {};
+    tiled_product<true, false>(acc, dscores + (long long)blockIdx.z * T * T, T, inp + head + C, 3LL * C, T,
+                               min(lengths[b], T), HS);
+    store_tile(dinp + head, 3LL * C, acc, T, HS, 1.0f);
+}
+
+// dk[b, s, h] = sum over queries t of ds[b, h, t, s] q[b, t, h] and dv[b, s, h] = sum over t of att[b, h, t, s]
+// dout[b, t, h], into dinp's second and third C columns; 0 for padded keys, which no query saw.
+// Grid (ceil(T / TILE), ceil(HS / TILE), B * NH).
+extern "C" __global__ void __launch_bounds__(THREADS)
+bidirectional_dkey_dvalue_kernel(float* dinp, const float* dscores, const float* att, const float* dout,
+                                 const float* inp, const int* lengths, int T, int C, int NH) {
+    const int b = blockIdx.z / NH, h = blockIdx.z % NH, HS = C / NH;
+    const long long head = (long long)b * T * 3 * C + h * HS, probabilities = (long long)blockIdx.z * T * T;
+    float dk[4][4] = {}, dv[4][4] = {};
+    if (blockIdx.x * TILE < min(lengths[b], T)) {  // a tile of padded keys only keeps its zeros
+        tiled_product<false, false>(dk, dscores + probabilities, T, inp + head, 3LL * C, T, T, HS);
+        tiled_product<false, false>(dv, att + probabilities, T, dout + (long long)b * T * C + h * HS, C, T, T, HS);
     }
+    store_tile(dinp + head + C, 3LL * C, dk, T, HS, 1.0f);
+    store_tile(dinp + head + 2 * C, 3LL * C, dv, T, HS, 1.0f);
 }
 """
 
@@ -161,6 +236,9 @@ bidirectional_softmax_kernel = CudaKernel(BIDIRECTIONAL_ATTENTION_SOURCE, "bidir
                                           defines=DEFINES)
 bidirectional_values_kernel = CudaKernel(BIDIRECTIONAL_ATTENTION_SOURCE, "bidirectional_values_kernel",
                                          defines=DEFINES)
+BACKWARD_KERNELS = tuple(CudaKernel(BIDIRECTIONAL_ATTENTION_SOURCE, name, defines=DEFINES) for name in (
+    "bidirectional_dprobabilities_kernel", "bidirectional_softmax_backward_kernel", "bidirectional_dquery_kernel",
+    "bidirectional_dkey_dvalue_kernel"))
 
 
 def check_sizes(function, B, T, C, NH):
@@ -193,3 +271,28 @@ def forward(kernels, out, att, inp, lengths, B, T, C, NH):
     softmax((ceil_div(B * NH * T, ROWS_PER_BLOCK),), (32 * ROWS_PER_BLOCK,),
             (att, lengths, np.int32(B), np.int32(T), np.int32(NH)))
     values((ceil_div(T, TILE), ceil_div(HS, TILE), B * NH), (THREADS,), (out, att, inp, lengths, *sizes))
+
+
+def bidirectional_attention_backward(dinp, dout, inp, att, lengths, B, T, C, NH):
+    function = "bidirectional_attention_backward"
+    check_sizes(function, B, T, C, NH)
+    for name, array, size in (("dinp", dinp, B * T * 3 * C), ("dout", dout, B * T * C), ("inp", inp, B * T * 3 * C),
+                              ("att", att, B * NH * T * T)):
+        check_array(function, name, array, size)
+    check_array(function, "lengths", lengths, B, np.int32)
+    backward(BACKWARD_KERNELS, dinp, dout, inp, att, lengths, B, T, C, NH)
+
+
+def backward(kernels, dinp, dout, inp, att, lengths, B, T, C, NH):
+    """The four launches (or those of kernels that stand in for them, in that order); dscores (B, NH, T, T), dp and
+    then ds, in a scratch from CuPy's memory pool (a captured graph's own: kernel_runtime.device.captured)."""
+    dprobabilities, softmax_backward, dquery, dkey_dvalue = kernels
+    HS = C // NH
+    dscores = cupy.empty(B * NH * T * T, dtype=np.float32)
+    sizes = (np.int32(T), np.int32(C), np.int32(NH))
+    square, head = (ceil_div(T, TILE), ceil_div(T, TILE), B * NH), (ceil_div(T, TILE), ceil_div(HS, TILE), B * NH)
+    dprobabilities(square, (THREADS,), (dscores, dout, inp, lengths, *sizes))
+    softmax_backward((ceil_div(B * NH * T, ROWS_PER_BLOCK),), (32 * ROWS_PER_BLOCK,),
+                     (dscores, att, lengths, np.float32(1 / math.sqrt(HS)), np.int32(B), np.int32(T), np.int32(NH)))
+    dquery(head, (THREADS,), (dinp, dscores, inp, lengths, *sizes))
+    dkey_dvalue(head, (THREADS,), (dinp, dscores, att, dout, inp, lengths, *sizes))

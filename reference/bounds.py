@@ -11,6 +11,12 @@ import numpy as np
 from reference.numerics import TINY, U
 
 
+def split_heads(x, NH, HS):
+    """(B, T, n * NH * HS) -> (n, B, NH, T, HS): its n parts (q, k and v; or dout alone) split into heads."""
+    B, T, _ = x.shape
+    return x.reshape(B, T, -1, NH, HS).transpose(2, 0, 3, 1, 4)
+
+
 def exponent_error(score_error_scale, visible):
     """Allowed error of a softmax row's exponents s - max (or s - log-sum-exp), per row (..., Tq, 1).
 

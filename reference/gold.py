@@ -527,3 +527,15 @@ def bidirectional_attention_forward(out, att, inp, lengths, B, T, C, NH):
     probabilities = exponents / exponents.sum(axis=-1, keepdims=True)
     att.reshape(B, NH, T, T)[...] = probabilities
     out.reshape(B, T, C)[...] = (probabilities @ v).transpose(0, 2, 1, 3).reshape(B, T, C)
+
+
+def bidirectional_attention_backward(dinp, dout, inp, att, lengths, B, T, C, NH):
+    HS = C // NH
+    q, k, v = inp.reshape(B, T, 3, NH, HS).transpose(2, 0, 3, 1, 4)
+    dy = dout.reshape(B, T, NH, HS).transpose(0, 2, 1, 3)
+    p = att.reshape(B, NH, T, T)
+    dp = dy @ v.transpose(0, 1, 3, 2)
+    ds = p * (dp - (p * dp).sum(axis=-1, keepdims=True)) * numpy.float32(1 / math.sqrt(HS))  # 0 where p is, at padding
+    grads = (ds @ k, ds.transpose(0, 1, 3, 2) @ q, p.transpose(0, 1, 3, 2) @ dy)  # each (B, NH, T, HS)
+    dinp.reshape(B, T, 3, NH, HS)[...] = array_module(inp).stack(grads).transpose(1, 3, 0, 2, 4)
+

@@ -7,7 +7,7 @@ import math
 
 import numpy as np
 
-from reference.bounds import attention_backward_bounds
+from reference.bounds import attention_backward_bounds, split_heads
 from reference.numerics import softmax_rows
 from reference.spec import Arguments, Spec, normal
 from reference.specs.softmax import causal, causal_pairs
@@ -25,12 +25,6 @@ def build(case, rng):
     att[:, :, ~causal(T)] = np.nan  # never read: must not matter
     return Arguments(dict(dinp=(B, T, 3 * C), dscores=(B, NH, T, T), dout=normal(rng, B, T, C), inp=inp, att=att,
                           B=B, T=T, C=C, NH=NH))
-
-
-def split_heads(x, NH, HS):
-    """(B, T, n * NH * HS) -> (n, B, NH, T, HS): its n parts (q, k and v; or dout alone) split into heads."""
-    B, T, _ = x.shape
-    return x.reshape(B, T, -1, NH, HS).transpose(2, 0, 3, 1, 4)
 
 
 def error_bound(x, e):
