@@ -539,3 +539,62 @@ def bidirectional_attention_backward(dinp, dout, inp, att, lengths, B, T, C, NH)
     grads = (ds @ k, ds.transpose(0, 1, 3, 2) @ q, p.transpose(0, 1, 3, 2) @ dy)  # each (B, NH, T, HS)
     dinp.reshape(B, T, 3, NH, HS)[...] = array_module(inp).stack(grads).transpose(1, 3, 0, 2, 4)
 
+
+def _log_add(xp, *terms):
+    """log(sum of exp(terms)) elementwise, -inf where every term is."""
+    largest = terms[0]
+    for term in terms[1:]:
+        largest = xp.maximum(largest, term)
+    finite = xp.where(xp.isfinite(largest), largest, xp.float32(0))
+    total = sum(xp.exp(term - finite) for term in terms)
+    with numpy.errstate(divide="ignore"):
+        return xp.where(xp.isfinite(largest), finite + xp.log(total), largest)
+
+
+def ctc_loss_forward_backward(dlogits, losses, logits, targets, input_lengths, target_lengths, B, T, V, S):
+    """Every utterance at once, frame by frame; the states past an utterance's 2U + 1, and its frames past its
+    length, are -inf."""
+    xp = array_module(logits)
+    neg_inf = xp.float32(-xp.inf)
+    frames, counts = input_lengths.reshape(B, 1).astype(xp.int64), target_lengths.reshape(B, 1).astype(xp.int64)
+    x = logits.reshape(B, T, V)
+    real = (xp.arange(T) < frames)[..., None]                                   # (B, T, 1)
+    x = xp.where(real, x, xp.float32(0))  # padded frames' logits are never used
+    shifted = x - x.max(axis=-1, keepdims=True)
+    lp = shifted - xp.log(xp.exp(shifted).sum(axis=-1, keepdims=True))        # (B, T, V)
+    L = 2 * S + 1
+    extended = xp.zeros((B, L), dtype=xp.int64)
+    extended[:, 1::2] = targets.reshape(B, S)
+    states = xp.arange(L)
+    reachable = states < 2 * counts + 1                                         # (B, L)
+    skips = xp.zeros((B, L), dtype=bool)
+    skips[:, 2:] = (extended[:, 2:] != 0) & (extended[:, 2:] != extended[:, :-2])
+    emissions = xp.take_along_axis(lp, xp.broadcast_to(extended[:, None, :], (B, T, L)), axis=2)  # (B, T, L)
+    shifted_by = lambda row, n: xp.concatenate([xp.full((B, n), neg_inf), row[:, :-n]], axis=1)  # noqa: E731
+
+    alpha = xp.full((B, T, L), neg_inf, dtype=xp.float32)
+    alpha[:, 0] = xp.where(reachable & (states <= 1), emissions[:, 0], neg_inf)
+    for t in range(1, T):
+        row = alpha[:, t - 1]
+        alpha[:, t] = xp.where(reachable, _log_add(xp, row, shifted_by(row, 1), xp.where(skips, shifted_by(row, 2),
+                                                                                         neg_inf))
+                               + emissions[:, t], neg_inf)
+    skips_back = xp.concatenate([skips[:, 2:], xp.zeros((B, 2), dtype=bool)], axis=1)  # from s to s + 2
+    beta = xp.full((B, T, L), neg_inf, dtype=xp.float32)
+    ends = reachable & (states >= 2 * counts - 1)  # the last label and the last blank
+    for t in reversed(range(T)):
+        later = beta[:, t + 1] if t + 1 < T else xp.full((B, L), neg_inf, dtype=xp.float32)
+        ahead = lambda n: xp.concatenate([later[:, n:], xp.full((B, n), neg_inf)], axis=1)  # noqa: E731
+        carried = _log_add(xp, later, ahead(1), xp.where(skips_back, ahead(2), neg_inf))
+        start = xp.where(ends, xp.float32(0), neg_inf)
+        value = xp.where((t == frames - 1), start, xp.where(t < frames - 1, carried, neg_inf)) + emissions[:, t]
+        beta[:, t] = xp.where(reachable & (t < frames), value, neg_inf)
+
+    last = xp.take_along_axis(alpha, xp.broadcast_to((frames - 1)[..., None], (B, 1, L)), axis=1)[:, 0]  # (B, L)
+    log_likelihood = _log_add(xp, *(xp.where(states == 2 * counts - k, last, neg_inf).max(axis=1) for k in (0, 1)))
+    with numpy.errstate(invalid="ignore"):  # an utterance no alignment fits: -inf - -inf, NaN as torch's
+        occupancy = xp.exp(alpha + beta - emissions - log_likelihood[:, None, None])
+    occupancy = xp.where(reachable[:, None, :] & real, occupancy, xp.float32(0))
+    one_hot = (extended[..., None] == xp.arange(V)).astype(xp.float32)        # (B, L, V)
+    dlogits.reshape(B, T, V)[...] = xp.where(real, xp.exp(lp) - occupancy @ one_hot, xp.float32(0))
+    losses.reshape(B)[...] = -log_likelihood
