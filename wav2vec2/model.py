@@ -155,11 +155,13 @@ class Wav2Vec2ForCTC:
         C, F, I, NH, V, K, G, L = (c.channels, c.features, c.intermediate_size, c.num_heads, c.vocab_size,
                                    c.pos_conv_kernel, c.pos_conv_groups, c.num_layers)
         zero_activations(d, ACCUMULATED_GRADIENTS)
+        # layernorm_backward's scratch (B, T, 2 * channels), from the one sized for the wider of C and F
+        scratch_C, scratch_F = (d.scratch.reshape(-1)[:B * T * 2 * width] for width in (C, F))
 
         ops.matmul_backward(d.ln2[L - 1], dw.lm_headw, dw.lm_headb, d.logits, a.ln2[L - 1], w.lm_headw, B, T, C, V)
         for l in reversed(range(L)):
             x, dx = (a.ln_enc, d.ln_enc) if l == 0 else (a.ln2[l - 1], d.ln2[l - 1])
-            ops.layernorm_backward(d.residual2[l], dw.ln2w[l], dw.ln2b[l], d.scratch, d.ln2[l], a.residual2[l],
+            ops.layernorm_backward(d.residual2[l], dw.ln2w[l], dw.ln2b[l], scratch_C, d.ln2[l], a.residual2[l],
                                    w.ln2w[l], a.ln2_mean[l], a.ln2_rstd[l], B, T, C)
             # the residual add hands d.residual2 to both its operands: fcproj's is read as it is
             ops.matmul_backward(d.fch_gelu[l], dw.fcprojw[l], dw.fcprojb[l], d.residual2[l], a.fch_gelu[l],
@@ -167,7 +169,7 @@ class Wav2Vec2ForCTC:
             ops.gelu_erf_backward(d.fch[l], a.fch[l], d.fch_gelu[l], B * T * I)
             ops.matmul_backward(d.share, dw.fcw[l], dw.fcb[l], d.fch[l], a.ln1[l], w.fcw[l], B, T, C, I)
             ops.residual_forward(d.ln1[l], d.share, d.residual2[l], B * T * C)  # + the residual add's share
-            ops.layernorm_backward(d.residual1[l], dw.ln1w[l], dw.ln1b[l], d.scratch, d.ln1[l], a.residual1[l],
+            ops.layernorm_backward(d.residual1[l], dw.ln1w[l], dw.ln1b[l], scratch_C, d.ln1[l], a.residual1[l],
                                    w.ln1w[l], a.ln1_mean[l], a.ln1_rstd[l], B, T, C)
             ops.matmul_backward(d.atty[l], dw.attprojw[l], dw.attprojb[l], d.residual1[l], a.atty[l], w.attprojw[l],
                                 B, T, C, C)
@@ -175,7 +177,7 @@ class Wav2Vec2ForCTC:
             ops.matmul_backward(d.share, dw.qkvw[l], dw.qkvb[l], d.qkv[l], x, w.qkvw[l], B, T, C, 3 * C)
             ops.residual_forward(dx, d.share, d.residual1[l], B * T * C)
 
-        ops.layernorm_backward(d.pos_sum, dw.ln_encw, dw.ln_encb, d.scratch, d.ln_enc, a.pos_sum, w.ln_encw,
+        ops.layernorm_backward(d.pos_sum, dw.ln_encw, dw.ln_encb, scratch_C, d.ln_enc, a.pos_sum, w.ln_encw,
                                a.ln_enc_mean, a.ln_enc_rstd, B, T, C)
         ops.gelu_erf_backward(d.pos_conv, a.pos_conv, d.pos_sum, B * T * C)  # pos_sum = masked + gelu(pos_conv)
         ops.conv1d_backward(d.share, d.pos_conv_weight, dw.pos_convb, d.pos_conv, a.masked, a.pos_conv_weight, B,
@@ -185,7 +187,7 @@ class Wav2Vec2ForCTC:
         ops.residual_forward(d.masked, d.share, d.pos_sum, B * T * C)
         xp.multiply(d.masked, a.valid, out=d.proj)  # the zeroed frames pass no gradient back
         ops.matmul_backward(d.ln_feat, dw.projw, dw.projb, d.proj, a.ln_feat, w.projw, B, T, F, C)
-        ops.layernorm_backward(d.conv_gelu[-1], dw.ln_featw, dw.ln_featb, d.scratch, d.ln_feat, a.conv_gelu[-1],
+        ops.layernorm_backward(d.conv_gelu[-1], dw.ln_featw, dw.ln_featb, scratch_F, d.ln_feat, a.conv_gelu[-1],
                                w.ln_featw, a.ln_feat_mean, a.ln_feat_rstd, B, T, F)
         for i, (C_in, OC, kernel, stride) in reversed(list(enumerate(c.conv_layers()))):
             T_in, T_out = S if i == 0 else a.conv[i - 1].shape[1], a.conv[i].shape[1]

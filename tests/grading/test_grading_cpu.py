@@ -796,7 +796,7 @@ def test_a_fresh_kit_s_quick_check_and_benchmark_name_each_stub_on_a_gpu(handout
     quick = [spec for spec in SPECS.values() if spec.milestone == 1 and spec.quick is not None]
     stubs = sorted(spec.function for spec in quick if not spec.provided)
     assert verify.returncode == 1, verify.stdout + verify.stderr
-    assert sorted(rows) == sorted(spec.function for spec in quick), verify.stdout
+    assert sorted(rows) == sorted(spec.function for spec in quick), verify.stdout + verify.stderr
     assert sorted(function for function, row in rows.items() if " TODO " in row) == stubs, verify.stdout
     assert all(rows[function].endswith(stub_line(function, SPECS[function].module)) for function in stubs)
     assert all(" PASS " in row for function, row in rows.items() if function not in stubs), verify.stdout

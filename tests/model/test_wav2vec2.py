@@ -35,10 +35,10 @@ def hf_config(config):
         mask_time_prob=0.0, ctc_loss_reduction="sum", attn_implementation="eager")
 
 
-def hf_twin(seed: int):
-    """transformers' Wav2Vec2ForCTC of TINY in float64, eval mode, every parameter drawn from N(0, 1 / fan-in) (the
-    size of one output's slice of it), in float32 values so that our float32 parameters hold them exactly."""
-    model = transformers.Wav2Vec2ForCTC(hf_config(TINY)).double().eval()
+def hf_twin(seed: int, config=TINY):
+    """transformers' Wav2Vec2ForCTC of `config` in float64, eval mode, every parameter drawn from N(0, 1 / fan-in)
+    (the size of one output's slice of it), in float32 values so that our float32 parameters hold them exactly."""
+    model = transformers.Wav2Vec2ForCTC(hf_config(config)).double().eval()
     rng = np.random.default_rng(seed)
     with torch.no_grad():
         for parameter in model.parameters():
