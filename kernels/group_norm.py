@@ -1,12 +1,17 @@
 """GroupNorm on channel-last frames, forward and backward: Wav2Vec2's first feature-encoder layer.
 
 inp and out are (B, T, C), frames of C channels; the C channels fall into G groups of
-C / G consecutive channels, and each (utterance b, group g) is normalised over all its
-T * C / G values (biased variance, eps 1e-5, as torch.nn.GroupNorm):
+C / G consecutive channels, and each (utterance b, group g) is normalised by the
+statistics of its first frames[b] frames' F * C / G values (biased variance, eps 1e-5,
+as torch.nn.GroupNorm; frames (B,) int32 on the device, F = frames[b] in 1..T):
 
     mean[b, g] = the values' mean,  rstd[b, g] = 1 / sqrt(their variance + eps)
-    n          = (x - mean[b, g]) * rstd[b, g]
+    n          = (x - mean[b, g]) * rstd[b, g]          at every frame, the later ones too
     out        = n * weight[c] + bias[c]
+
+Wav2Vec2 normalises over the batch's padded length, every frame of it: frames[b] = T,
+except in a CUDA graph sized for the longest batch (the Grape study's), which reads the
+frames of the batch it runs from the device, the buffer's later frames being zeros.
 
 mean and rstd (B, G) are outputs too, for the backward pass, which from dout (B, T, C)
 writes dinp and adds to the parameters' gradients:
@@ -14,7 +19,11 @@ writes dinp and adds to the parameters' gradients:
     dbias[c]   += sum over b and t of dout
     dweight[c] += sum over b and t of dout * n
     dnorm       = dout * weight[c]
-    dinp        = rstd * (dnorm - mean(dnorm) - n * mean(dnorm * n))   (means over the group's values)
+    dinp        = rstd * (dnorm - mean(dnorm) - n * mean(dnorm * n))   at t < frames[b]
+    dinp        = rstd * dnorm                                          at t >= frames[b]
+
+where each mean is a sum over every frame of the group divided by its F * C / G counted
+values: every output depends on the statistics, which only the first F frames make.
 
 Wav2Vec2 takes G = C = 512, a group per channel, over up to ~50,000 frames (16 s of
 audio at 16 kHz, 5 samples a frame): a group is a long column of values C floats
@@ -28,9 +37,9 @@ host function allocates (B * ceil(T / CHUNK) slices of 2C floats: 1 MB at B = 4,
 T = 16,000), and later kernels reduce the slices.
 
 Forward, three kernels:
-* group_norm_tile_statistics_kernel: per tile and channel, the tile's mean and its
-  sum of squared deviations from that mean (two passes over the tile; the second
-  reads it from cache).
+* group_norm_tile_statistics_kernel: per tile and channel, the mean of the tile's
+  counted frames and their sum of squared deviations from it (two passes over the
+  tile; the second reads it from cache).
 * group_norm_statistics_kernel: one block per (b, g) combines its channels' tiles:
   the mean is the frame-weighted mean of the tiles' means, and the sum of squared
   deviations is the tiles' own plus frames * (tile mean - mean)^2 each. Nothing is
@@ -45,7 +54,8 @@ Backward, four kernels:
   mean(dnorm * n), into a second small scratch.
 * group_norm_parameter_grads_kernel: per 32 channels, the B * ceil(T / CHUNK) slices'
   sums added into dbias and dweight.
-* group_norm_backward_inputs_kernel: dinp, tile by tile.
+* group_norm_backward_inputs_kernel: dinp, tile by tile, without the means' terms past
+  the counted frames.
 
 Every sum is taken in an order fixed by B, T, C and G alone: within a tile the warps'
 sums are added in warp order (column_total), and the block reductions over slices
@@ -131,31 +141,35 @@ GROUP_NORM_SOURCE = ROW_REDUCTIONS + COLUMN_TILES + r"""
 // Group norm's tiles: frames (rows) by channels (columns) of utterance blockIdx.z. This thread's (b, group).
 __device__ int group_of(const Tile& tile, int C, int G) { return blockIdx.z * G + tile.column / (C / G); }
 
+// The frames utterance b's statistics run over: frames[b], at most T.
+__device__ int counted_frames(const int* frames, int b, int T) { return min(frames[b], T); }
+
 // Piece p < chunks * (C / G) of group `group`'s tile results: the slice of its tile p / (C / G) (2C floats from
-// `slices`, utterance b's first) and its channel; `frames` gets the tile's frames.
-__device__ const float* group_piece(const float* slices, int p, int group, int T, int C, int G, int& channel,
+// `slices`, utterance b's first) and its channel; `frames` gets the tile's counted frames (0 past the counted ones).
+__device__ const float* group_piece(const float* slices, int p, int group, int counted, int C, int G, int& channel,
                                     float& frames) {
     const int width = C / G, chunk = p / width;
     channel = group * width + p % width;
-    frames = min(CHUNK, T - chunk * CHUNK);
+    frames = max(0, min(CHUNK, counted - chunk * CHUNK));
     return slices + (long long)chunk * 2 * C;
 }
 
-// Per tile and channel: the tile's mean, and its values' sum of squared deviations from it, as arrays 0 and 1 of the
-// tile's slice of partials.
+// Per tile and channel: the mean of the tile's counted frames, and their values' sum of squared deviations from it,
+// as arrays 0 and 1 of the tile's slice of partials (0 and 0 for a tile past the counted frames).
 extern "C" __global__ void __launch_bounds__(THREADS)
-group_norm_tile_statistics_kernel(float* partials, const float* inp, int T, int C) {
+group_norm_tile_statistics_kernel(float* partials, const float* inp, const int* frames, int T, int C) {
     const Tile tile = column_tile(T, C);
+    const int rows = max(0, min(tile.rows, counted_frames(frames, blockIdx.z, T) - (int)blockIdx.y * CHUNK));
     float sum = 0.0f;
     if (tile.inside()) {
         #pragma unroll 4
-        for (int t = tile.warp; t < tile.rows; t += WARPS) sum += inp[tile.at(t)];
+        for (int t = tile.warp; t < rows; t += WARPS) sum += inp[tile.at(t)];
     }
-    const float tile_mean = column_total(sum) / tile.rows;
+    const float tile_mean = column_total(sum) / max(rows, 1);  // 0 for a tile past the counted frames
     float squares = 0.0f;
     if (tile.inside()) {
         #pragma unroll 4
-        for (int t = tile.warp; t < tile.rows; t += WARPS) {
+        for (int t = tile.warp; t < rows; t += WARPS) {
             const float deviation = inp[tile.at(t)] - tile_mean;
             squares += deviation * deviation;
         }
@@ -166,26 +180,28 @@ group_norm_tile_statistics_kernel(float* partials, const float* inp, int T, int 
 }
 
 // Grid B * G: group blockIdx.x % G of utterance blockIdx.x / G from its channels' tile statistics. The mean is the
-// tiles' means weighted by their frames; the squared deviations are each tile's own plus frames * (its mean -
+// tiles' means weighted by their counted frames; the squared deviations are each tile's own plus frames * (its mean -
 // mean)^2.
 extern "C" __global__ void __launch_bounds__(THREADS)
-group_norm_statistics_kernel(float* mean, float* rstd, const float* partials, int T, int C, int G) {
+group_norm_statistics_kernel(float* mean, float* rstd, const float* partials, const int* frames, int T, int C,
+                             int G) {
     __shared__ float warp_sums[THREADS / 32];
-    const int chunks = (T + CHUNK - 1) / CHUNK, pieces = chunks * (C / G);
+    const int counted = counted_frames(frames, blockIdx.x / G, T);
+    const int chunks = (T + CHUNK - 1) / CHUNK, pieces = (counted + CHUNK - 1) / CHUNK * (C / G);
     const float* slices = partials + (long long)(blockIdx.x / G) * chunks * 2 * C;
-    const float count = (float)T * (C / G);
+    const float count = (float)counted * (C / G);
     int channel;
-    float frames, weighted = 0.0f;
+    float tile_frames, weighted = 0.0f;
     for (int p = threadIdx.x; p < pieces; p += THREADS) {
-        const float* slice = group_piece(slices, p, blockIdx.x % G, T, C, G, channel, frames);
-        weighted += frames * slice[channel];
+        const float* slice = group_piece(slices, p, blockIdx.x % G, counted, C, G, channel, tile_frames);
+        weighted += tile_frames * slice[channel];
     }
     const float group_mean = block_sum(weighted, warp_sums) / count;
     float squares = 0.0f;
     for (int p = threadIdx.x; p < pieces; p += THREADS) {
-        const float* slice = group_piece(slices, p, blockIdx.x % G, T, C, G, channel, frames);
+        const float* slice = group_piece(slices, p, blockIdx.x % G, counted, C, G, channel, tile_frames);
         const float offset = slice[channel] - group_mean;
-        squares += slice[C + channel] + frames * offset * offset;
+        squares += slice[C + channel] + tile_frames * offset * offset;
     }
     const float variance = block_sum(squares, warp_sums) / count;
     if (threadIdx.x == 0) {
@@ -228,18 +244,18 @@ group_norm_backward_tile_sums_kernel(float* partials, const float* dout, const f
 }
 
 // Grid B * G: the group's mean(dnorm) and mean(dnorm * n) to group_means[2 * blockIdx.x + {0, 1}], each the sum
-// over its channels of weight[c] times the channel's tile sums, over the group's T * C / G values.
+// over its channels of weight[c] times the channel's tile sums (every frame's), over its F * C / G counted values.
 extern "C" __global__ void __launch_bounds__(THREADS)
-group_norm_backward_group_means_kernel(float* group_means, const float* partials, const float* weight, int T, int C,
-                                       int G) {
+group_norm_backward_group_means_kernel(float* group_means, const float* partials, const float* weight,
+                                       const int* frames, int T, int C, int G) {
     __shared__ float warp_sums[THREADS / 32];
     const int chunks = (T + CHUNK - 1) / CHUNK, pieces = chunks * (C / G);
     const float* slices = partials + (long long)(blockIdx.x / G) * chunks * 2 * C;
-    const float count = (float)T * (C / G);
+    const float count = (float)counted_frames(frames, blockIdx.x / G, T) * (C / G);
     int channel;
-    float frames, dnorm_sum = 0.0f, dnorm_n_sum = 0.0f;
+    float tile_frames, dnorm_sum = 0.0f, dnorm_n_sum = 0.0f;
     for (int p = threadIdx.x; p < pieces; p += THREADS) {
-        const float* slice = group_piece(slices, p, blockIdx.x % G, T, C, G, channel, frames);
+        const float* slice = group_piece(slices, p, blockIdx.x % G, T, C, G, channel, tile_frames);
         dnorm_sum += weight[channel] * slice[channel];
         dnorm_n_sum += weight[channel] * slice[C + channel];
     }
@@ -265,17 +281,19 @@ group_norm_parameter_grads_kernel(float* dweight, float* dbias, const float* par
 
 extern "C" __global__ void __launch_bounds__(THREADS)
 group_norm_backward_inputs_kernel(float* dinp, const float* dout, const float* inp, const float* weight,
-                                  const float* mean, const float* rstd, const float* group_means, int T, int C,
-                                  int G) {
+                                  const float* mean, const float* rstd, const float* group_means, const int* frames,
+                                  int T, int C, int G) {
     const Tile tile = column_tile(T, C);
     if (!tile.inside()) return;  // no barrier follows
     const int group = group_of(tile, C, G);
+    const int rows = max(0, min(tile.rows, counted_frames(frames, blockIdx.z, T) - (int)blockIdx.y * CHUNK));
     const float mu = mean[group], s = rstd[group], w = weight[tile.column];
     const float dnorm_mean = group_means[2 * group], dnorm_n_mean = group_means[2 * group + 1];
     #pragma unroll 4
     for (int t = tile.warp; t < tile.rows; t += WARPS) {
         const float n = (inp[tile.at(t)] - mu) * s;
-        dinp[tile.at(t)] = s * ((dout[tile.at(t)] * w - dnorm_mean) - n * dnorm_n_mean);
+        dinp[tile.at(t)] = t < rows ? s * ((dout[tile.at(t)] * w - dnorm_mean) - n * dnorm_n_mean)
+                                    : s * dout[tile.at(t)] * w;  // a frame the statistics did not count
     }
 }
 """
@@ -308,35 +326,37 @@ def tile_partials(B, T, C):
     return cupy.empty(B * ceil_div(T, CHUNK) * 2 * C, dtype=np.float32)
 
 
-def group_norm_forward(out, mean, rstd, inp, weight, bias, B, T, C, G):
+def group_norm_forward(out, mean, rstd, inp, weight, bias, frames, B, T, C, G):
     check_sizes("group_norm_forward", B, T, C, G)
     for name, array, size in (("out", out, B * T * C), ("mean", mean, B * G), ("rstd", rstd, B * G),
                               ("inp", inp, B * T * C), ("weight", weight, C), ("bias", bias, C)):
         check_array("group_norm_forward", name, array, size)
-    forward(FORWARD_KERNELS, out, mean, rstd, inp, weight, bias, B, T, C, G)
+    check_array("group_norm_forward", "frames", frames, B, np.int32)
+    forward(FORWARD_KERNELS, out, mean, rstd, inp, weight, bias, frames, B, T, C, G)
 
 
-def forward(kernels, out, mean, rstd, inp, weight, bias, B, T, C, G):
+def forward(kernels, out, mean, rstd, inp, weight, bias, frames, B, T, C, G):
     """FORWARD_KERNELS' launches (or those of kernels that stand in for them, in that order)."""
     tile_statistics, statistics, normalise = kernels
     partials = tile_partials(B, T, C)
     tiles, groups = (ceil_div(C, LANES), ceil_div(T, CHUNK), B), (B * G,)
     T, C, G = np.int32(T), np.int32(C), np.int32(G)
-    tile_statistics(tiles, (THREADS,), (partials, inp, T, C))
-    statistics(groups, (THREADS,), (mean, rstd, partials, T, C, G))
+    tile_statistics(tiles, (THREADS,), (partials, inp, frames, T, C))
+    statistics(groups, (THREADS,), (mean, rstd, partials, frames, T, C, G))
     normalise(tiles, (THREADS,), (out, inp, mean, rstd, weight, bias, T, C, G))
 
 
-def group_norm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, B, T, C, G):
+def group_norm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, frames, B, T, C, G):
     check_sizes("group_norm_backward", B, T, C, G)
     for name, array, size in (("dinp", dinp, B * T * C), ("dweight", dweight, C), ("dbias", dbias, C),
                               ("dout", dout, B * T * C), ("inp", inp, B * T * C), ("weight", weight, C),
                               ("mean", mean, B * G), ("rstd", rstd, B * G)):
         check_array("group_norm_backward", name, array, size)
-    backward(BACKWARD_KERNELS, dinp, dweight, dbias, dout, inp, weight, mean, rstd, B, T, C, G)
+    check_array("group_norm_backward", "frames", frames, B, np.int32)
+    backward(BACKWARD_KERNELS, dinp, dweight, dbias, dout, inp, weight, mean, rstd, frames, B, T, C, G)
 
 
-def backward(kernels, dinp, dweight, dbias, dout, inp, weight, mean, rstd, B, T, C, G):
+def backward(kernels, dinp, dweight, dbias, dout, inp, weight, mean, rstd, frames, B, T, C, G):
     """BACKWARD_KERNELS' launches (or those of kernels that stand in for them, in that order)."""
     tile_sums, group_means_kernel, parameter_grads, inputs = kernels
     partials, group_means = tile_partials(B, T, C), cupy.empty(2 * B * G, dtype=np.float32)
@@ -344,6 +364,6 @@ def backward(kernels, dinp, dweight, dbias, dout, inp, weight, mean, rstd, B, T,
     slices = np.int32(B * ceil_div(T, CHUNK))
     T, C, G = np.int32(T), np.int32(C), np.int32(G)
     tile_sums(tiles, (THREADS,), (partials, dout, inp, mean, rstd, T, C, G))
-    group_means_kernel(groups, (THREADS,), (group_means, partials, weight, T, C, G))
+    group_means_kernel(groups, (THREADS,), (group_means, partials, weight, frames, T, C, G))
     parameter_grads(channel_tiles, (THREADS,), (dweight, dbias, partials, slices, C))
-    inputs(tiles, (THREADS,), (dinp, dout, inp, weight, mean, rstd, group_means, T, C, G))
+    inputs(tiles, (THREADS,), (dinp, dout, inp, weight, mean, rstd, group_means, frames, T, C, G))

@@ -5,9 +5,7 @@ Every backend (model_runtime.backends) offers these functions: the kernels of th
 kernels directory the process runs, reference.gold, or reference.cpu (SpeechOps' only
 where its module has them). Arrays are the backend's (CuPy float32 on the GPU, NumPy on
 the CPU); each call writes its outputs in place and returns None. Each method's spec is
-reference/specs/<name without _forward>.py (SpeechOps' where it exists: conv1d, group_norm,
-gelu_erf, weight_norm and bidirectional_attention's forward so far; reference.cpu's Wav2Vec2
-section defines the others).
+reference/specs/<name without _forward>.py.
 """
 
 from __future__ import annotations
@@ -134,11 +132,13 @@ class SpeechOps(Protocol):
         """kernels/conv1d.py: dinp written (None: not wanted), dweight and dbias (None: no bias) added to."""
 
     def group_norm_forward(self, out: Array, mean: Array, rstd: Array, inp: Array, weight: Array, bias: Array,
-                           B: int, T: int, C: int, G: int) -> None:
-        """kernels/group_norm.py: GroupNorm of G groups over time and channels; mean and rstd (B, G) saved."""
+                           frames: Array, B: int, T: int, C: int, G: int) -> None:
+        """kernels/group_norm.py: GroupNorm of G groups over time and channels, the statistics of each utterance's
+        first frames[b] frames; mean and rstd (B, G) saved."""
 
     def group_norm_backward(self, dinp: Array, dweight: Array, dbias: Array, dout: Array, inp: Array,
-                            weight: Array, mean: Array, rstd: Array, B: int, T: int, C: int, G: int) -> None:
+                            weight: Array, mean: Array, rstd: Array, frames: Array, B: int, T: int, C: int,
+                            G: int) -> None:
         """kernels/group_norm.py: dinp written, dweight and dbias added to, from the saved mean and rstd."""
 
     def gelu_erf_forward(self, out: Array, inp: Array, N: int) -> None:

@@ -455,28 +455,36 @@ def conv1d_backward(dinp, dweight, dbias, dout, inp, weight, B, T, C, OC, K, str
         dinp.reshape(B, T, C)[...] = dpadded[:, padding:padding + T]
 
 
-def group_norm_forward(out, mean, rstd, inp, weight, bias, B, T, C, G):
-    """torch.nn.GroupNorm on channel-last frames: each (b, group) of C // G channels normalised over its T x C / G
-    values (biased variance), then out = normalised * weight + bias per channel; mean and rstd (B, G) saved."""
+def group_norm_forward(out, mean, rstd, inp, weight, bias, frames, B, T, C, G):
+    """torch.nn.GroupNorm on channel-last frames, its statistics from each utterance's first frames[b] frames: each
+    (b, group) of C // G channels normalised by the mean and biased variance of those frames' values, at every frame;
+    out = normalised * weight + bias per channel; mean and rstd (B, G) saved. frames[b] = T is torch's GroupNorm."""
     x = exact(inp).reshape(B, T, G, C // G)
-    mu = x.mean(axis=(1, 3), keepdims=True)
-    s = 1.0 / np.sqrt(((x - mu) ** 2).mean(axis=(1, 3), keepdims=True) + GROUP_NORM_EPS)
+    mu, s = np.zeros((B, 1, G, 1)), np.zeros((B, 1, G, 1))
+    for b, counted in enumerate(np.minimum(np.asarray(frames).reshape(B), T)):
+        mu[b] = x[b, :counted].mean(axis=(0, 2), keepdims=True)
+        s[b] = 1.0 / np.sqrt(((x[b, :counted] - mu[b]) ** 2).mean(axis=(0, 2), keepdims=True) + GROUP_NORM_EPS)
     out.reshape(B, T, C)[...] = ((x - mu) * s).reshape(B, T, C) * exact(weight) + exact(bias)
     mean.reshape(B, G)[...] = mu.reshape(B, G)
     rstd.reshape(B, G)[...] = s.reshape(B, G)
 
 
-def group_norm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, B, T, C, G):
-    """From the forward pass's saved mean and rstd (B, G): dinp (written), dweight += and dbias +=."""
+def group_norm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, frames, B, T, C, G):
+    """From the forward pass's saved mean and rstd (B, G): dinp (written), dweight += and dbias +=. Every frame's
+    output depends on the statistics, which the first frames[b] make: the statistics' share of the gradient is a sum
+    over every frame, passed back to the counted ones."""
     grads = exact(dout).reshape(B, T, C)
     s = exact(rstd).reshape(B, 1, G, 1)
     normalised = (exact(inp).reshape(B, T, G, C // G) - exact(mean).reshape(B, 1, G, 1)) * s
     dbias.reshape(C)[...] += grads.sum(axis=(0, 1))
     dweight.reshape(C)[...] += (grads * normalised.reshape(B, T, C)).sum(axis=(0, 1))
     dnormalised = (grads * exact(weight)).reshape(B, T, G, C // G)
-    centred = dnormalised - dnormalised.mean(axis=(1, 3), keepdims=True)
-    dx = s * (centred - normalised * (dnormalised * normalised).mean(axis=(1, 3), keepdims=True))
-    dinp.reshape(B, T, C)[...] = dx.reshape(B, T, C)
+    counted = np.minimum(np.asarray(frames).reshape(B), T)
+    count = (counted * (C // G)).reshape(B, 1, 1, 1)
+    through_statistics = (dnormalised.sum(axis=(1, 3), keepdims=True)
+                          + normalised * (dnormalised * normalised).sum(axis=(1, 3), keepdims=True)) / count
+    through_statistics *= (np.arange(T) < counted[:, None]).reshape(B, T, 1, 1)
+    dinp.reshape(B, T, C)[...] = (s * (dnormalised - through_statistics)).reshape(B, T, C)
 
 
 def gelu_erf_forward(out, inp, N):

@@ -477,27 +477,34 @@ def gelu_erf_backward(dinp, inp, dout, N):
     dinp.reshape(N)[...] = (normal_cdf(x) + x * density) * dout.reshape(N)
 
 
-def group_norm_forward(out, mean, rstd, inp, weight, bias, B, T, C, G):
+def group_norm_forward(out, mean, rstd, inp, weight, bias, frames, B, T, C, G):
     xp = array_module(inp)
     x = inp.reshape(B, T, G, C // G)
-    mu = x.mean(axis=(1, 3), keepdims=True)
+    counted = (xp.arange(T) < frames.reshape(B, 1)).reshape(B, T, 1, 1)
+    count = (xp.minimum(frames, T) * (C // G)).astype(xp.float32).reshape(B, 1, 1, 1)
+    mu = xp.where(counted, x, xp.float32(0)).sum(axis=(1, 3), keepdims=True) / count
     centred = x - mu
-    s = 1.0 / xp.sqrt((centred * centred).mean(axis=(1, 3), keepdims=True) + GROUP_NORM_EPS)
+    s = 1.0 / xp.sqrt(xp.where(counted, centred * centred, xp.float32(0)).sum(axis=(1, 3), keepdims=True) / count
+                      + GROUP_NORM_EPS)
     out.reshape(B, T, C)[...] = (centred * s).reshape(B, T, C) * weight + bias
     mean.reshape(B, G)[...] = mu.reshape(B, G)
     rstd.reshape(B, G)[...] = s.reshape(B, G)
 
 
-def group_norm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, B, T, C, G):
+def group_norm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, frames, B, T, C, G):
+    xp = array_module(inp)
     grads = dout.reshape(B, T, C)
     s = rstd.reshape(B, 1, G, 1)
+    counted = (xp.arange(T) < frames.reshape(B, 1)).reshape(B, T, 1, 1)
+    count = (xp.minimum(frames, T) * (C // G)).astype(xp.float32).reshape(B, 1, 1, 1)
     normalised = (inp.reshape(B, T, G, C // G) - mean.reshape(B, 1, G, 1)) * s
     dbias.reshape(C)[...] += grads.sum(axis=(0, 1))
     dweight.reshape(C)[...] += (grads * normalised.reshape(B, T, C)).sum(axis=(0, 1))
     dnormalised = (grads * weight.reshape(C)).reshape(B, T, G, C // G)
-    centred = dnormalised - dnormalised.mean(axis=(1, 3), keepdims=True)
-    dinp.reshape(B, T, C)[...] = (s * (centred - normalised * (dnormalised * normalised).mean(axis=(1, 3),
-                                                                                           keepdims=True))).reshape(B, T, C)
+    statistics_terms = (dnormalised.sum(axis=(1, 3), keepdims=True)
+                        + normalised * (dnormalised * normalised).sum(axis=(1, 3), keepdims=True)) / count
+    dinp.reshape(B, T, C)[...] = (s * (dnormalised - xp.where(counted, statistics_terms, xp.float32(0)))).reshape(
+        B, T, C)
 
 
 def weight_norm_forward(weight, g, v, OC, C, K):

@@ -81,15 +81,35 @@ class Wav2Vec2ForCTC:
     def forward(self, audio, audio_lengths, a=None):
         """Logits (B, T, V) of audio (B, S) samples, of which utterance b's first audio_lengths[b] are its own.
         Every activation the backward pass needs stays in `a` (new_activations(B, S)), else in a fresh set."""
-        c, w, ops, xp = self.config, self.weights, self.backend.ops, self.backend.xp
         audio, frames = self.check_audio(audio, audio_lengths)
-        (B, S), T = audio.shape, c.frames(audio.shape[1])
+        a = a if a is not None else self.new_activations(*audio.shape)
+        self.load_batch(a, audio, frames)
+        self.forward_launches(a)
+        return a.logits
+
+    def load_batch(self, a, audio, frames) -> None:
+        """A checked batch (check_audio) into a's input buffers: the audio zero padded to a's S samples, each
+        utterance's frames, the mask of valid frames, and the frames group norm counts: all of the batch's padded
+        length (audio.shape[1] samples), which a's S may exceed (a graph sized for the longest batch)."""
+        B, S = a.audio.shape[:2]
+        if audio.shape[0] != B or audio.shape[1] > S:
+            raise InputError(f"a batch of {audio.shape[0]} utterances of {audio.shape[1]} samples does not fit "
+                             f"activations for {B} of {S}")
+        padded = np.zeros((B, S), audio.dtype)
+        padded[:, :audio.shape[1]] = audio
+        T = a.logits.shape[1]
+        a.audio[...] = self.backend.upload(padded).reshape(B, S, 1)
+        a.frames[...] = self.backend.upload(frames)
+        a.valid[...] = self.backend.upload((np.arange(T) < frames[:, None])[..., None].astype(np.float32))
+        a.gn_frames[...] = self.backend.upload(np.full(B, self.config.frames_per_layer(audio.shape[1])[0], np.int32))
+
+    def forward_launches(self, a) -> None:
+        """The forward pass's host functions on the batch a's buffers hold (load_batch): nothing read from the host,
+        nothing allocated but scratch, so a CUDA graph can capture it."""
+        c, w, ops, xp = self.config, self.weights, self.backend.ops, self.backend.xp
+        (B, S), T = a.audio.shape[:2], a.logits.shape[1]
         C, F, I, NH, V, K, G = (c.channels, c.features, c.intermediate_size, c.num_heads, c.vocab_size,
                                 c.pos_conv_kernel, c.pos_conv_groups)
-        a = a if a is not None else self.new_activations(B, S)
-        a.audio[...] = self.backend.upload(audio).reshape(B, S, 1)
-        a.frames = self.backend.upload(frames)
-        a.valid = self.backend.upload((np.arange(T) < frames[:, None])[..., None].astype(np.float32))  # (B, T, 1)
 
         # the feature encoder: audio -> F channels a frame
         x, T_in = a.audio, S
@@ -97,7 +117,8 @@ class Wav2Vec2ForCTC:
             T_out = a.conv[i].shape[1]
             ops.conv1d_forward(a.conv[i], x, w.conv_weights[i], None, B, T_in, C_in, OC, kernel, stride, 0, 1, T_out)
             if i == 0:  # a group per channel, each normalised over the utterance
-                ops.group_norm_forward(a.gn, a.gn_mean, a.gn_rstd, a.conv[0], w.gnw, w.gnb, B, T_out, OC, OC)
+                ops.group_norm_forward(a.gn, a.gn_mean, a.gn_rstd, a.conv[0], w.gnw, w.gnb, a.gn_frames, B, T_out, OC,
+                                       OC)
             ops.gelu_erf_forward(a.conv_gelu[i], a.gn if i == 0 else a.conv[i], B * T_out * OC)
             x, T_in = a.conv_gelu[i], T_out
 
@@ -129,7 +150,6 @@ class Wav2Vec2ForCTC:
                                   C)
             x = a.ln2[l]
         ops.matmul_forward(a.logits, x, w.lm_headw, w.lm_headb, B, T, C, V)
-        return a.logits
 
     # ------------------------------------------------------------------ loss and backward (training)
 
@@ -138,12 +158,15 @@ class Wav2Vec2ForCTC:
         ctc_loss_reduction "sum"; +inf for one whose labels do not fit its frames): labels (B, U) ids in 1..V-1
         (0 is the blank), utterance b's first label_lengths[b] of them its own. Each utterance's loss goes to
         a.losses, their sum's gradient at the logits to d.logits."""
-        B, T, V = a.logits.shape
-        labels, label_lengths = self.check_labels(labels, label_lengths, B)
-        self.backend.ops.ctc_loss_forward_backward(d.logits, a.losses, a.logits, self.backend.upload(labels),
-                                                   a.frames, self.backend.upload(label_lengths), B, T, V,
-                                                   labels.shape[1])
+        labels, label_lengths = self.check_labels(labels, label_lengths, a.logits.shape[0])
+        self.loss_launches(a, d, self.backend.upload(labels), self.backend.upload(label_lengths))
         return float(self.backend.to_host(a.losses).sum())
+
+    def loss_launches(self, a, d, labels, label_lengths) -> None:
+        """loss's host function on labels (B, U) and label_lengths (B,) already on the device and checked."""
+        B, T, V = a.logits.shape
+        self.backend.ops.ctc_loss_forward_backward(d.logits, a.losses, a.logits, labels, a.frames, label_lengths, B,
+                                                   T, V, labels.shape[1])
 
     def backward(self, a, d, grads: dict) -> None:
         """Every parameter's gradient added into grads (zero_grads(), laid out as self.parameters), from d.logits,
@@ -194,8 +217,8 @@ class Wav2Vec2ForCTC:
             ops.gelu_erf_backward(d.gn if i == 0 else d.conv[i], a.gn if i == 0 else a.conv[i], d.conv_gelu[i],
                                   B * T_out * OC)
             if i == 0:
-                ops.group_norm_backward(d.conv[0], dw.gnw, dw.gnb, d.gn, a.conv[0], w.gnw, a.gn_mean, a.gn_rstd, B,
-                                        T_out, OC, OC)
+                ops.group_norm_backward(d.conv[0], dw.gnw, dw.gnb, d.gn, a.conv[0], w.gnw, a.gn_mean, a.gn_rstd,
+                                        a.gn_frames, B, T_out, OC, OC)
             # the audio needs no gradient (dinp None)
             ops.conv1d_backward(None if i == 0 else d.conv_gelu[i - 1], dw.conv_weights[i], None, d.conv[i],
                                 a.audio if i == 0 else a.conv_gelu[i - 1], w.conv_weights[i], B, T_in, C_in, OC,
@@ -230,9 +253,13 @@ class Wav2Vec2ForCTC:
         return shapes | {name: [shapes[name]] * L for name in per_layer}
 
     def new_activations(self, B: int, S: int):
-        """A fresh set of activations for B utterances of S samples (forward adds frames and valid, the frame
-        counts and the mask of valid frames)."""
-        return self._allocate(self.activation_shapes(B, S))
+        """A fresh set of activations for B utterances of S samples, with the batch's buffers load_batch fills:
+        frames (B,) each utterance's valid frames, valid (B, T, 1) their mask, gn_frames (B,) the frames group norm
+        counts."""
+        a = self._allocate(self.activation_shapes(B, S))
+        a.frames, a.gn_frames = (self.backend.xp.zeros(B, np.int32) for _ in range(2))
+        a.valid = self.backend.empty(B, self.config.frames(S), 1)
+        return a
 
     def new_gradients(self, B: int, S: int):
         """The backward pass's buffers for B utterances of S samples: the gradients of GRADIENT_ACTIVATIONS, named

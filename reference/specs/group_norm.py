@@ -1,6 +1,7 @@
-"""group_norm_forward(out, mean, rstd, inp, weight, bias, B, T, C, G): GroupNorm of channel-last frames (B, T, C), each
-(b, group of C / G consecutive channels) normalised over its T * C / G values (biased variance, eps 1e-5); mean and
-rstd (B, G) are outputs too."""
+"""group_norm_forward(out, mean, rstd, inp, weight, bias, frames, B, T, C, G): GroupNorm of channel-last frames (B, T, C),
+each (b, group of C / G consecutive channels) normalised, at every frame, by the mean and biased variance (eps 1e-5) of
+its values in the first frames[b] frames (int32, 1..T; T is torch's GroupNorm); mean and rstd (B, G) are outputs
+too."""
 
 import math
 
@@ -8,6 +9,7 @@ import numpy as np
 
 from reference.numerics import U
 from reference.spec import Arguments, Spec, normal
+from reference.specs.bidirectional_attention import draw_lengths
 
 WAV2VEC2 = dict(B=4, T=16000, C=512, G=512)  # the first feature-encoder layer's output: 512 channels, a group each,
                                              # 16,000 frames of 5 samples (5 s of audio at 16 kHz)
@@ -23,7 +25,7 @@ CASES = (
 )
 
 
-def draw_frames(case, rng) -> np.ndarray:
+def draw_inputs(case, rng) -> np.ndarray:
     """A case's inp (B, T, C): each channel of each utterance with a mean and spread of its own, so its groups' channels
     differ; extreme: every group's values near a mean of its own of 1e3 to 1e4, spread 0.1 (a variance taken as
     sum(x^2) - mean^2 keeps nothing)."""
@@ -38,8 +40,9 @@ def draw_frames(case, rng) -> np.ndarray:
 
 def build(case, rng):
     B, T, C, G = (case.size[k] for k in ("B", "T", "C", "G"))
-    return Arguments(dict(out=(B, T, C), mean=(B, G), rstd=(B, G), inp=draw_frames(case, rng),
-                          weight=normal(rng, C), bias=normal(rng, C), B=B, T=T, C=C, G=G))
+    return Arguments(dict(out=(B, T, C), mean=(B, G), rstd=(B, G), inp=draw_inputs(case, rng),
+                          weight=normal(rng, C), bias=normal(rng, C), frames=draw_lengths(rng, B, T), B=B, T=T, C=C,
+                          G=G))
 
 
 def error_bound(x, e):
@@ -53,7 +56,9 @@ def error_bound(x, e):
     rel = 4 * math.sqrt(T * C // G) * U
     groups = x["inp"].reshape(B, T, G, C // G)
     mean, rstd = e["mean"].reshape(B, 1, G, 1), e["rstd"].reshape(B, 1, G, 1)
-    std = np.sqrt(((groups - mean) ** 2).mean(axis=(1, 3), keepdims=True))
+    counted = (np.arange(T) < x["frames"].reshape(B, 1)).reshape(B, T, 1, 1)  # the frames the statistics count
+    std = np.sqrt(((groups - mean) ** 2 * counted).sum(axis=(1, 3), keepdims=True) / (counted.sum(axis=1,
+                                                                                                  keepdims=True) * (C // G)))
     mean_error = rel * (np.abs(mean) + std)
     rstd_error = rel + 4 * U + (mean_error * rstd) ** 2  # relative
     n_error = np.abs(groups - mean) * rstd * rstd_error + mean_error * rstd

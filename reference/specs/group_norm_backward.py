@@ -1,5 +1,7 @@
-"""group_norm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, B, T, C, G): GroupNorm's gradients from the
-forward pass's saved mean and rstd (B, G); dinp (B, T, C) written, dweight and dbias (C) added to."""
+"""group_norm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, frames, B, T, C, G): GroupNorm's gradients
+from the forward pass's saved mean and rstd (B, G) of each utterance's first frames[b] frames; dinp (B, T, C) written,
+dweight and dbias (C) added to. The statistics' share of dinp, a sum over every frame divided by the counted values,
+goes to the counted frames only."""
 
 import math
 
@@ -7,32 +9,35 @@ import numpy as np
 
 from reference.numerics import U
 from reference.spec import Arguments, Spec, normal
-from reference.specs.group_norm import CASES, WAV2VEC2, draw_frames
+from reference.specs.bidirectional_attention import draw_lengths
+from reference.specs.group_norm import CASES, WAV2VEC2, draw_inputs
 
 EPS = 1e-5  # torch.nn.GroupNorm's, as the forward pass
 
 
-def saved_statistics(x, G):
-    """mean and rstd (B, G) as a correct forward pass saves them: computed in float64, then rounded to float32."""
+def saved_statistics(x, G, frames):
+    """mean and rstd (B, G) of each utterance's first frames[b] frames as a correct forward pass saves them: computed in
+    float64, then rounded to float32."""
     B, T, C = x.shape
     groups = x.astype(np.float64).reshape(B, T, G, C // G)
-    mean = groups.mean(axis=(1, 3))
-    variance = ((groups - mean[:, None, :, None]) ** 2).mean(axis=(1, 3))
+    mean = np.stack([groups[b, :counted].mean(axis=(0, 2)) for b, counted in enumerate(frames)])
+    variance = np.stack([((groups[b, :counted] - mean[b][None, :, None]) ** 2).mean(axis=(0, 2))
+                         for b, counted in enumerate(frames)])
     return mean.astype(np.float32), (1.0 / np.sqrt(variance + EPS)).astype(np.float32)
 
 
 def build(case, rng):
     B, T, C, G = (case.size[k] for k in ("B", "T", "C", "G"))
-    x = draw_frames(case, rng)
-    mean, rstd = saved_statistics(x, G)
+    x, frames = draw_inputs(case, rng), draw_lengths(rng, B, T)
+    mean, rstd = saved_statistics(x, G, frames)
     # the parameters' gradients gathered so far: what the call adds to
     return Arguments(dict(dinp=(B, T, C), dweight=(C,), dbias=(C,), dout=normal(rng, B, T, C), inp=x,
-                          weight=normal(rng, C), mean=mean, rstd=rstd, B=B, T=T, C=C, G=G),
+                          weight=normal(rng, C), mean=mean, rstd=rstd, frames=frames, B=B, T=T, C=C, G=G),
                      initial=dict(dweight=normal(rng, C), dbias=normal(rng, C)))
 
 
 def error_bound(x, e):
-    # As layernorm_backward's, a group's T * C / G values in place of a row's C. n = (x - mean) * rstd from the saved
+    # As layernorm_backward's, a group's T * C / G values in place of a row's C (the means divide by the counted ones). n = (x - mean) * rstd from the saved
     # statistics errs by <= 2U |n|. The group means m1 = mean(d), d = dout * weight, and m2 = mean(d * n) are sums of
     # that many terms, each rounded by U (d) or 4U (d * n) (the kernel sums dout and dout * n per channel and scales by
     # weight once: no worse), ~sqrt(count) * U of the sum of magnitudes, 4x taken, and the division one U more. dinp =
@@ -47,9 +52,14 @@ def error_bound(x, e):
     n = (x["inp"].reshape(B, T, G, width) - x["mean"].reshape(B, 1, G, 1)) * rstd
     d = (x["dout"] * x["weight"]).reshape(B, T, G, width)
     group_sum = 4 * math.sqrt(T * width) * U
-    m1, m2 = np.abs(d.mean(axis=(1, 3), keepdims=True)), np.abs((d * n).mean(axis=(1, 3), keepdims=True))
-    m1_error = (group_sum + 2 * U) * np.abs(d).mean(axis=(1, 3), keepdims=True)
-    m2_error = (group_sum + 5 * U) * np.abs(d * n).mean(axis=(1, 3), keepdims=True)
+    count = (np.minimum(x["frames"], T) * width).reshape(B, 1, 1, 1)  # the means divide every frame's sum by it
+
+    def mean(values):
+        return values.sum(axis=(1, 3), keepdims=True) / count
+
+    m1, m2 = np.abs(mean(d)), np.abs(mean(d * n))
+    m1_error = (group_sum + 2 * U) * mean(np.abs(d))
+    m2_error = (group_sum + 5 * U) * mean(np.abs(d * n))
     n = np.abs(n)
     dinp = rstd * (4 * U * np.abs(d) + 3 * U * m1 + 6 * U * n * m2 + m1_error + n * m2_error)
     column_sum = 4 * math.sqrt(B * T) * U

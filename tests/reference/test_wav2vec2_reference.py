@@ -78,10 +78,11 @@ def test_group_norm_forward_and_backward(seed, B, T, C, G):
     x = rng.normal(size=(B, T, C)) * 3 + 10  # a large mean: the centred form matters
     weight, bias, dout = rng.normal(size=C), rng.normal(size=C), rng.normal(size=(B, T, C))
     out, mean, rstd = np.full((B, T, C), np.nan), np.empty((B, G)), np.empty((B, G))
-    cpu.group_norm_forward(out, mean, rstd, x, weight, bias, B, T, C, G)
+    every_frame = np.full(B, T, np.int32)
+    cpu.group_norm_forward(out, mean, rstd, x, weight, bias, every_frame, B, T, C, G)
     starts = [rng.normal(size=C) for _ in range(2)]
     dinp, (dweight, dbias) = np.full((B, T, C), np.nan), (s.copy() for s in starts)
-    cpu.group_norm_backward(dinp, dweight, dbias, dout, x, weight, mean, rstd, B, T, C, G)
+    cpu.group_norm_backward(dinp, dweight, dbias, dout, x, weight, mean, rstd, every_frame, B, T, C, G)
     x_t, weight_t, bias_t = tensor(x), tensor(weight), tensor(bias)
     y = channels_first(F.group_norm(channels_first(x_t), G, weight_t, bias_t, eps=cpu.GROUP_NORM_EPS))
     y.backward(torch.tensor(dout))
@@ -92,6 +93,34 @@ def test_group_norm_forward_and_backward(seed, B, T, C, G):
     close(dinp, x_t.grad)
     for ours, start, theirs in zip((dweight, dbias), starts, (weight_t, bias_t)):
         close(ours - start, theirs.grad)
+
+
+@pytest.mark.parametrize("seed", SEEDS, ids=lambda s: f"seed{s}")
+@pytest.mark.parametrize("B, T, C, G, frames", [(2, 9, 6, 3, (4, 9)), (3, 33, 8, 8, (1, 20, 33))])
+def test_group_norm_takes_its_statistics_from_the_counted_frames(seed, B, T, C, G, frames):
+    """Statistics of each utterance's first frames[b] frames normalise all T, as torch computes it written out, with
+    autograd for the backward: frames past the counted ones reach the gradient only through their own outputs."""
+    rng = seeded(seed, "group_norm_frames")
+    x = rng.normal(size=(B, T, C)) * 3 + 10
+    weight, bias, dout = rng.normal(size=C), rng.normal(size=C), rng.normal(size=(B, T, C))
+    frames = np.array(frames, np.int32)
+    out, mean, rstd = np.full((B, T, C), np.nan), np.empty((B, G)), np.empty((B, G))
+    cpu.group_norm_forward(out, mean, rstd, x, weight, bias, frames, B, T, C, G)
+    dinp, dweight, dbias = np.full((B, T, C), np.nan), np.zeros(C), np.zeros(C)
+    cpu.group_norm_backward(dinp, dweight, dbias, dout, x, weight, mean, rstd, frames, B, T, C, G)
+    x_t, weight_t, bias_t = tensor(x), tensor(weight), tensor(bias)
+    grouped = x_t.reshape(B, T, G, C // G)
+    outputs = []
+    for b, counted in enumerate(frames):
+        mu = grouped[b, :counted].mean(dim=(0, 2), keepdim=True)
+        variance = ((grouped[b, :counted] - mu) ** 2).mean(dim=(0, 2), keepdim=True)
+        outputs.append((grouped[b] - mu) / torch.sqrt(variance + cpu.GROUP_NORM_EPS))
+    y = torch.stack(outputs).reshape(B, T, C) * weight_t + bias_t
+    y.backward(torch.tensor(dout))
+    close(out, y)
+    close(dinp, x_t.grad)
+    close(dweight, weight_t.grad)
+    close(dbias, bias_t.grad)
 
 
 @pytest.mark.parametrize("seed", SEEDS, ids=lambda s: f"seed{s}")
@@ -264,7 +293,7 @@ def test_feature_encoder_is_convolutions_then_group_norm_then_gelu(seed):
         if layer == 0:
             normalised = np.empty((B, T_out, OC))
             cpu.group_norm_forward(normalised, np.empty((B, OC)), np.empty((B, OC)), y, parameters["layer_norm.weight"],
-                                   parameters["layer_norm.bias"], B, T_out, OC, OC)
+                                   parameters["layer_norm.bias"], np.full(B, T_out, np.int32), B, T_out, OC, OC)
             y = normalised
         x, T, C = np.empty((B, T_out, OC)), T_out, OC
         cpu.gelu_erf_forward(x, y, y.size)

@@ -12,7 +12,7 @@ parameter_grads = group_norm_kernel("group_norm_parameter_grads_kernel",
                                            "dweight[column] = dweight_sum;"))
 
 
-def group_norm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, B, T, C, G):
+def group_norm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, frames, B, T, C, G):
     tile_sums, group_means, _, inputs = group_norm.BACKWARD_KERNELS
     group_norm.backward((tile_sums, group_means, parameter_grads, inputs), dinp, dweight, dbias, dout, inp, weight,
-                        mean, rstd, B, T, C, G)
+                        mean, rstd, frames, B, T, C, G)

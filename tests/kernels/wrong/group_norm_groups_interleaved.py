@@ -11,6 +11,7 @@ normalise = group_norm_kernel("group_norm_normalise_kernel",
                               mutate(GROUP_NORM_SOURCE, "tile.column / (C / G)", "tile.column % G"))
 
 
-def group_norm_forward(out, mean, rstd, inp, weight, bias, B, T, C, G):
+def group_norm_forward(out, mean, rstd, inp, weight, bias, frames, B, T, C, G):
     tile_statistics, statistics, _ = group_norm.FORWARD_KERNELS
-    group_norm.forward((tile_statistics, statistics, normalise), out, mean, rstd, inp, weight, bias, B, T, C, G)
+    group_norm.forward((tile_statistics, statistics, normalise), out, mean, rstd, inp, weight, bias, frames, B, T,
+                       C, G)

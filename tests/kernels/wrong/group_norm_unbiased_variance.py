@@ -11,6 +11,7 @@ statistics = group_norm_kernel("group_norm_statistics_kernel",
                                       "block_sum(squares, warp_sums) / (count - 1.0f)"))
 
 
-def group_norm_forward(out, mean, rstd, inp, weight, bias, B, T, C, G):
+def group_norm_forward(out, mean, rstd, inp, weight, bias, frames, B, T, C, G):
     tile_statistics, _, normalise = group_norm.FORWARD_KERNELS
-    group_norm.forward((tile_statistics, statistics, normalise), out, mean, rstd, inp, weight, bias, B, T, C, G)
+    group_norm.forward((tile_statistics, statistics, normalise), out, mean, rstd, inp, weight, bias, frames, B, T,
+                       C, G)
