@@ -7,7 +7,8 @@ v stacked into qkvw and qkvb, nn.Linear's (out, in) and nn.Conv1d's (OC, C / gro
 kept as they are. The positional convolution's weight norm is stored by torch under either
 of two names, both read: parametrizations.weight.original0 and original1 (torch's
 parametrizations, which transformers uses where torch has them), or weight_g and weight_v
-(the older nn.utils.weight_norm). A transformers config converts with config_from_hf.
+(the older nn.utils.weight_norm). A transformers config converts with config_from_hf, and
+our parameters back to a transformers state_dict with to_hf_state_dict.
 """
 
 from __future__ import annotations
@@ -81,6 +82,24 @@ def from_hf_state_dict(config: Wav2Vec2Config, tensors, dtype=np.float32) -> Par
         params[name] = np.stack([np.concatenate([_array(tensors, _hf_names(name, layer, part), part_shape, dtype)
                                                  for part in range(count)]) for layer in range(config.num_layers)])
     return params
+
+
+def to_hf_state_dict(config: Wav2Vec2Config, params: Parameters, names) -> dict[str, np.ndarray]:
+    """from_hf_state_dict's inverse: transformers' name -> array for each of our parameters, under the spelling of
+    `names` (a transformers model's state_dict keys: weight norm's halves have two). A model's state_dict updated
+    with it loads strictly: only what our parameters do not hold (SpecAugment's mask embedding) keeps its value."""
+    tensors = {}
+    for name in config.parameter_shapes():
+        if name not in _HF_LAYER_TENSORS:
+            spelled = [n for n in _hf_names(name, 0, 0) if n in names]
+            if not spelled:
+                raise CheckpointError(f"the transformers model has no tensor {' or '.join(_hf_names(name, 0, 0))}")
+            tensors[spelled[0]] = params[name]
+            continue
+        for layer in range(config.num_layers):
+            for part, piece in enumerate(np.split(params[name][layer], len(_HF_LAYER_TENSORS[name]))):
+                tensors[_hf_names(name, layer, part)[0]] = piece
+    return tensors
 
 
 def _hf_names(name: str, layer: int, part: int) -> tuple[str, ...]:

@@ -119,3 +119,46 @@ def test_audio_too_short_for_a_frame_is_refused():
     model = Wav2Vec2ForCTC(TINY, perturbed_parameters(TINY, 0), backend="reference")
     with pytest.raises(InputError, match="at least 400 \\(one frame\\)"):
         model.forward(np.zeros((2, 800)), np.array([800, 399]))
+
+
+@pytest.mark.parametrize("seed", SEEDS, ids=lambda s: f"seed{s}")
+def test_speech_batches_are_padded_to_buckets_with_labels_that_fit(seed):
+    from wav2vec2.config import PRESETS as SIZES
+    from wav2vec2.training import SAMPLE_RATE, SpeechBatches
+
+    base = SIZES["base"]
+    batches = SpeechBatches(base, B=4, seed=seed, bucket=0.5)
+    for audio, audio_lengths, labels, label_lengths in (next(batches) for _ in range(5)):
+        assert audio.shape[1] % (SAMPLE_RATE // 2) == 0 and audio.shape[1] - SAMPLE_RATE // 2 < audio_lengths.max()
+        assert (SAMPLE_RATE <= audio_lengths).all() and (audio_lengths <= 16 * SAMPLE_RATE).all()
+        assert (audio[np.arange(audio.shape[1]) >= audio_lengths[:, None]] == 0).all()
+        assert labels.shape == (4, batches.max_labels) and (label_lengths <= (base.frames(audio_lengths) + 1) // 2).all()
+        own = np.arange(batches.max_labels) < label_lengths[:, None]
+        assert ((labels >= 1) & (labels < base.vocab_size))[own].all() and (labels[~own] == 0).all()
+        assert (label_lengths >= 10 * audio_lengths // SAMPLE_RATE - 1).all()  # 10-16 characters a second
+
+
+def test_a_speech_step_needs_the_kernels_backend():
+    from wav2vec2.training import SpeechStepError, make_speech_step
+
+    model = Wav2Vec2ForCTC(TINY, perturbed_parameters(TINY, 0), backend="reference")
+    with pytest.raises(SpeechStepError, match="kernels backend, not 'reference'"):
+        make_speech_step(model, "grape", 2, 16000, 8)
+    with pytest.raises(SpeechStepError, match="unknown executor 'eager'"):
+        make_speech_step(model, "eager", 2, 16000, 8)
+
+
+def test_parameters_go_back_to_transformers_whole():
+    """to_hf_state_dict then from_hf_state_dict gives the parameters back, and transformers' model loads them strictly
+    under its own spelling of weight norm's halves."""
+    from wav2vec2.checkpoint import to_hf_state_dict
+
+    params = perturbed_parameters(TINY, 3)
+    hf_model = transformers.Wav2Vec2ForCTC(hf_config(TINY))
+    state = hf_model.state_dict()
+    tensors = to_hf_state_dict(TINY, params, state)
+    assert set(tensors) == set(state) - {"wav2vec2.masked_spec_embed"}
+    state.update({name: torch.from_numpy(np.ascontiguousarray(array)) for name, array in tensors.items()})
+    hf_model.load_state_dict(state)
+    back = from_hf_state_dict(TINY, hf_model.state_dict())
+    assert all(np.array_equal(back[name], params[name]) for name in params)
