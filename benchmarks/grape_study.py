@@ -5,12 +5,15 @@
     python -m benchmarks.grape_study graph-memory --out results/grape   # metadata_compression.csv + .png
     python -m benchmarks.grape_study all          --out results/grape
     python -m benchmarks.grape_study all --model random:gpt-j-6b --max-length 256 --out results/grape
+    python -m benchmarks.grape_study all --model wav2vec2 --out results/grape   # training (speech_study)
 
 GPT-2 124M in float32 (random weights unless --model; any source python -m gpt2 takes,
 GPT-J's included), a random prompt of 5 tokens. A model's rows replace that model's
 rows in speedometer.csv and metadata_compression.csv and keep the other models', as
 the artifact lays them out (a row per executor per model); its breakdown goes to
-<family>_generate_profile.csv (gpt2_..., gptj_...).
+<family>_generate_profile.csv (gpt2_..., gptj_...). --model wav2vec2 measures
+Wav2Vec2's training steps on speech batches of different lengths instead
+(benchmarks.speech_study): its runtime and graph-memory rows go to the same tables.
 Configurations: Grape's, beam search with 5 beams up to 1024 tokens (length penalty 1,
 no early stopping), and greedy batch 1 to the same length. Executors: baseline,
 ptgraph and grape (generation.executors), and transformers' eager generate on the same
@@ -247,9 +250,7 @@ def graph_memory(study: Study, out: Path, device: str) -> list[Path]:
         print(f"  {label}: ptgraph {graphs} graphs {ptgraph_mb:.1f} MB ({ptgraph_mb / graphs:.3f} MB each); "
               f"grape {grape_graphs} graphs {grape_mb:.1f} MB; {ptgraph_mb / grape_mb:.1f}x less", flush=True)
     # no token counts here: the figure also holds the rows of other models' runs, of other lengths
-    how = ("every length of each run captured; pool growth + driver memory outside the pool (cudaMemGetInfo, "
-           "2 MB resolution), KV cache left out")
-    return list(write_graph_memory(out, rows, device, how, study.name))
+    return list(write_graph_memory(out, rows, device, study.name))
 
 
 def main(argv=None) -> int:
@@ -258,7 +259,7 @@ def main(argv=None) -> int:
     parser.add_argument("--out", type=Path, default=Path("results/grape"), help="directory for the CSVs and PNGs")
     parser.add_argument("--model", default="random", help="any model python -m gpt2 takes: a checkpoint, an HF "
                                                           "directory, a hub name, random:gpt-j-6b (default: random, "
-                                                          "GPT-2 124M)")
+                                                          "GPT-2 124M); or wav2vec2: Wav2Vec2 base's training")
     parser.add_argument("--runs", type=POSITIVE_INT, default=5, help="timed runs per executor (default 5)")
     parser.add_argument("--max-length", type=checked(int, lambda n: 7 <= n, "an integer >= 7"), default=1024,
                         help="prompt plus new tokens (default 1024)")
@@ -267,11 +268,22 @@ def main(argv=None) -> int:
                         type=checked(lambda s: s.split(","), lambda names: set(names) <= set(EXECUTORS),
                                      f"a comma-separated list of {', '.join(EXECUTORS)}"))
     parser.add_argument("--no-hf", action="store_true", help="leave out transformers' reference rows")
+    parser.add_argument("--batch", type=POSITIVE_INT, default=4, help="wav2vec2: utterances a batch (default 4)")
+    parser.add_argument("--steps", type=POSITIVE_INT, default=20, help="wav2vec2: training steps a run (default 20)")
     args = parser.parse_args(argv)
 
     def body() -> int:
         from model_runtime.checkpoint_files import CheckpointError
 
+        experiments = EXPERIMENTS if args.experiment == "all" else (args.experiment,)
+        if args.model == "wav2vec2":
+            exit_without_gpu("benchmarks.grape_study", "cannot run")
+            from benchmarks.speech_study import run_study
+
+            written = run_study(experiments, args.out, args.runs, args.executors, not args.no_hf, args.batch,
+                                args.steps)
+            print("wrote " + ", ".join(str(p) for p in written))
+            return 0
         check_sources(args.model)
         family = family_of(args.model)
         exit_without_gpu("benchmarks.grape_study", "cannot run")
@@ -285,7 +297,6 @@ def main(argv=None) -> int:
         print(f"{study.name} {config.num_parameters() / 1e6:.0f}M float32 on {device}; prompt of 5 random tokens, "
               f"up to {args.max_length}; writing to {args.out}", flush=True)
         written = []
-        experiments = EXPERIMENTS if args.experiment == "all" else (args.experiment,)
         if "graph-memory" in experiments:  # first: nothing else holds graphs yet
             written += graph_memory(study, args.out, device)
         if "runtime" in experiments:

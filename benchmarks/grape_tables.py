@@ -106,7 +106,8 @@ def plot_speedometer(csv_path: Path, device: str, runs: str) -> Path:
     medians = [float(r["Median"]) for r in rows]
     spread = [[m - float(r["min"]) for m, r in zip(medians, rows)], [float(r["MAX"]) - m for m, r in zip(medians, rows)]]
     said = f" ({', '.join(f'{k} {v}' for k, v in shared.items())})" if shared else ""  # what every row shares
-    title = (f"End-to-end generation time per run on {device}{said}: median of {runs} timed runs after a warm-up; "
+    title = (f"End-to-end time per run (a generation, or a sequence of training steps) on {device}{said}: median of "
+             f"{runs} timed runs after a warm-up; "
              "whiskers from min to max")
     return _bar_figure(Path(csv_path).with_suffix(".png"), labels, [medians], ["median"], "seconds per run", title,
                        errors=spread)
@@ -127,13 +128,18 @@ def plot_breakdown(csv_path: Path, device: str, how: str) -> Path:
                        f"Where generation's time goes on {device}: {how}", stacked=True)
 
 
-def write_graph_memory(directory: Path, memories: list[GraphMemory], device: str, how: str,
-                       model: str) -> tuple[Path, Path]:
+# how every model's graph memory is measured: the figure holds every model's rows, so its title says all
+GRAPH_MEMORY_METHOD = ("generation: every length captured, CuPy pool growth + driver memory outside the pool, the KV "
+                       "cache left out; Wav2Vec2 training: every padded length's forward and backward graphs, their "
+                       "buffers + capture pools, the parameters and optimizer state left out")
+
+
+def write_graph_memory(directory: Path, memories: list[GraphMemory], device: str, model: str) -> tuple[Path, Path]:
     """metadata_compression.csv and .png: graph memory of ptgraph (every length) against grape's; `memories`
-    (labelled "<model> <search>") replace the rows of `model` and keep the other models'."""
+    (labelled "<model> <what>") replace the rows of `model` and keep the other models'."""
     csv_path = write_csv(Path(directory) / "metadata_compression.csv", GRAPH_MEMORY_COLUMNS, memories,
                          kept=lambda row: not row["Model"].startswith(f"{model} "))
-    return csv_path, plot_graph_memory(csv_path, device, how)
+    return csv_path, plot_graph_memory(csv_path, device, GRAPH_MEMORY_METHOD)
 
 
 def plot_graph_memory(csv_path: Path, device: str, how: str) -> Path:

@@ -17,7 +17,7 @@ pytest.importorskip("transformers", reason="transformers' rows need transformers
 
 from benchmarks.grape_tables import BREAKDOWN_COLUMNS, GRAPH_MEMORY_COLUMNS, SPEEDOMETER_COLUMNS  # noqa: E402
 from generation.executors import EXECUTORS  # noqa: E402
-from model_runtime.ops import MODEL_FUNCTIONS  # noqa: E402
+from model_runtime.ops import MODEL_FUNCTIONS, SPEECH_FUNCTIONS, TRAINING_FUNCTIONS  # noqa: E402
 from tests.model.hf_gptj import hf_gptj  # noqa: E402
 
 ROOT = Path(__file__).parents[2]
@@ -74,3 +74,19 @@ def test_breakdowns_and_graph_memory_per_model(results):
 def test_every_table_has_its_figure(results, figure):
     png = results / f"{figure}.png"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
+
+
+@pytest.mark.calls(*MODEL_FUNCTIONS, *TRAINING_FUNCTIONS, *SPEECH_FUNCTIONS)
+def test_wav2vec2_s_rows_join_the_same_tables(tmp_path):
+    """--model wav2vec2 at one utterance a batch and two steps a run: a runtime row per executor and transformers',
+    and graph memory's forward and backward rows, in the tables the language models' rows share."""
+    done = study("all", "--model", "wav2vec2", "--batch", "1", "--steps", "2", "--runs", "1", "--out", str(tmp_path))
+    assert done.returncode == 0, f"{done.stdout[-2000:]}\n{done.stderr[-2000:]}"
+    rows = read(tmp_path / "speedometer.csv")
+    assert sorted(r["Name"] for r in rows) == sorted(["baseline", "ptgraph", "grape", "transformers"])
+    assert {json.loads(r["Attrs"])["Model"] for r in rows} == {"Wav2Vec2"}
+    rows = read(tmp_path / "metadata_compression.csv")
+    assert [r["Model"] for r in rows] == ["Wav2Vec2 forward", "Wav2Vec2 backward"]
+    assert all(float(r["Original Size"]) >= float(r["Compressed Size (MB)"]) > 0 for r in rows)
+    for figure in ("speedometer", "metadata_compression"):
+        assert (tmp_path / f"{figure}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -49,8 +49,7 @@ def test_breakdown_and_graph_memory(tmp_path):
     assert_png(png_path)
 
     memories = [GraphMemory("GPT-2 beam5", 5120.5, 97.25)]
-    csv_path, png_path = write_graph_memory(tmp_path, memories, "NVIDIA H200", "cudaMemGetInfo around capture",
-                                            "GPT-2")
+    csv_path, png_path = write_graph_memory(tmp_path, memories, "NVIDIA H200", "GPT-2")
     rows = read(csv_path)
     assert tuple(rows[0]) == GRAPH_MEMORY_COLUMNS
     assert (float(rows[0]["Original Size"]), float(rows[0]["Compressed Size (MB)"])) == (5120.5, 97.25)
@@ -101,7 +100,7 @@ def test_a_models_rows_replace_its_own_and_keep_the_other_models(tmp_path):
         write_speedometer(tmp_path, [Timing(name, {"Model": model, "Search": "beam5"}, [seconds])
                                      for name in ("baseline", "grape")], "a GPU", model)
         write_graph_memory(tmp_path, [GraphMemory(f"{model} {search}", 100 * seconds, seconds)
-                                      for search in ("beam5", "greedy")], "a GPU", "memory", model)
+                                      for search in ("beam5", "greedy")], "a GPU", model)
 
     study("GPT-2", 1.0)
     study("GPT-J", 7.0)

@@ -1,0 +1,190 @@
+"""The Grape study's Wav2Vec2 rows: training steps on speech batches of different lengths.
+
+    python -m benchmarks.grape_study all --model wav2vec2 --out results/grape
+
+Wav2Vec2ForCTC base (94M parameters, random weights), float32, B utterances a batch
+(--batch, default 4) of 1-16 s at 16 kHz with 10-16 characters a second, each batch
+padded to its longest utterance rounded up to a whole second
+(wav2vec2.training.SpeechBatches, seed 0), --steps batches (default 20) a run. A step
+is forward, CTC loss (summed), backward and AdamW.
+
+runtime: per executor (baseline, ptgraph, grape: wav2vec2.training) a warm-up run over
+    the batches (ptgraph captures a graph pair per padded length, grape its one), then
+    --runs timed runs over the same batches, wall clock to each step's loss on the
+    host. transformers' Wav2Vec2ForCTC on the same weights and batches, float32 with
+    TF32 off (cuDNN's convolutions too), eager, torch.optim.AdamW with the same
+    settings, is the reference row. Rows go to speedometer.csv ("Model": "Wav2Vec2").
+graph-memory: the buffers and graphs each executor's captured steps hold over the
+    batches' padded lengths, forward and backward apart: ptgraph's pair per length
+    against grape's one pair. Counted as the bytes of each graph's buffers (its
+    activations, or the backward pass's gradients) plus the memory pool its capture
+    allocated from (kernel_runtime.device.CapturedGraph); the parameters, their
+    gradients and the optimizer's moments, which every executor holds once, are left
+    out. Rows "Wav2Vec2 forward" and "Wav2Vec2 backward" go to metadata_compression.csv.
+"""
+
+from __future__ import annotations
+
+import gc
+import statistics
+import time
+from pathlib import Path
+
+import numpy as np
+
+from benchmarks.grape_tables import GraphMemory, Timing, write_graph_memory, write_speedometer
+from training.step import AdamW
+from wav2vec2.checkpoint import random_parameters
+from wav2vec2.config import PRESETS
+from wav2vec2.model import Wav2Vec2ForCTC
+from wav2vec2.training import SPEECH_EXECUTORS, SpeechBatches, make_speech_step
+
+NAME = "Wav2Vec2"
+OPTIMIZER = AdamW(learning_rate=1e-5, weight_decay=0.0)
+
+
+class SpeechStudy:
+    def __init__(self, B: int, steps: int):
+        self.config = PRESETS["base"]
+        self.parameters = random_parameters(self.config, seed=0)
+        self.B = B
+        batches = SpeechBatches(self.config, B, seed=0)
+        self.max_samples, self.max_labels = batches.max_samples, batches.max_labels
+        self.batches = [next(batches) for _ in range(steps)]
+        self.lengths = sorted({audio.shape[1] for audio, *_ in self.batches})
+
+    def attrs(self) -> dict:
+        return {"Model": NAME, "Search": "train", "Batches": f"{len(self.batches)} x B{self.B}, 1-16 s"}
+
+    def step(self, executor: str):
+        model = Wav2Vec2ForCTC(self.config, self.parameters, backend="kernels")
+        return make_speech_step(model, executor, self.B, self.max_samples, self.max_labels, OPTIMIZER)
+
+    def run(self, executor: str):
+        """A run of a fresh `executor` step over the batches: a function to call for each run."""
+        step = self.step(executor)
+        return lambda: [step(*batch) for batch in self.batches]
+
+
+def timed_runs(run, runs: int, label: str) -> list[float]:
+    """Seconds of each of `runs` calls of run() (each step ends with its loss on the host), after a warm-up call."""
+    started = time.perf_counter()
+    run()
+    print(f"  {label}: warm-up {time.perf_counter() - started:.2f} s", flush=True)
+    seconds = []
+    for number in range(runs):
+        started = time.perf_counter()
+        run()
+        seconds.append(time.perf_counter() - started)
+        print(f"  {label}: run {number + 1}/{runs} {seconds[-1]:.3f} s", flush=True)
+    return seconds
+
+
+def transformers_run(study: SpeechStudy):
+    """A run of transformers' eager training steps over the study's batches, on the same weights."""
+    import torch
+    import transformers
+
+    from wav2vec2.checkpoint import to_hf_state_dict
+
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False  # float32, as the kit's
+    c = study.config
+    hf_config = transformers.Wav2Vec2Config(
+        vocab_size=c.vocab_size, hidden_dropout=0.0, activation_dropout=0.0, attention_dropout=0.0,
+        feat_proj_dropout=0.0, final_dropout=0.0, layerdrop=0.0, mask_time_prob=0.0, ctc_loss_reduction="sum",
+        attn_implementation="eager")
+    model = transformers.Wav2Vec2ForCTC(hf_config)
+    state = model.state_dict()
+    for name, array in to_hf_state_dict(c, study.parameters, state).items():
+        state[name] = torch.from_numpy(np.ascontiguousarray(array))
+    model.load_state_dict(state)
+    model = model.cuda().train()
+    o = OPTIMIZER
+    optimizer = torch.optim.AdamW(model.parameters(), lr=o.learning_rate, betas=(o.beta1, o.beta2), eps=o.eps,
+                                  weight_decay=o.weight_decay)
+    batches = [(torch.tensor(audio, device="cuda"),
+                torch.tensor(np.arange(audio.shape[1]) < lengths[:, None], dtype=torch.long, device="cuda"),
+                torch.tensor(np.where(np.arange(labels.shape[1]) < label_lengths[:, None], labels, -100),
+                             device="cuda"))
+               for audio, lengths, labels, label_lengths in study.batches]
+
+    def run():
+        for audio, mask, labels in batches:
+            optimizer.zero_grad(set_to_none=True)
+            loss = model(audio, attention_mask=mask, labels=labels).loss
+            loss.backward()
+            optimizer.step()
+            loss.item()
+    return run
+
+
+def runtime(study: SpeechStudy, out: Path, runs: int, executors, with_hf: bool, device: str) -> list[Path]:
+    steps = len(study.batches)
+    print(f"runtime: {steps} training steps a run (padded lengths {', '.join(f'{s / 16000:g}' for s in study.lengths)}"
+          f" s), {runs} timed runs per executor after a warm-up", flush=True)
+    timings = []
+    for name in executors:
+        timings.append(Timing(name, study.attrs(), timed_runs(study.run(name), runs, name)))
+        gc.collect()  # the executor's buffers and graphs go back before the next one
+    if with_hf:
+        import torch
+
+        timings.append(Timing("transformers", study.attrs(), timed_runs(transformers_run(study), runs,
+                                                                         "transformers")))
+        torch.cuda.empty_cache()
+    eager = statistics.median(timings[-1].seconds) if with_hf else None
+    print(f"\n{'executor':14s} {'s/run':>8s} {'steps/s':>8s}" + (f" {'vs transformers':>16s}" if eager else ""))
+    for t in timings:
+        median = statistics.median(t.seconds)
+        print(f"{t.name:14s} {median:8.3f} {steps / median:8.2f}" + (f" {eager / median:15.2f}x" if eager else ""))
+    return list(write_speedometer(out, timings, device, NAME))
+
+
+def held(step, executor: str) -> tuple[float, float, int]:
+    """MB of the forward graphs' buffers and pools, and of the backward graphs', and how many pairs."""
+    pairs = list(step.pairs.values()) if executor == "ptgraph" else [step.pair]
+
+    def megabytes(arrays, graph) -> float:
+        flat = [x for value in vars(arrays).values() for x in (value if isinstance(value, list) else [value])]
+        return (sum(x.nbytes for x in flat if hasattr(x, "nbytes")) + graph.pool.total_bytes()) / 2**20
+
+    return (sum(megabytes(p.a, p.forward_graph) for p in pairs), sum(megabytes(p.d, p.backward_graph) for p in pairs),
+            len(pairs))
+
+
+def graph_memory(study: SpeechStudy, out: Path, device: str) -> list[Path]:
+    print(f"graph memory: ptgraph's graph pair per padded length ({len(study.lengths)}) against grape's one pair",
+          flush=True)
+    sizes = {}
+    for executor in ("ptgraph", "grape"):
+        step = study.step(executor)
+        for batch in study.batches:  # every length captured (each pair launched once first, then captured)
+            step(*batch)
+        sizes[executor] = held(step, executor)
+        print(f"  {executor}: {sizes[executor][2]} pairs, forward {sizes[executor][0]:.0f} MB, backward "
+              f"{sizes[executor][1]:.0f} MB", flush=True)
+        del step
+        gc.collect()
+    rows = [GraphMemory(f"{NAME} {part}", sizes["ptgraph"][index], sizes["grape"][index])
+            for index, part in enumerate(("forward", "backward"))]
+    for row in rows:
+        print(f"  {row.model}: ptgraph {row.original_mb:.0f} MB, grape {row.compressed_mb:.0f} MB, "
+              f"{row.original_mb / row.compressed_mb:.1f}x less", flush=True)
+    return list(write_graph_memory(out, rows, device, NAME))
+
+
+def run_study(experiments, out: Path, runs: int, executors, with_hf: bool, B: int, steps: int) -> list[Path]:
+    import cupy
+
+    study = SpeechStudy(B, steps)
+    device = cupy.cuda.runtime.getDeviceProperties(0)["name"].decode()
+    print(f"{NAME} base {study.config.num_parameters() / 1e6:.0f}M float32 on {device}; {steps} batches of B{B}; "
+          f"writing to {out}", flush=True)
+    written = []
+    if "graph-memory" in experiments:
+        written += graph_memory(study, out, device)
+    if "runtime" in experiments:
+        written += runtime(study, out, runs, [e for e in executors if e in SPEECH_EXECUTORS], with_hf, device)
+    if "breakdown" in experiments:
+        print("breakdown: generation's stages only (Wav2Vec2 trains): nothing to write")
+    return written
