@@ -9,15 +9,23 @@ of two names, both read: parametrizations.weight.original0 and original1 (torch'
 parametrizations, which transformers uses where torch has them), or weight_g and weight_v
 (the older nn.utils.weight_norm). A transformers config converts with config_from_hf, and
 our parameters back to a transformers state_dict with to_hf_state_dict.
+
+    config, params = load("wav2vec2-base-960h")     # a transformers directory, a hub name, or random:base
+
+reads real weights: a directory's config.json and model.safetensors (or
+pytorch_model.bin, through torch), or a hub repository downloaded first.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from pathlib import Path
+
 from model_runtime import checkpoint_files
-from model_runtime.checkpoint_files import CheckpointError, Parameters
-from wav2vec2.config import SUPPORTED, ConfigError, Wav2Vec2Config
+from model_runtime.checkpoint_files import (CheckpointError, Parameters, download_from_hub, open_weights,
+                                            read_json_object)
+from wav2vec2.config import PRESETS, SUPPORTED, ConfigError, Wav2Vec2Config
 
 _POS_CONV = "wav2vec2.encoder.pos_conv_embed.conv."
 _LAYER = "wav2vec2.encoder.layers.{l}."
@@ -48,6 +56,7 @@ _HF_GLOBAL_TENSORS = {
 }
 _HF_CONV = "wav2vec2.feature_extractor.conv_layers.{i}.conv.weight"
 LINEAR_STD = 0.02  # transformers' initializer_range
+HUB_REPOSITORIES = {"wav2vec2-base-960h": "facebook/wav2vec2-base-960h"}
 
 
 def random_parameters(config: Wav2Vec2Config, seed: int = 0) -> Parameters:
@@ -142,3 +151,39 @@ def config_from_hf(raw: dict, where: str = "the transformers config") -> Wav2Vec
         raise CheckpointError(f"{where}: missing field {err.args[0]}") from None
     except ConfigError as err:
         raise CheckpointError(f"{where}: {err}") from None
+
+
+def load(source: str | Path) -> tuple[Wav2Vec2Config, Parameters]:
+    """Weights from a transformers Wav2Vec2ForCTC directory, a hub name (wav2vec2-base-960h,
+    facebook/wav2vec2-base-960h, or any repository id of such a model), or random:<preset> (seeded init)."""
+    text = str(source)
+    if text.startswith("random:"):
+        name = text.split(":", 1)[1]
+        if name not in PRESETS:
+            raise CheckpointError(f"unknown Wav2Vec2 size {name!r} (known: {', '.join(PRESETS)})")
+        return PRESETS[name], random_parameters(PRESETS[name])
+    path = Path(text).expanduser()
+    if (path / "config.json").exists():
+        return read_hf(path)
+    if path.exists() or text.count("/") > 1:
+        raise CheckpointError(f"{source}: not a transformers Wav2Vec2 directory (no config.json there)")
+    return read_hf(download_from_hub(HUB_REPOSITORIES.get(text, text), torch_files=True))
+
+
+def read_hf(directory: Path) -> tuple[Wav2Vec2Config, Parameters]:
+    """A transformers Wav2Vec2ForCTC directory's config and weights (safetensors, or PyTorch's .bin)."""
+    config = config_from_hf(read_json_object(directory / "config.json"), directory / "config.json")
+    return config, from_hf_state_dict(config, _FileTensors(open_weights(directory, torch_files=True)))
+
+
+class _FileTensors:
+    """A weight file's tensors as from_hf_state_dict reads a state_dict: `name in`, and [name] loads it."""
+
+    def __init__(self, files):
+        self.files = files
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.files.where
+
+    def __getitem__(self, name: str):
+        return self.files.load(name)

@@ -162,3 +162,28 @@ def test_parameters_go_back_to_transformers_whole():
     hf_model.load_state_dict(state)
     back = from_hf_state_dict(TINY, hf_model.state_dict())
     assert all(np.array_equal(back[name], params[name]) for name in params)
+
+
+@pytest.mark.parametrize("safetensors", [True, False], ids=["safetensors", "pytorch-bin"])
+def test_a_transformers_directory_loads_as_its_state_dict_converts(tmp_path, safetensors):
+    from wav2vec2.checkpoint import load
+
+    hf_model = hf_twin(2)
+    hf_model.float().save_pretrained(tmp_path, safe_serialization=safetensors)
+    config, params = load(tmp_path)
+    assert config == TINY
+    want = from_hf_state_dict(TINY, hf_model.state_dict())
+    assert set(params) == set(want) and all(np.array_equal(params[name], want[name]) for name in want)
+
+
+def test_a_directory_that_is_not_wav2vec2_s_is_one_line(tmp_path):
+    from model_runtime.checkpoint_files import CheckpointError
+    from wav2vec2.checkpoint import load
+
+    (tmp_path / "config.json").write_text('{"model_type": "gpt2"}')
+    with pytest.raises(CheckpointError, match="model_type is 'gpt2', not 'wav2vec2'"):
+        load(tmp_path)
+    with pytest.raises(CheckpointError, match="not a transformers Wav2Vec2 directory"):
+        load(tmp_path / "nothing" / "here")
+    with pytest.raises(CheckpointError, match="unknown Wav2Vec2 size 'huge'"):
+        load("random:huge")
