@@ -2,6 +2,7 @@
 
     speedometer.csv            Name, Attrs, Avg, Std, min, Median, MAX        (seconds per run)
     gpt2_generate_profile.csv  Name, InputPrep, Model, BeamSearch             (ms per run; gptj_... for GPT-J)
+    wav2vec2_train_profile.csv Name, InputPrep, Model, Optimizer              (ms per run of training steps)
     metadata_compression.csv   Model, Original Size, Compressed Size (MB)    (graph memory)
 
 speedometer.csv and metadata_compression.csv hold every model's rows: a study of one
@@ -28,6 +29,7 @@ from kernel_runtime.files import replacing
 
 SPEEDOMETER_COLUMNS = ("Name", "Attrs", "Avg", "Std", "min", "Median", "MAX")
 BREAKDOWN_COLUMNS = ("Name", "InputPrep", "Model", "BeamSearch")
+TRAINING_BREAKDOWN_COLUMNS = ("Name", "InputPrep", "Model", "Optimizer")
 GRAPH_MEMORY_COLUMNS = ("Model", "Original Size", "Compressed Size (MB)")
 
 
@@ -58,6 +60,21 @@ class Breakdown:
     def row(self) -> dict:
         return {"Name": self.name, "InputPrep": self.input_prep_ms, "Model": self.model_ms,
                 "BeamSearch": self.beam_search_ms}
+
+
+@dataclasses.dataclass
+class TrainingBreakdown:
+    """Milliseconds per run of training steps in each stage: the batch into the step's buffers, the forward pass
+    with the loss and the backward pass, the optimizer's update."""
+
+    name: str
+    input_prep_ms: float
+    model_ms: float
+    optimizer_ms: float
+
+    def row(self) -> dict:
+        return {"Name": self.name, "InputPrep": self.input_prep_ms, "Model": self.model_ms,
+                "Optimizer": self.optimizer_ms}
 
 
 @dataclasses.dataclass
@@ -115,17 +132,25 @@ def plot_speedometer(csv_path: Path, device: str, runs: str) -> Path:
 
 def write_breakdown(directory: Path, breakdowns: list[Breakdown], device: str, how: str,
                     family: str = "gpt2") -> tuple[Path, Path]:
-    """<family>_generate_profile.csv and .png: each executor's time per stage, stacked."""
+    """<family>_generate_profile.csv and .png: each executor's time per stage of generation, stacked."""
     csv_path = write_csv(Path(directory) / f"{family}_generate_profile.csv", BREAKDOWN_COLUMNS, breakdowns)
-    return csv_path, plot_breakdown(csv_path, device, how)
+    return csv_path, plot_breakdown(csv_path, device, f"generation, {how}")
+
+
+def write_training_breakdown(directory: Path, breakdowns: list[TrainingBreakdown], device: str, how: str,
+                             family: str) -> tuple[Path, Path]:
+    """<family>_train_profile.csv and .png: each executor's time per stage of its training steps, stacked."""
+    csv_path = write_csv(Path(directory) / f"{family}_train_profile.csv", TRAINING_BREAKDOWN_COLUMNS, breakdowns)
+    return csv_path, plot_breakdown(csv_path, device, f"training, {how}")
 
 
 def plot_breakdown(csv_path: Path, device: str, how: str) -> Path:
+    """A stacked bar per executor of the CSV's stage columns (all but Name)."""
     rows = read_csv(csv_path)
-    stages = ["InputPrep", "Model", "BeamSearch"]
+    stages = [column for column in rows[0] if column != "Name"]
     return _bar_figure(Path(csv_path).with_suffix(".png"), [r["Name"] for r in rows],
                        [[float(r[stage]) for r in rows] for stage in stages], stages, "milliseconds per run",
-                       f"Where generation's time goes on {device}: {how}", stacked=True)
+                       f"Where the time goes on {device}: {how}", stacked=True)
 
 
 # how every model's graph memory is measured: the figure holds every model's rows, so its title says all

@@ -21,6 +21,10 @@ graph-memory: the buffers and graphs each executor's captured steps hold over th
     allocated from (kernel_runtime.device.CapturedGraph); the parameters, their
     gradients and the optimizer's moments, which every executor holds once, are left
     out. Rows "Wav2Vec2 forward" and "Wav2Vec2 backward" go to metadata_compression.csv.
+breakdown: one run per executor after a warm-up, a CUDA event on the step's stream as
+    each stage of a step begins (InputPrep: the batch into the step's buffers; Model:
+    forward, loss and backward; Optimizer: AdamW), nothing synchronised but each step's
+    loss: wav2vec2_train_profile.csv.
 """
 
 from __future__ import annotations
@@ -32,7 +36,9 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.grape_tables import GraphMemory, Timing, write_graph_memory, write_speedometer
+from benchmarks.grape_tables import (GraphMemory, Timing, TrainingBreakdown, write_graph_memory, write_speedometer,
+                                     write_training_breakdown)
+from generation.executors import StageClock
 from training.step import AdamW
 from wav2vec2.checkpoint import random_parameters
 from wav2vec2.config import PRESETS
@@ -186,5 +192,27 @@ def run_study(experiments, out: Path, runs: int, executors, with_hf: bool, B: in
     if "runtime" in experiments:
         written += runtime(study, out, runs, [e for e in executors if e in SPEECH_EXECUTORS], with_hf, device)
     if "breakdown" in experiments:
-        print("breakdown: generation's stages only (Wav2Vec2 trains): nothing to write")
+        written += breakdown(study, out, [e for e in executors if e in SPEECH_EXECUTORS], device)
     return written
+
+
+def breakdown(study: SpeechStudy, out: Path, executors, device: str) -> list[Path]:
+    print("breakdown: one run per executor after a warm-up, CUDA events per stage of each step", flush=True)
+    rows = []
+    for name in executors:
+        step = study.step(name)
+        for batch in study.batches:  # warm-up: every graph captured
+            step(*batch)
+        clock = StageClock()
+        for batch in study.batches:
+            step(*batch, clock=clock)
+        with step.stream:  # the end of the last step's update, on the stream the steps ran on
+            clock.mark("InputPrep")
+        ms = clock.milliseconds()
+        rows.append(TrainingBreakdown(name, ms["InputPrep"], ms["Model"], ms["Optimizer"]))
+        print(f"  {name:10s} InputPrep {ms['InputPrep']:9.1f} ms  Model {ms['Model']:9.1f} ms  "
+              f"Optimizer {ms['Optimizer']:9.1f} ms", flush=True)
+        del step
+        gc.collect()
+    how = f"{NAME}, {len(study.batches)} steps of B{study.B}, one run after a warm-up; CUDA events as each stage begins"
+    return list(write_training_breakdown(out, rows, device, how, "wav2vec2"))

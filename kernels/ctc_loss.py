@@ -84,7 +84,9 @@ extern "C" __global__ void ctc_log_softmax_kernel(float* lp, float* dlogits, con
     }
     float maximum = NEG_INFINITY;
     for (int v = lane; v < V; v += 32) maximum = fmaxf(maximum, x[v]);
-    for (int offset = 16; offset > 0; offset /= 2) maximum = fmaxf(maximum, __shfl_xor_sync(0xffffffff, maximum, offset));
+    for (int offset = 16; offset > 0; offset /= 2) {
+        maximum = fmaxf(maximum, __shfl_xor_sync(0xffffffff, maximum, offset));
+    }
     float sum = 0.0f;
     for (int v = lane; v < V; v += 32) sum += expf(x[v] - maximum);
     for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffff, sum, offset);

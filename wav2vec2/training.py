@@ -97,16 +97,22 @@ class SpeechStep:
         self.steps = 0
         cupy.cuda.Device().synchronize()  # the buffers above were made on another stream
 
-    def __call__(self, audio, audio_lengths, labels, label_lengths) -> float:
-        """One step on a batch: the summed CTC loss before the update."""
+    def __call__(self, audio, audio_lengths, labels, label_lengths, clock=None) -> float:
+        """One step on a batch: the summed CTC loss before the update. A clock (generation.executors.StageClock)
+        gets a mark as each stage begins on the step's stream: InputPrep, Model (forward, loss, backward),
+        Optimizer."""
+        mark = clock.mark if clock is not None else lambda stage: None
         with self.stream:
+            mark("InputPrep")
             audio, frames, labels, label_lengths = self.checked(audio, audio_lengths, labels, label_lengths)
             upload = self.model.backend.upload
             self.labels[...], self.label_lengths[...] = upload(labels), upload(label_lengths)
             a, d = self.buffers(audio.shape[1])
             self.model.load_batch(a, audio, frames)
+            mark("Model")
             self.run(a, d, audio.shape[1])
             loss = float(a.losses.sum().get())
+            mark("Optimizer")
             self.update()
             return loss
 

@@ -1,7 +1,7 @@
-"""group_norm_forward(out, mean, rstd, inp, weight, bias, frames, B, T, C, G): GroupNorm of channel-last frames (B, T, C),
-each (b, group of C / G consecutive channels) normalised, at every frame, by the mean and biased variance (eps 1e-5) of
-its values in the first frames[b] frames (int32, 1..T; T is torch's GroupNorm); mean and rstd (B, G) are outputs
-too."""
+"""group_norm_forward(out, mean, rstd, inp, weight, bias, frames, B, T, C, G): GroupNorm of channel-last frames
+(B, T, C), each (b, group of C / G consecutive channels) normalised, at every frame, by the mean and biased variance
+(eps 1e-5) of its values in the first frames[b] frames (int32, 1..T; T is torch's GroupNorm); mean and rstd (B, G) are
+outputs too."""
 
 import math
 
@@ -57,8 +57,8 @@ def error_bound(x, e):
     groups = x["inp"].reshape(B, T, G, C // G)
     mean, rstd = e["mean"].reshape(B, 1, G, 1), e["rstd"].reshape(B, 1, G, 1)
     counted = (np.arange(T) < x["frames"].reshape(B, 1)).reshape(B, T, 1, 1)  # the frames the statistics count
-    std = np.sqrt(((groups - mean) ** 2 * counted).sum(axis=(1, 3), keepdims=True) / (counted.sum(axis=1,
-                                                                                                  keepdims=True) * (C // G)))
+    values = counted.sum(axis=1, keepdims=True) * (C // G)
+    std = np.sqrt(((groups - mean) ** 2 * counted).sum(axis=(1, 3), keepdims=True) / values)
     mean_error = rel * (np.abs(mean) + std)
     rstd_error = rel + 4 * U + (mean_error * rstd) ** 2  # relative
     n_error = np.abs(groups - mean) * rstd * rstd_error + mean_error * rstd

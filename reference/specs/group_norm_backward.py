@@ -37,12 +37,12 @@ def build(case, rng):
 
 
 def error_bound(x, e):
-    # As layernorm_backward's, a group's T * C / G values in place of a row's C (the means divide by the counted ones). n = (x - mean) * rstd from the saved
-    # statistics errs by <= 2U |n|. The group means m1 = mean(d), d = dout * weight, and m2 = mean(d * n) are sums of
-    # that many terms, each rounded by U (d) or 4U (d * n) (the kernel sums dout and dout * n per channel and scales by
-    # weight once: no worse), ~sqrt(count) * U of the sum of magnitudes, 4x taken, and the division one U more. dinp =
-    # rstd * ((d - m1) - n * m2) carries d's rounding, m1's error, m2's times |n|, n's times |m2|, a U of each
-    # difference and product, and the product with rstd.
+    # As layernorm_backward's, a group's T * C / G values in place of a row's C, the means dividing by the counted
+    # values. n = (x - mean) * rstd from the saved statistics errs by <= 2U |n|. The group means m1 = mean(d),
+    # d = dout * weight, and m2 = mean(d * n) are sums of that many terms, each rounded by U (d) or 4U (d * n) (the
+    # kernel sums dout and dout * n per channel and scales by weight once: no worse), ~sqrt(count) * U of the sum of
+    # magnitudes, 4x taken, and the division one U more. dinp = rstd * ((d - m1) - n * m2) carries d's rounding, m1's
+    # error, m2's times |n|, n's times |m2|, a U of each difference and product, and the product with rstd.
     # dweight and dbias sum B*T frames of dout * n (3U each) and dout per channel: ~sqrt(B*T) * U of the channel's sum
     # of magnitudes, 4x taken, and the addition to what they held.
     B, T, C = x["dout"].shape

@@ -15,7 +15,8 @@ pytest.importorskip("matplotlib", reason="the figures need matplotlib: pip insta
 torch = pytest.importorskip("torch", reason="transformers' rows need PyTorch and transformers")
 pytest.importorskip("transformers", reason="transformers' rows need transformers: pip install -e '.[hf]'")
 
-from benchmarks.grape_tables import BREAKDOWN_COLUMNS, GRAPH_MEMORY_COLUMNS, SPEEDOMETER_COLUMNS  # noqa: E402
+from benchmarks.grape_tables import (BREAKDOWN_COLUMNS, GRAPH_MEMORY_COLUMNS, SPEEDOMETER_COLUMNS,  # noqa: E402
+                                     TRAINING_BREAKDOWN_COLUMNS)
 from generation.executors import EXECUTORS  # noqa: E402
 from model_runtime.ops import MODEL_FUNCTIONS, SPEECH_FUNCTIONS, TRAINING_FUNCTIONS  # noqa: E402
 from tests.model.hf_gptj import hf_gptj  # noqa: E402
@@ -79,7 +80,8 @@ def test_every_table_has_its_figure(results, figure):
 @pytest.mark.calls(*MODEL_FUNCTIONS, *TRAINING_FUNCTIONS, *SPEECH_FUNCTIONS)
 def test_wav2vec2_s_rows_join_the_same_tables(tmp_path):
     """--model wav2vec2 at one utterance a batch and two steps a run: a runtime row per executor and transformers',
-    and graph memory's forward and backward rows, in the tables the language models' rows share."""
+    graph memory's forward and backward rows, in the tables the language models' rows share, and its training
+    profile."""
     done = study("all", "--model", "wav2vec2", "--batch", "1", "--steps", "2", "--runs", "1", "--out", str(tmp_path))
     assert done.returncode == 0, f"{done.stdout[-2000:]}\n{done.stderr[-2000:]}"
     rows = read(tmp_path / "speedometer.csv")
@@ -88,5 +90,9 @@ def test_wav2vec2_s_rows_join_the_same_tables(tmp_path):
     rows = read(tmp_path / "metadata_compression.csv")
     assert [r["Model"] for r in rows] == ["Wav2Vec2 forward", "Wav2Vec2 backward"]
     assert all(float(r["Original Size"]) >= float(r["Compressed Size (MB)"]) > 0 for r in rows)
-    for figure in ("speedometer", "metadata_compression"):
+    rows = read(tmp_path / "wav2vec2_train_profile.csv")
+    assert tuple(rows[0]) == TRAINING_BREAKDOWN_COLUMNS
+    assert [r["Name"] for r in rows] == ["baseline", "ptgraph", "grape"]
+    assert all(float(r["Model"]) > 0 and float(r["Optimizer"]) > 0 for r in rows)
+    for figure in ("speedometer", "metadata_compression", "wav2vec2_train_profile"):
         assert (tmp_path / f"{figure}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

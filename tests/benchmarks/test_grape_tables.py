@@ -6,8 +6,9 @@ import json
 import numpy as np
 import pytest
 
-from benchmarks.grape_tables import (BREAKDOWN_COLUMNS, GRAPH_MEMORY_COLUMNS, SPEEDOMETER_COLUMNS, Breakdown,
-                                     GraphMemory, Timing, write_breakdown, write_csv, write_graph_memory,
+from benchmarks.grape_tables import (BREAKDOWN_COLUMNS, GRAPH_MEMORY_COLUMNS, SPEEDOMETER_COLUMNS,
+                                     TRAINING_BREAKDOWN_COLUMNS, Breakdown, GraphMemory, Timing, TrainingBreakdown,
+                                     write_breakdown, write_csv, write_graph_memory, write_training_breakdown,
                                      write_speedometer)
 
 pytest.importorskip("matplotlib", reason="the figures need matplotlib: pip install -e '.[experiments]'")
@@ -46,6 +47,15 @@ def test_breakdown_and_graph_memory(tmp_path):
     assert tuple(rows[0]) == BREAKDOWN_COLUMNS
     assert [(r["Name"], float(r["Model"]), float(r["BeamSearch"])) for r in rows] == [
         ("baseline", 900.0, 120.0), ("grape", 300.0, 0.0)]
+    assert_png(png_path)
+
+    training = [TrainingBreakdown("ptgraph", 40.0, 2500.0, 60.5), TrainingBreakdown("grape", 4.0, 2000.0, 60.5)]
+    csv_path, png_path = write_training_breakdown(tmp_path, training, "NVIDIA H200", "CUDA events", "wav2vec2")
+    assert csv_path.name == "wav2vec2_train_profile.csv"
+    rows = read(csv_path)
+    assert tuple(rows[0]) == TRAINING_BREAKDOWN_COLUMNS
+    assert [(r["Name"], float(r["Model"]), float(r["Optimizer"])) for r in rows] == [
+        ("ptgraph", 2500.0, 60.5), ("grape", 2000.0, 60.5)]
     assert_png(png_path)
 
     memories = [GraphMemory("GPT-2 beam5", 5120.5, 97.25)]

@@ -132,7 +132,8 @@ def test_speech_batches_are_padded_to_buckets_with_labels_that_fit(seed):
         assert audio.shape[1] % (SAMPLE_RATE // 2) == 0 and audio.shape[1] - SAMPLE_RATE // 2 < audio_lengths.max()
         assert (SAMPLE_RATE <= audio_lengths).all() and (audio_lengths <= 16 * SAMPLE_RATE).all()
         assert (audio[np.arange(audio.shape[1]) >= audio_lengths[:, None]] == 0).all()
-        assert labels.shape == (4, batches.max_labels) and (label_lengths <= (base.frames(audio_lengths) + 1) // 2).all()
+        assert labels.shape == (4, batches.max_labels)
+        assert (label_lengths <= (base.frames(audio_lengths) + 1) // 2).all()
         own = np.arange(batches.max_labels) < label_lengths[:, None]
         assert ((labels >= 1) & (labels < base.vocab_size))[own].all() and (labels[~own] == 0).all()
         assert (label_lengths >= 10 * audio_lengths // SAMPLE_RATE - 1).all()  # 10-16 characters a second
