@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import Callable
 
 import numpy as np
 
@@ -59,6 +60,42 @@ class AdamW:
                 raise TrainingError(f"AdamW {name} must be in [0, 1), got {getattr(self, name)}")
 
 
+def adamw_moments(parameters: dict, xp) -> dict:
+    """AdamW's first and second moments of every parameter tensor, zero: name -> (m, v)."""
+    return {name: (xp.zeros_like(array), xp.zeros_like(array)) for name, array in parameters.items()}
+
+
+def adamw_update_all(optimizer: AdamW, ops, parameters: dict, grads: dict, moments: dict, step: int,
+                     run: Callable = lambda label, function, *args: function(*args)) -> None:
+    """ops.adamw_update on every parameter tensor (by name, with its gradient and moments) at step count `step`;
+    each call through run(label, function, *args), a model's runner where an observer watches."""
+    o = optimizer
+    for name, params in parameters.items():
+        m, v = moments[name]
+        run(f"adamw {name}", ops.adamw_update, params, grads[name], m, v, params.size, o.learning_rate, o.beta1,
+            o.beta2, o.eps, o.weight_decay, step)
+
+
+class GraphPair:
+    """A forward graph and a backward graph: forward() and backward() (zero-argument launches over buffers the
+    caller owns) launched the first time, which loads every kernel (a capture cannot), then captured on `stream`,
+    and replayed from then on. Run it inside `with stream:`."""
+
+    def __init__(self, stream, forward: Callable[[], None], backward: Callable[[], None]):
+        self.stream, self.forward, self.backward = stream, forward, backward
+        self.forward_graph = self.backward_graph = None
+
+    def run(self) -> None:
+        if self.forward_graph is None:
+            self.forward()
+            self.backward()
+            self.forward_graph, _ = captured(self.stream, self.forward)
+            self.backward_graph, _ = captured(self.stream, self.backward)
+        else:
+            self.forward_graph.launch(self.stream)
+            self.backward_graph.launch(self.stream)
+
+
 class TrainingStep:
     def __init__(self, model: CausalLM, B: int, T: int, optimizer: AdamW = AdamW()):
         missing = [name for name in TRAINING_FUNCTIONS if getattr(model.backend.ops, name, None) is None]
@@ -83,8 +120,7 @@ class TrainingStep:
         self.grads = {name: backend.xp.zeros_like(array) for name, array in model.parameters.items()}
         layered = {name for name, value in vars(model.weights).items() if isinstance(value, list)}
         self.grad_views = layer_views(self.grads, tuple(set(self.grads) - layered))
-        self.moments = {name: (backend.xp.zeros_like(array), backend.xp.zeros_like(array))
-                        for name, array in model.parameters.items()}
+        self.moments = adamw_moments(model.parameters, backend.xp)
         self.losses = backend.empty(B, T)
         self.steps = 0  # AdamW's step count t, from 1 at the first update
 
@@ -134,11 +170,8 @@ class TrainingStep:
     def update(self) -> None:
         """AdamW on every parameter tensor, step count self.steps + 1."""
         self.steps += 1
-        o, ops, run = self.optimizer, self.model.backend.ops, self.model.runner(None)
-        for name, params in self.model.parameters.items():
-            m, v = self.moments[name]
-            run(f"adamw {name}", ops.adamw_update, params, self.grads[name], m, v, params.size, o.learning_rate,
-                o.beta1, o.beta2, o.eps, o.weight_decay, self.steps)
+        adamw_update_all(self.optimizer, self.model.backend.ops, self.model.parameters, self.grads, self.moments,
+                         self.steps, self.model.runner(None))
 
 
 
@@ -156,21 +189,15 @@ class GraphTrainingStep(TrainingStep):
         super().__init__(model, B, T, optimizer)
         self.stream = cupy.cuda.Stream(non_blocking=True)
         self.tokens, self.targets = cupy.zeros((B, T), np.int32), cupy.zeros((B, T), np.int32)
-        self.forward_graph = self.backward_graph = None
+        self.graphs = GraphPair(self.stream, lambda: self.forward_and_loss(self.tokens, self.targets),
+                                lambda: self.backward(self.tokens))
         cupy.cuda.Device().synchronize()  # the buffers above were made on another stream
 
     def compute_gradients(self, inputs, targets) -> float:
         with self.stream:
             tokens, targets = self.checked_batch(inputs, targets)
             self.tokens[...], self.targets[...] = tokens, targets
-            if self.forward_graph is None:  # launched once, loading every kernel, then captured
-                self.forward_and_loss(self.tokens, self.targets)
-                self.backward(self.tokens)
-                self.forward_graph, _ = captured(self.stream, lambda: self.forward_and_loss(self.tokens, self.targets))
-                self.backward_graph, _ = captured(self.stream, lambda: self.backward(self.tokens))
-            else:
-                self.forward_graph.launch()
-                self.backward_graph.launch()
+            self.graphs.run()
             return self.mean_loss()
 
     def update(self) -> None:

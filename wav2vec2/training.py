@@ -32,8 +32,7 @@ from __future__ import annotations
 import numpy as np
 
 from kernel_runtime import KitError
-from kernel_runtime.device import captured
-from training.step import AdamW
+from training.step import AdamW, GraphPair, adamw_moments, adamw_update_all
 from wav2vec2.config import Wav2Vec2Config
 from wav2vec2.model import Wav2Vec2ForCTC
 
@@ -91,7 +90,7 @@ class SpeechStep:
         self.model, self.B, self.max_labels, self.optimizer = model, B, max_labels, optimizer
         self.grads = model.zero_grads()
         self.grad_views = model.views(self.grads)
-        self.moments = {name: (cupy.zeros_like(p), cupy.zeros_like(p)) for name, p in model.parameters.items()}
+        self.moments = adamw_moments(model.parameters, cupy)
         self.labels, self.label_lengths = cupy.zeros((B, max_labels), np.int32), cupy.zeros(B, np.int32)
         self.stream = cupy.cuda.Stream(non_blocking=True)
         self.steps = 0
@@ -147,45 +146,30 @@ class SpeechStep:
     def update(self) -> None:
         """AdamW on every parameter tensor, step count self.steps + 1."""
         self.steps += 1
-        o, ops = self.optimizer, self.model.backend.ops
-        for name, params in self.model.parameters.items():
-            m, v = self.moments[name]
-            ops.adamw_update(params, self.grads[name], m, v, params.size, o.learning_rate, o.beta1, o.beta2, o.eps,
-                             o.weight_decay, self.steps)
+        adamw_update_all(self.optimizer, self.model.backend.ops, self.model.parameters, self.grads, self.moments,
+                         self.steps)
 
 
-class GraphPair:
-    """A forward graph (with the loss) and a backward graph over buffers of their own; launched once (which loads
-    every kernel) before they are captured."""
+class ShapeGraphs(GraphPair):
+    """A step's forward graph (with the loss) and backward graph over activations a and gradients d of their own."""
 
     def __init__(self, step: SpeechStep, a, d):
-        self.a, self.d, self.forward_graph, self.backward_graph = a, d, None, None
-        self.step = step
-
-    def run(self) -> None:
-        step, a, d = self.step, self.a, self.d
-        if self.forward_graph is None:
-            step.forward(a, d)
-            step.backward(a, d)
-            self.forward_graph, _ = captured(step.stream, lambda: step.forward(a, d))
-            self.backward_graph, _ = captured(step.stream, lambda: step.backward(a, d))
-        else:
-            self.forward_graph.launch(step.stream)
-            self.backward_graph.launch(step.stream)
+        super().__init__(step.stream, lambda: step.forward(a, d), lambda: step.backward(a, d))
+        self.a, self.d = a, d
 
 
 class PerShapeGraphStep(SpeechStep):
-    """ptgraph: a GraphPair per padded length S."""
+    """ptgraph: ShapeGraphs per padded length S."""
 
     name = "ptgraph"
 
     def __init__(self, model: Wav2Vec2ForCTC, B: int, max_labels: int, optimizer: AdamW = AdamW()):
         super().__init__(model, B, max_labels, optimizer)
-        self.pairs: dict[int, GraphPair] = {}
+        self.pairs: dict[int, ShapeGraphs] = {}
 
     def buffers(self, S: int):
         if S not in self.pairs:
-            self.pairs[S] = GraphPair(self, *super().buffers(S))
+            self.pairs[S] = ShapeGraphs(self, *super().buffers(S))
         return self.pairs[S].a, self.pairs[S].d
 
     def run(self, a, d, S: int) -> None:
@@ -193,7 +177,7 @@ class PerShapeGraphStep(SpeechStep):
 
 
 class SharedGraphStep(SpeechStep):
-    """grape: one GraphPair sized for max_samples serves every batch."""
+    """grape: one ShapeGraphs sized for max_samples serves every batch."""
 
     name = "grape"
 
@@ -202,7 +186,7 @@ class SharedGraphStep(SpeechStep):
         super().__init__(model, B, max_labels, optimizer)
         self.max_samples = max_samples
         with self.stream:
-            self.pair = GraphPair(self, *super().buffers(max_samples))
+            self.pair = ShapeGraphs(self, *super().buffers(max_samples))
 
     def buffers(self, S: int):
         if S > self.max_samples:

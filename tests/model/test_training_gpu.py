@@ -80,7 +80,7 @@ def test_graphed_steps_equal_launched_ones(params):
     for number in range(3):
         inputs, targets = batch(20 + number, B, T)  # a new batch each step: the graphs read the step's own buffers
         assert graphed(inputs, targets) == pytest.approx(launched(inputs, targets), rel=1e-6)
-    assert graphed.forward_graph is not None and graphed.backward_graph is not None
+    assert graphed.graphs.forward_graph is not None and graphed.graphs.backward_graph is not None
     for name, weights in launched.model.parameters.items():
         np.testing.assert_allclose(graphed.model.parameters[name].get(), weights.get(), rtol=1e-5, atol=1e-7,
                                    err_msg=name)
