@@ -144,13 +144,16 @@ __device__ int group_of(const Tile& tile, int C, int G) { return blockIdx.z * G 
 // The frames utterance b's statistics run over: frames[b], at most T.
 __device__ int counted_frames(const int* frames, int b, int T) { return min(frames[b], T); }
 
+// How many of tile row `chunk`'s frames (CHUNK, fewer in the last) are among the first `counted`: 0 past them.
+__device__ int counted_in_chunk(int counted, int chunk) { return max(0, min(CHUNK, counted - chunk * CHUNK)); }
+
 // Piece p < chunks * (C / G) of group `group`'s tile results: the slice of its tile p / (C / G) (2C floats from
 // `slices`, utterance b's first) and its channel; `frames` gets the tile's counted frames (0 past the counted ones).
 __device__ const float* group_piece(const float* slices, int p, int group, int counted, int C, int G, int& channel,
                                     float& frames) {
     const int width = C / G, chunk = p / width;
     channel = group * width + p % width;
-    frames = max(0, min(CHUNK, counted - chunk * CHUNK));
+    frames = counted_in_chunk(counted, chunk);
     return slices + (long long)chunk * 2 * C;
 }
 
@@ -159,7 +162,7 @@ __device__ const float* group_piece(const float* slices, int p, int group, int c
 extern "C" __global__ void __launch_bounds__(THREADS)
 group_norm_tile_statistics_kernel(float* partials, const float* inp, const int* frames, int T, int C) {
     const Tile tile = column_tile(T, C);
-    const int rows = max(0, min(tile.rows, counted_frames(frames, blockIdx.z, T) - (int)blockIdx.y * CHUNK));
+    const int rows = counted_in_chunk(counted_frames(frames, blockIdx.z, T), blockIdx.y);
     float sum = 0.0f;
     if (tile.inside()) {
         #pragma unroll 4
@@ -286,7 +289,7 @@ group_norm_backward_inputs_kernel(float* dinp, const float* dout, const float* i
     const Tile tile = column_tile(T, C);
     if (!tile.inside()) return;  // no barrier follows
     const int group = group_of(tile, C, G);
-    const int rows = max(0, min(tile.rows, counted_frames(frames, blockIdx.z, T) - (int)blockIdx.y * CHUNK));
+    const int rows = counted_in_chunk(counted_frames(frames, blockIdx.z, T), blockIdx.y);
     const float mu = mean[group], s = rstd[group], w = weight[tile.column];
     const float dnorm_mean = group_means[2 * group], dnorm_n_mean = group_means[2 * group + 1];
     #pragma unroll 4
