@@ -477,11 +477,17 @@ def gelu_erf_backward(dinp, inp, dout, N):
     dinp.reshape(N)[...] = (normal_cdf(x) + x * density) * dout.reshape(N)
 
 
+def _counted(xp, frames, B, T, C, G):
+    """(B, T, 1, 1) whether each frame is among its utterance's counted ones, and (B, 1, 1, 1) each group's count
+    of counted values."""
+    counted = (xp.arange(T) < frames.reshape(B, 1)).reshape(B, T, 1, 1)
+    return counted, (xp.minimum(frames, T) * (C // G)).astype(xp.float32).reshape(B, 1, 1, 1)
+
+
 def group_norm_forward(out, mean, rstd, inp, weight, bias, frames, B, T, C, G):
     xp = array_module(inp)
     x = inp.reshape(B, T, G, C // G)
-    counted = (xp.arange(T) < frames.reshape(B, 1)).reshape(B, T, 1, 1)
-    count = (xp.minimum(frames, T) * (C // G)).astype(xp.float32).reshape(B, 1, 1, 1)
+    counted, count = _counted(xp, frames, B, T, C, G)
     mu = xp.where(counted, x, xp.float32(0)).sum(axis=(1, 3), keepdims=True) / count
     centred = x - mu
     s = 1.0 / xp.sqrt(xp.where(counted, centred * centred, xp.float32(0)).sum(axis=(1, 3), keepdims=True) / count
@@ -495,8 +501,7 @@ def group_norm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, fra
     xp = array_module(inp)
     grads = dout.reshape(B, T, C)
     s = rstd.reshape(B, 1, G, 1)
-    counted = (xp.arange(T) < frames.reshape(B, 1)).reshape(B, T, 1, 1)
-    count = (xp.minimum(frames, T) * (C // G)).astype(xp.float32).reshape(B, 1, 1, 1)
+    counted, count = _counted(xp, frames, B, T, C, G)
     normalised = (inp.reshape(B, T, G, C // G) - mean.reshape(B, 1, G, 1)) * s
     dbias.reshape(C)[...] += grads.sum(axis=(0, 1))
     dweight.reshape(C)[...] += (grads * normalised.reshape(B, T, C)).sum(axis=(0, 1))
@@ -577,23 +582,25 @@ def ctc_loss_forward_backward(dlogits, losses, logits, targets, input_lengths, t
     skips = xp.zeros((B, L), dtype=bool)
     skips[:, 2:] = (extended[:, 2:] != 0) & (extended[:, 2:] != extended[:, :-2])
     emissions = xp.take_along_axis(lp, xp.broadcast_to(extended[:, None, :], (B, T, L)), axis=2)  # (B, T, L)
-    shifted_by = lambda row, n: xp.concatenate([xp.full((B, n), neg_inf), row[:, :-n]], axis=1)  # noqa: E731
+
+    def shifted(row, n, outside=neg_inf):
+        """row[:, s - n] at state s (n > 0: from earlier states; n < 0: from later ones), `outside` past either end."""
+        fill = xp.full((B, abs(n)), outside)
+        return xp.concatenate([fill, row[:, :-n]] if n > 0 else [row[:, -n:], fill], axis=1)
 
     alpha = xp.full((B, T, L), neg_inf, dtype=xp.float32)
     alpha[:, 0] = xp.where(reachable & (states <= 1), emissions[:, 0], neg_inf)
     for t in range(1, T):
         row = alpha[:, t - 1]
-        alpha[:, t] = xp.where(reachable, _log_add(xp, row, shifted_by(row, 1), xp.where(skips, shifted_by(row, 2),
-                                                                                         neg_inf))
+        alpha[:, t] = xp.where(reachable, _log_add(xp, row, shifted(row, 1), xp.where(skips, shifted(row, 2),
+                                                                                      neg_inf))
                                + emissions[:, t], neg_inf)
-    skips_back = xp.concatenate([skips[:, 2:], xp.zeros((B, 2), dtype=bool)], axis=1)  # from s to s + 2
+    skips_back = shifted(skips, -2, outside=False)  # from s to s + 2
     beta = xp.full((B, T, L), neg_inf, dtype=xp.float32)
-    ends = reachable & (states >= 2 * counts - 1)  # the last label and the last blank
+    start = xp.where(reachable & (states >= 2 * counts - 1), xp.float32(0), neg_inf)  # the last label, the last blank
     for t in reversed(range(T)):
         later = beta[:, t + 1] if t + 1 < T else xp.full((B, L), neg_inf, dtype=xp.float32)
-        ahead = lambda n: xp.concatenate([later[:, n:], xp.full((B, n), neg_inf)], axis=1)  # noqa: E731
-        carried = _log_add(xp, later, ahead(1), xp.where(skips_back, ahead(2), neg_inf))
-        start = xp.where(ends, xp.float32(0), neg_inf)
+        carried = _log_add(xp, later, shifted(later, -1), xp.where(skips_back, shifted(later, -2), neg_inf))
         value = xp.where((t == frames - 1), start, xp.where(t < frames - 1, carried, neg_inf)) + emissions[:, t]
         beta[:, t] = xp.where(reachable & (t < frames), value, neg_inf)
 
