@@ -72,6 +72,16 @@ class SpeechStudy:
         return lambda: [step(*batch) for batch in self.batches]
 
 
+def give_back_memory():
+    """The dropped executor's buffers and graphs back to the device, not kept in CuPy's pool: the next executor
+    (transformers' own allocator among them) finds the whole GPU free."""
+    import cupy
+
+    gc.collect()
+    cupy.cuda.Device().synchronize()
+    cupy.get_default_memory_pool().free_all_blocks()
+
+
 def timed_runs(run, runs: int, label: str) -> list[float]:
     """Seconds of each of `runs` calls of run() (each step ends with its loss on the host), after a warm-up call."""
     started = time.perf_counter()
@@ -131,7 +141,7 @@ def runtime(study: SpeechStudy, out: Path, runs: int, executors, with_hf: bool, 
     timings = []
     for name in executors:
         timings.append(Timing(name, study.attrs(), timed_runs(study.run(name), runs, name)))
-        gc.collect()  # the executor's buffers and graphs go back before the next one
+        give_back_memory()
     if with_hf:
         import torch
 
@@ -170,7 +180,7 @@ def graph_memory(study: SpeechStudy, out: Path, device: str) -> list[Path]:
         print(f"  {executor}: {sizes[executor][2]} pairs, forward {sizes[executor][0]:.0f} MB, backward "
               f"{sizes[executor][1]:.0f} MB", flush=True)
         del step
-        gc.collect()
+        give_back_memory()
     rows = [GraphMemory(f"{NAME} {part}", sizes["ptgraph"][index], sizes["grape"][index])
             for index, part in enumerate(("forward", "backward"))]
     for row in rows:
@@ -213,6 +223,6 @@ def breakdown(study: SpeechStudy, out: Path, executors, device: str) -> list[Pat
         print(f"  {name:10s} InputPrep {ms['InputPrep']:9.1f} ms  Model {ms['Model']:9.1f} ms  "
               f"Optimizer {ms['Optimizer']:9.1f} ms", flush=True)
         del step
-        gc.collect()
+        give_back_memory()
     how = f"{NAME}, {len(study.batches)} steps of B{study.B}, one run after a warm-up; CUDA events as each stage begins"
     return list(write_training_breakdown(out, rows, device, how, "wav2vec2"))
