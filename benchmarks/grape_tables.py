@@ -183,7 +183,8 @@ def _shared_attrs(attrs: list[dict]) -> dict:
 
 
 def _label(name: str, attrs: dict) -> str:
-    return "\n".join([name] + [f"{k} {v}" for k, v in attrs.items()])
+    """The executor, then an attribute a line, wrapped to the width of a bar (a long one, as Wav2Vec2's batches)."""
+    return "\n".join([name] + [line for k, v in attrs.items() for line in textwrap.wrap(f"{k} {v}", 16)])
 
 
 def _value_text(value: float) -> str:

@@ -16,7 +16,7 @@ import pytest
 
 ROOT = Path(__file__).parents[1]
 COMMANDS = ["gpt2", "gpt2.checkpoint", "gpt2.profile", "gpt2.step_check", "gpt2.tokenizer", "reference.verify",
-            "benchmarks.kernels", "benchmarks.generation", "benchmarks.grape_study"]
+            "benchmarks.kernels", "benchmarks.generation", "benchmarks.grape_study", "benchmarks.speech_profile"]
 if (ROOT / "grading").exists():  # a student's kit has no grader
     COMMANDS.append("grading")
 
