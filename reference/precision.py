@@ -58,6 +58,15 @@ def to_tf32(x: np.ndarray, rounding: str = "nearest") -> np.ndarray:
     return (bits & np.uint32(0xFFFFE000)).view(np.float32)
 
 
+def split_tf32(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """x as two TF32 values, high + low: the high part to_tf32(x), the low part the TF32 rounding of what the
+    high part leaves (exact in float32). high + low is x to about 2^-22 of it, which is what lets three
+    tensor-core products (low * high, high * low, high * high: "3xTF32") stay within the fp32 profile's
+    bounds; the fourth, low * low, is below float32's own rounding and left out."""
+    high = to_tf32(x)
+    return high, to_tf32(np.asarray(x, np.float32) - high)
+
+
 def profile_named(name: str) -> Profile:
     if name not in PROFILES:
         raise ProfileError(f"no precision profile {name!r}; the profiles are {', '.join(PROFILES)}")

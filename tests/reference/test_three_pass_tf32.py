@@ -1,0 +1,96 @@
+"""Tensor cores at float32 accuracy ("3xTF32"), shown on the CPU by emulation before any kernel exists: each
+operand of a product is split into a TF32 high part and a TF32 low part (reference.precision.split_tf32),
+and three tensor-core products, low x high, high x low and high x high, are added into float32 accumulators
+one m16n8k8 mma at a time. So emulated, the matmul and flash attention's two products pass every case of their
+specs under the strict fp32 profile, the extreme ones included; leave out either cross product, or split
+nothing (one TF32 pass), and they fail it. The GPU kernels that compute this are judged by the same cases."""
+
+import math
+
+import numpy as np
+import pytest
+
+from reference.execution import execute
+from reference.judging import judge
+from reference.numerics import window_mask
+from reference.precision import FP32, split_tf32
+from reference.registry import build, cases
+
+THREE_PASSES = ("low_high", "high_low", "high_high")  # the small products first, as a 3xTF32 kernel adds them
+MMA_K = 8  # products an m16n8k8 mma adds into an accumulator at once
+
+
+def tensor_core_product(a: np.ndarray, b: np.ndarray, passes=THREE_PASSES) -> np.ndarray:
+    """a @ b^T over the last axis (a (..., M, K), b (..., N, K)) as tensor cores form it from split operands:
+    for every 8 of K, each pass's mma adds its 8 products (exact: TF32 x TF32 fits float64) to the float32
+    accumulator, rounding once. passes: which of the split operands' products ("high_high" alone is one TF32
+    pass)."""
+    a_parts = dict(zip(("high", "low"), split_tf32(a)))
+    b_parts = dict(zip(("high", "low"), split_tf32(b)))
+    K = a.shape[-1]
+    acc = np.zeros(a.shape[:-1] + b.shape[-2:-1], np.float32)
+    for k0 in range(0, K, MMA_K):
+        for name in passes:
+            a_part, b_part = (parts[which][..., k0:k0 + MMA_K].astype(np.float64)
+                              for parts, which in zip((a_parts, b_parts), name.split("_")))
+            acc = (acc + a_part @ np.swapaxes(b_part, -1, -2)).astype(np.float32)
+    return acc
+
+
+def matmul_on_tensor_cores(passes):
+    def matmul_forward(out, inp, weight, bias, B, T, C, OC):
+        result = tensor_core_product(inp.reshape(-1, C), weight, passes)
+        if bias is not None:
+            result += bias
+        out[...] = result.reshape(out.shape)
+    return matmul_forward
+
+
+def flash_attention_on_tensor_cores(passes):
+    """Both of attention's products on the tensor cores (scores = q k^T, out = p v); the scale, the softmax's
+    exponentials and sums and the division by the sum in float32, as a flash kernel computes them."""
+    def flash_attention_forward(out, lse, inp, B, T, C, NH):
+        HS = C // NH
+        q, k, v = inp.reshape(B, T, 3, NH, HS).transpose(2, 0, 3, 1, 4)  # each (B, NH, T, HS)
+        scores = tensor_core_product(q, k, passes) * np.float32(1 / math.sqrt(HS))
+        scores = np.where(window_mask(T, T), scores, np.float32(-np.inf))
+        top = scores.max(axis=-1, keepdims=True)
+        p = np.exp(scores - top)
+        total = p.sum(axis=-1, keepdims=True, dtype=np.float32)
+        o = tensor_core_product(p, np.swapaxes(v, -1, -2), passes) / total
+        out[...] = o.transpose(0, 2, 1, 3).reshape(out.shape)
+        lse[...] = (top + np.log(total))[..., 0]
+    return flash_attention_forward
+
+
+def judged(implementation, case):
+    problem = build(case)
+    return judge(problem, execute(implementation, problem, device="cpu"), profile=FP32)
+
+
+@pytest.mark.parametrize("case", cases("matmul_forward"), ids=lambda c: c.id)
+def test_a_3xtf32_matmul_passes_fp32(case):
+    result = judged(matmul_on_tensor_cores(THREE_PASSES), case)
+    assert result.passed, result.message
+
+
+@pytest.mark.parametrize("case", cases("flash_attention_forward"), ids=lambda c: c.id)
+def test_a_3xtf32_flash_attention_passes_fp32(case):
+    result = judged(flash_attention_on_tensor_cores(THREE_PASSES), case)
+    assert result.passed, result.message
+
+
+FEWER_PASSES = pytest.mark.parametrize("passes", [("high_low", "high_high"), ("low_high", "high_high"), ("high_high",)],
+                                       ids=["without_low_high", "without_high_low", "one_tf32_pass"])
+
+
+@FEWER_PASSES
+@pytest.mark.parametrize("case", [c for c in cases("matmul_forward") if c.size["C"] >= 64][:3], ids=lambda c: c.id)
+def test_a_matmul_with_fewer_passes_fails_fp32(case, passes):
+    assert not judged(matmul_on_tensor_cores(passes), case).passed
+
+
+@FEWER_PASSES
+def test_flash_attention_with_fewer_passes_fails_fp32(passes):
+    case = next(c for c in cases("flash_attention_forward") if c.values == "extreme")
+    assert not judged(flash_attention_on_tensor_cores(passes), case).passed
