@@ -56,7 +56,7 @@ from generation.executors import EXECUTORS, StageClock, make_executor
 from generation.generate import GREEDY
 from gpt2.families import FAMILIES, check_sources, family_of
 from kernel_runtime.commands import POSITIVE_INT, OneLineArgumentParser, checked, run_command
-from kernel_runtime.device import exit_without_gpu
+from kernel_runtime.device import exit_without_gpu, give_back_memory
 
 EXPERIMENTS = ("runtime", "breakdown", "graph-memory")
 
@@ -206,9 +206,7 @@ def held_by(work) -> float:
     pool = cupy.get_default_memory_pool()
 
     def settled() -> tuple[int, int, int]:
-        gc.collect()  # what earlier work dropped goes back first
-        cupy.cuda.Device().synchronize()
-        pool.free_all_blocks()
+        give_back_memory()  # what earlier work dropped goes back first
         return pool.used_bytes(), pool.total_bytes(), cupy.cuda.runtime.memGetInfo()[0]
 
     used, total, free = settled()

@@ -29,7 +29,6 @@ breakdown: one run per executor after a warm-up, a CUDA event on the step's stre
 
 from __future__ import annotations
 
-import gc
 import statistics
 import time
 from pathlib import Path
@@ -39,6 +38,7 @@ import numpy as np
 from benchmarks.grape_tables import (GraphMemory, Timing, TrainingBreakdown, write_graph_memory, write_speedometer,
                                      write_training_breakdown)
 from generation.executors import StageClock
+from kernel_runtime.device import give_back_memory
 from training.step import AdamW
 from wav2vec2.checkpoint import random_parameters
 from wav2vec2.config import PRESETS
@@ -70,16 +70,6 @@ class SpeechStudy:
         """A run of a fresh `executor` step over the batches: a function to call for each run."""
         step = self.step(executor)
         return lambda: [step(*batch) for batch in self.batches]
-
-
-def give_back_memory():
-    """The dropped executor's buffers and graphs back to the device, not kept in CuPy's pool: the next executor
-    (transformers' own allocator among them) finds the whole GPU free."""
-    import cupy
-
-    gc.collect()
-    cupy.cuda.Device().synchronize()
-    cupy.get_default_memory_pool().free_all_blocks()
 
 
 def timed_runs(run, runs: int, label: str) -> list[float]:
