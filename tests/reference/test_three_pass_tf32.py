@@ -10,11 +10,10 @@ import math
 import numpy as np
 import pytest
 
-from reference.execution import execute
-from reference.judging import judge
+from reference.judging import run_case
 from reference.numerics import window_mask
-from reference.precision import FP32, split_tf32
-from reference.registry import SPECS, build, cases
+from reference.precision import split_tf32
+from reference.registry import SPECS, cases
 
 THREE_PASSES = ("low_high", "high_low", "high_high")  # the small products first, as a 3xTF32 kernel adds them
 MMA_K = 8  # products an m16n8k8 mma adds into an accumulator at once
@@ -65,21 +64,16 @@ def flash_attention_on_tensor_cores(passes):
     return flash_attention_forward
 
 
-def judged(implementation, case):
-    problem = build(case)
-    return judge(problem, execute(implementation, problem, device="cpu"), profile=FP32)
-
-
 @pytest.mark.parametrize("case", cases("matmul_forward"), ids=lambda c: c.id)
 def test_a_3xtf32_matmul_passes_fp32(case):
-    result = judged(matmul_on_tensor_cores(THREE_PASSES), case)
+    result = run_case(matmul_on_tensor_cores(THREE_PASSES), case, device="cpu")
     assert result.passed, result.message
 
 
 @needs_flash
 @pytest.mark.parametrize("case", FLASH_CASES, ids=lambda c: c.id)
 def test_a_3xtf32_flash_attention_passes_fp32(case):
-    result = judged(flash_attention_on_tensor_cores(THREE_PASSES), case)
+    result = run_case(flash_attention_on_tensor_cores(THREE_PASSES), case, device="cpu")
     assert result.passed, result.message
 
 
@@ -90,11 +84,11 @@ FEWER_PASSES = pytest.mark.parametrize("passes", [("high_low", "high_high"), ("l
 @FEWER_PASSES
 @pytest.mark.parametrize("case", [c for c in cases("matmul_forward") if c.size["C"] >= 64][:3], ids=lambda c: c.id)
 def test_a_matmul_with_fewer_passes_fails_fp32(case, passes):
-    assert not judged(matmul_on_tensor_cores(passes), case).passed
+    assert not run_case(matmul_on_tensor_cores(passes), case, device="cpu").passed
 
 
 @needs_flash
 @FEWER_PASSES
 def test_flash_attention_with_fewer_passes_fails_fp32(passes):
     case = next(c for c in FLASH_CASES if c.values == "extreme")
-    assert not judged(flash_attention_on_tensor_cores(passes), case).passed
+    assert not run_case(flash_attention_on_tensor_cores(passes), case, device="cpu").passed
