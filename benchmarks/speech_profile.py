@@ -28,32 +28,43 @@ SAMPLE_RATE = 16000
 def main(argv=None) -> int:
     parser = OneLineArgumentParser(prog="python -m benchmarks.speech_profile", description=__doc__.splitlines()[0])
     parser.add_argument("--batch", type=POSITIVE_INT, default=4, help="utterances a step (default %(default)s)")
-    parser.add_argument("--seconds", type=POSITIVE_INT, default=16, help="each utterance's length (default %(default)s)")
+    parser.add_argument("--seconds", type=POSITIVE_INT, default=16,
+                        help="each utterance's length (default %(default)s)")
     parser.add_argument("--runs", type=POSITIVE_INT, default=5, help="timed steps (default %(default)s)")
     args = parser.parse_args(argv)
     exit_without_gpu("benchmarks.speech_profile", "cannot run")
     return run_command("benchmarks.speech_profile", lambda: benchmark(args), error_status=2)
 
 
+ARITHMETIC = {  # the calls counted in FLOPs: where their sizes start among their arguments, and how many
+    "matmul_forward": (4, 4), "matmul_backward": (6, 4), "conv1d_forward": (4, 9), "conv1d_backward": (6, 9)}
+
+
+def sizes(name: str, args: tuple) -> tuple:
+    """A matmul's (B, T, C, OC), a convolution's (B, T, C, OC, K, stride, padding, groups, T_out)."""
+    start, count = ARITHMETIC[name]
+    return args[start:start + count]
+
+
 def flops(name: str, args: tuple) -> int:
     """Floating-point operations of a convolution or matmul call (multiply and add: 2 per product term); 0 else."""
-    if name in ("matmul_forward", "matmul_backward"):
-        B, T, C, OC = args[4:8] if name == "matmul_forward" else args[6:10]
+    if name not in ARITHMETIC:
+        return 0
+    if name.startswith("matmul"):
+        B, T, C, OC = sizes(name, args)
         return 2 * B * T * C * OC * (1 if name == "matmul_forward" else 2)  # backward: dinp and dweight
-    if name in ("conv1d_forward", "conv1d_backward"):
-        B, T, C, OC, K, stride, padding, groups, T_out = args[4:13] if name == "conv1d_forward" else args[6:15]
-        products = 2 * B * T_out * OC * (C // groups) * K
-        if name == "conv1d_forward":
-            return products
-        return products * (2 if args[0] is not None else 1)  # dweight, and dinp unless not wanted (the audio's)
-    return 0
+    B, T, C, OC, K, stride, padding, groups, T_out = sizes(name, args)
+    products = 2 * B * T_out * OC * (C // groups) * K
+    if name == "conv1d_forward":
+        return products
+    return products * (2 if args[0] is not None else 1)  # dweight, and dinp unless not wanted (the audio's)
 
 
 def shape(name: str, args: tuple) -> str:
     if name.startswith("matmul"):
-        B, T, C, OC = args[4:8] if name == "matmul_forward" else args[6:10]
+        B, T, C, OC = sizes(name, args)
         return f"B{B} T{T} {C}->{OC}"
-    B, T, C, OC, K, stride, padding, groups, T_out = args[4:13] if name == "conv1d_forward" else args[6:15]
+    B, T, C, OC, K, stride, padding, groups, T_out = sizes(name, args)
     return f"B{B} T{T}->{T_out} {C}->{OC} K{K} stride{stride}" + (f" groups{groups}" if groups > 1 else "")
 
 
