@@ -12,8 +12,10 @@ and transformers' work share CUDA's default stream). The rows:
     kernels + matmul_cublas the same with the cuBLAS matmul (float32)
     kernels + split-K       the same with the split-K matmul (milestone 3; float32): a short
                             prompt's matmuls, whose tiles are too few for the GPU (--tokens 64)
+    kernels + 3xTF32        the same with the 3xTF32 matmul (milestone 3): tensor cores, float32 accuracy
     kernels + flash         the kit's kernels with flash attention (milestone 3; float32)
     kernels + flash + tf32  flash attention and the TF32 matmul
+    kernels + flash + 3xTF32  flash attention and the 3xTF32 matmul: the fastest within the fp32 bounds
     gold                    reference.gold: CuPy library operations, cuBLAS float32
     transformers fp32       GPT2LMHeadModel, eager (no torch.compile), its default attention, float32
     transformers tf32       the same with torch.backends.cuda.matmul.allow_tf32
@@ -39,8 +41,10 @@ from reference.variants import VARIANTS, first_unwritten
 KIT_ROWS = (("kernels", "kernels", ()), ("kernels + matmul_tf32", "kernels", ("matmul_tf32",)),
             ("kernels + matmul_cublas", "kernels", ("matmul_cublas",)),
             ("kernels + split-K", "kernels", ("matmul_split_k",)),
+            ("kernels + 3xTF32", "kernels", ("matmul_3xtf32",)),
             ("kernels + flash", "kernels", ("attention_flash",)),
-            ("kernels + flash + tf32", "kernels", ("attention_flash", "matmul_tf32")), ("gold", "gold", ()))
+            ("kernels + flash + tf32", "kernels", ("attention_flash", "matmul_tf32")),
+            ("kernels + flash + 3xTF32", "kernels", ("attention_flash", "matmul_3xtf32")), ("gold", "gold", ()))
 TIMING = dict(batches=2, per_batch=6, warmup=2)  # a call is tens of milliseconds
 
 

@@ -281,7 +281,7 @@ def technique_missing(variant: Variant, seed: int, executions: list[Execution], 
         counts, error = replayed.counts.get(variant.name, (None, "the replay sent no counts"))
         if error is not None or counts is None:
             return f"no evidence of {variant.technique} could be counted: {error}"
-    products = products_of(variant.function, cases(variant.function, seed)) if technique.coverage else 0
+    products = products_of(variant.function, cases(variant.function, seed)) if technique.passes else 0
     try:
         return missing_technique(variant.technique, executions, counts, products)
     except Exception as err:  # its programs do not compile for the course's GPU

@@ -46,13 +46,23 @@ weight (each row then starts aligned); otherwise the same pipeline copies 4 byte
 a time. blockIdx.x walks the rows, as in matmul.py: blocks running together share
 weight's columns, so the LM head's 154 MB weight streams from memory about once.
 
+Few tiles (a short prompt: M = 256 rows make 2 row tiles) would leave most
+multiprocessors idle, so the launcher then splits K as well (split-K, as
+matmul_split_k.py does): grid z is the split, block z walks its share of K's slices,
+and the splits add their sums into out, which is zeros beforehand, with atomicAdd.
+Enough splits are taken for BLOCKS_PER_SM blocks a multiprocessor, each walking at
+least MIN_SLICES slices; the tiles of a long prompt fill the GPU alone, unsplit.
+
+The same source, compiled with PASSES = 3, is matmul_3xtf32.py's kernel: float32
+accuracy from three TF32 products per product (that file's header says how).
+
 On an H200 this runs at about 110-130 TFLOP/s at GPT-2's sizes (M = 8192, K = 768),
 with mma.sync's TF32 peak there about 310. cuBLAS in TF32 mode reaches 250-300 on the
 larger N with Hopper's own wgmma instructions, which need sm_90a and do not exist on
 the A40.
 """
 
-from kernel_runtime import CudaKernel, ceil_div
+from kernel_runtime import CudaKernel, ceil_div, multiprocessor_count
 from kernels.matmul import matmul_arguments
 
 TILE_M = 128    # rows of out per block
@@ -62,6 +72,8 @@ WARP_N = 64     # columns of out per warp
 TILE_K = 16     # depth of one shared-memory slice: two mma k-steps of 8
 STAGES = 3      # slices in flight; shared memory: STAGES * (128 + 128) * 16 * 4 = 48 KB
 THREADS = 32 * (TILE_M // WARP_M) * (TILE_N // WARP_N)  # 128: 4 warps
+BLOCKS_PER_SM = 2  # about 230 registers a thread: two blocks of 128 threads fit a multiprocessor
+MIN_SLICES = 4     # of TILE_K each, that a split of K walks at least: its pipeline fills
 
 MATMUL_TF32_SOURCE = r"""
 #define WARPS_N (TILE_N / WARP_N)
@@ -76,6 +88,12 @@ __device__ __forceinline__ unsigned to_tf32(float x) {
     unsigned rounded;
     asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(rounded) : "f"(x));
     return rounded;
+}
+
+// What TF32 rounding leaves of a raw float (exact in float32), itself rounded to TF32: x's low part.
+__device__ __forceinline__ unsigned low_part(unsigned raw) {
+    const float x = __uint_as_float(raw);
+    return to_tf32(x - __uint_as_float(to_tf32(x)));
 }
 
 // Start copying 16 (or 4) bytes from global src to shared address dst; only the first
@@ -116,6 +134,8 @@ __device__ __forceinline__ int swizzled(int row, int k) {
     return row * TILE_K + 4 * ((k / 4) ^ ((row / ROWS_PER_LINE) % CHUNKS)) + k % 4;
 }
 
+// grid (ceil(M / TILE_M), ceil(N / TILE_N), splits): block z sums its share of K's slices. With one split it
+// stores its tile of out; with several, out is zeros beforehand and every split adds its sums (bias: split 0).
 extern "C" __global__ void __launch_bounds__(THREADS)
 matmul_tf32_kernel(float* out, const float* inp, const float* weight, const float* bias, int M, int K, int N) {
     // BEGIN SOLUTION
@@ -144,10 +164,12 @@ matmul_tf32_kernel(float* out, const float* inp, const float* weight, const floa
         b_src[i] = col0 + r < N ? weight + (long long)(col0 + r) * K + 4 * c : nullptr;
         b_dst[i] = swizzled(r, 4 * c);
     }
-    const int slices = (K + TILE_K - 1) / TILE_K;
+    const int all_slices = (K + TILE_K - 1) / TILE_K, share = (all_slices + gridDim.z - 1) / gridDim.z;
+    const int first_k = blockIdx.z * share * TILE_K;  // this split walks `slices` slices from here
+    const int slices = max(0, min(share, all_slices - (int)blockIdx.z * share));
     auto load_stage = [&](int slice) {  // always commits a group, even an empty one, to keep the count
         if (slice < slices) {
-            const int stage = slice % STAGES, k0 = slice * TILE_K;
+            const int stage = slice % STAGES, k0 = first_k + slice * TILE_K;
             if (wide) {  // a chunk of 4 is all inside K or all outside, since K % 4 == 0
                 const bool in = k0 + 4 * c < K;
                 #pragma unroll
@@ -212,8 +234,23 @@ matmul_tf32_kernel(float* out, const float* inp, const float* weight, const floa
                 load_matrices(r, b_tile + 4 * ((warp_col + 8 * ni) * TILE_K + b_lane[kk / 8]));
                 b[ni][0] = r[0]; b[ni][1] = r[1]; b[ni + 1][0] = r[2]; b[ni + 1][1] = r[3];
             }
+#if PASSES == 3
+            // 3xTF32 (matmul_3xtf32.py): x = high + low, both TF32, and a b = high high + high low + low high
+            // to float32's accuracy; the small products are added first, so the large one does not swamp them.
+            unsigned a_low[M_TILES][4], b_low[N_TILES][2];  // the low parts, taken while a and b are raw
             #pragma unroll
-            for (int mi = 0; mi < M_TILES; mi++) {  // raw floats -> TF32, in place
+            for (int mi = 0; mi < M_TILES; mi++) {
+                #pragma unroll
+                for (int j = 0; j < 4; j++) a_low[mi][j] = low_part(a[mi][j]);
+            }
+            #pragma unroll
+            for (int ni = 0; ni < N_TILES; ni++) {
+                b_low[ni][0] = low_part(b[ni][0]);
+                b_low[ni][1] = low_part(b[ni][1]);
+            }
+#endif
+            #pragma unroll
+            for (int mi = 0; mi < M_TILES; mi++) {  // raw floats -> TF32 (the high parts), in place
                 #pragma unroll
                 for (int j = 0; j < 4; j++) a[mi][j] = to_tf32(__uint_as_float(a[mi][j]));
             }
@@ -225,7 +262,13 @@ matmul_tf32_kernel(float* out, const float* inp, const float* weight, const floa
             #pragma unroll
             for (int mi = 0; mi < M_TILES; mi++) {
                 #pragma unroll
-                for (int ni = 0; ni < N_TILES; ni++) mma_tf32(acc[mi][ni], a[mi], b[ni]);
+                for (int ni = 0; ni < N_TILES; ni++) {
+#if PASSES == 3
+                    mma_tf32(acc[mi][ni], a_low[mi], b[ni]);
+                    mma_tf32(acc[mi][ni], a[mi], b_low[ni]);
+#endif
+                    mma_tf32(acc[mi][ni], a[mi], b[ni]);
+                }
             }
         }
     }
@@ -235,8 +278,9 @@ matmul_tf32_kernel(float* out, const float* inp, const float* weight, const floa
     #pragma unroll
     for (int ni = 0; ni < N_TILES; ni++) {
         const int n = col0 + warp_col + 8 * ni + 2 * t;
-        const float bias0 = bias != nullptr && n < N ? bias[n] : 0.0f;
-        const float bias1 = bias != nullptr && n + 1 < N ? bias[n + 1] : 0.0f;
+        const bool biased = bias != nullptr && blockIdx.z == 0;  // once, by the first split
+        const float bias0 = biased && n < N ? bias[n] : 0.0f;
+        const float bias1 = biased && n + 1 < N ? bias[n + 1] : 0.0f;
         #pragma unroll
         for (int mi = 0; mi < M_TILES; mi++) {
             #pragma unroll
@@ -245,7 +289,10 @@ matmul_tf32_kernel(float* out, const float* inp, const float* weight, const floa
                 if (m >= M) continue;
                 const float v0 = acc[mi][ni][2 * half] + bias0, v1 = acc[mi][ni][2 * half + 1] + bias1;
                 float* o = out + (long long)m * N + n;
-                if (pairs && n < N) {
+                if (gridDim.z > 1) {  // the splits add into zeros, in no set order
+                    if (n < N) atomicAdd(o, v0);
+                    if (n + 1 < N) atomicAdd(o + 1, v1);
+                } else if (pairs && n < N) {
                     *(float2*)o = make_float2(v0, v1);  // N even: n < N means n + 1 < N too
                 } else {
                     if (n < N) o[0] = v0;
@@ -258,11 +305,27 @@ matmul_tf32_kernel(float* out, const float* inp, const float* weight, const floa
 }
 """
 
-matmul_tf32_kernel = CudaKernel(MATMUL_TF32_SOURCE, "matmul_tf32_kernel",
-                                defines=dict(TILE_M=TILE_M, TILE_N=TILE_N, WARP_M=WARP_M, WARP_N=WARP_N,
-                                             TILE_K=TILE_K, STAGES=STAGES, THREADS=THREADS))
+TF32_DEFINES = dict(TILE_M=TILE_M, TILE_N=TILE_N, WARP_M=WARP_M, WARP_N=WARP_N, TILE_K=TILE_K, STAGES=STAGES,
+                    THREADS=THREADS)
+matmul_tf32_kernel = CudaKernel(MATMUL_TF32_SOURCE, "matmul_tf32_kernel", defines=dict(TF32_DEFINES, PASSES=1))
 
 
 def matmul_forward(out, inp, weight, bias, B, T, C, OC):
     args = matmul_arguments(out, inp, weight, bias, B, T, C, OC)
-    matmul_tf32_kernel((ceil_div(B * T, TILE_M), ceil_div(OC, TILE_N)), (THREADS,), args)
+    # BEGIN SOLUTION
+    launch_tiles(matmul_tf32_kernel, args)
+    # END SOLUTION
+
+
+def launch_tiles(kernel, args: tuple) -> None:
+    """A grid of TILE_M x TILE_N tiles of out (args: matmul.matmul_arguments'), K split over as many blocks a
+    tile as it takes to give every multiprocessor BLOCKS_PER_SM blocks when the tiles alone are too few."""
+    # BEGIN SOLUTION
+    out, inp, weight, bias, M, K, N = args
+    tiles_m, tiles_n = ceil_div(int(M), TILE_M), ceil_div(int(N), TILE_N)
+    enough = BLOCKS_PER_SM * multiprocessor_count() // (tiles_m * tiles_n)  # 0 or 1: the tiles fill the GPU
+    splits = max(1, min(enough, int(K) // (TILE_K * MIN_SLICES)))
+    if splits > 1:
+        out.fill(0)  # the splits add their sums into it
+    kernel((tiles_m, tiles_n, splits), (THREADS,), args)
+    # END SOLUTION

@@ -18,6 +18,9 @@ nothing. Each is looked at twice:
     technique      in the PTX, and executed in one launched kernel
     tensor_cores   mma.sync, wmma.mma or wgmma; executed, they must do at least half of
                    the multiply-adds of the graded cases (spec.flops)
+    3xtf32         the same instructions, doing at least 1.5 times those multiply-adds:
+                   half of three passes (low x high, high x low, high x high). That each
+                   pass counts is the fp32 profile's to judge: one TF32 pass fails it
     shared_memory  stores to shared memory (st.shared, cp.async into it) and loads back
                    (ld.shared, ldmatrix)
     reduction      warp shuffles (shfl.sync), or shared memory stored, a barrier, and
@@ -66,7 +69,8 @@ class Technique:
     groups: tuple[tuple[str, ...], ...] = ()        # instruction classes that must all be in one kernel (any group)
     library: str | None = None                      # shown by calls to this library instead
     one_launch: bool = False                        # shown by every call launching exactly one kernel instead
-    coverage: bool = False                          # its tensor-core instructions must do the products
+    passes: int = 0                                 # its tensor-core instructions must do the products this
+                                                    # many times over (times COVERAGE); 0: not counted
 
     @property
     def in_ptx(self) -> bool:
@@ -86,7 +90,9 @@ class Technique:
 
 TECHNIQUES = {t.name: t for t in (
     Technique("tensor_cores", "tensor-core instructions (mma.sync, wmma.mma or wgmma)", (("tensor_core",),),
-              coverage=True),
+              passes=1),
+    Technique("3xtf32", "tensor-core instructions (mma.sync, wmma.mma or wgmma) doing every product three times "
+                        "(split TF32 operands: low x high, high x low, high x high)", (("tensor_core",),), passes=3),
     Technique("shared_memory", "shared memory written and read back (st.shared or cp.async, then ld.shared or "
                                "ldmatrix)", (("shared_store", "shared_load"),)),
     Technique("reduction", "warp shuffles (shfl.sync), or shared memory read back after a barrier",
@@ -152,10 +158,12 @@ def missing_technique(technique: str, executions, counts: dict | None = None, pr
         return (f"no evidence of {technique.replace('_', ' ')}: {shows.shows_as} are in the compiled code, but "
                 f"the graded cases never executed them in one kernel (code that does not run shows nothing)")
     done = sum(kernel_counts.get("tensor_core", 0) for kernel_counts in counts.values())
-    if shows.coverage and products and done < COVERAGE * products:
-        return (f"no evidence of {technique.replace('_', ' ')}: its tensor-core instructions did {done:,} of the "
-                f"{products:,} multiply-adds of the graded cases ({100 * done / products:.1f}%; at least "
-                f"{100 * COVERAGE:.0f}% must be theirs)")
+    needed = COVERAGE * shows.passes * products
+    if needed and done < needed:
+        each = f"{shows.passes} times each, " if shows.passes > 1 else ""
+        return (f"no evidence of {technique.replace('_', ' ')}: its tensor-core instructions did {done:,} "
+                f"multiply-adds, {100 * done / products:.1f}% of the graded cases' {products:,} (they must do "
+                f"{each}at least {100 * COVERAGE:.0f}% of them: {100 * COVERAGE * shows.passes:.0f}%)")
     return None
 
 

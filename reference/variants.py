@@ -10,6 +10,7 @@ named technique, each judged under its own precision profile.
     attention_flash      flash_attention_forward  flash_attention  fp32     flash          3
     attention_local      local_attention_forward  flash_attention  fp32     flash          3
     matmul_split_k       matmul_forward           matmul_split_k   fp32     split_k        3
+    matmul_3xtf32        matmul_forward           matmul_3xtf32    fp32     3xtf32         3
     rotary               rotary_forward           rotary           fp32     -              3
     kv_cache_append, decode_attention, encoder_at_positions: the decoding host
                          functions, in decode.py, fp32, no technique (milestone 3's KV cache)
@@ -95,6 +96,8 @@ DECLARED = (
     Variant("matmul_residual", "matmul_residual_forward", "fused_gemv", "fp32", "fused", milestone=3),
     # the menu: split-K for the prefill's matmuls whose tiles are too few to fill the GPU
     Variant("matmul_split_k", "matmul_forward", "matmul_split_k", "fp32", "split_k", milestone=3),
+    # the menu: float32 accuracy on the tensor cores, from three TF32 products per product
+    Variant("matmul_3xtf32", "matmul_forward", "matmul_3xtf32", "fp32", "3xtf32", milestone=3),
     # the menu: GPT-J's rotary embedding, the one host function GPT-J adds to GPT-2's
     Variant("rotary", "rotary_forward", "rotary", "fp32", None, milestone=3),
     # training: the loss, a backward pass for every forward host function, and the optimizer step

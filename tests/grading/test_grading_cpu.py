@@ -66,9 +66,10 @@ def test_milestone_3_weights_are_the_course_s_required_items_and_a_capped_menu()
         "KV cache": (12, ["kv_cache_append", "decode_attention", "encoder_at_positions"])}
     menu = {i.name: [v.name for v in i.variants] for i in scheme.items if i.menu}
     assert menu == {"fused_layernorm_matmul": ["layernorm_matmul"], "fused_bias_gelu": ["layernorm_matmul_gelu"],
-                    "fused_residual": ["matmul_residual"], "split_k": ["matmul_split_k"], "rotary": ["rotary"]}
+                    "fused_residual": ["matmul_residual"], "split_k": ["matmul_split_k"],
+                    "matmul_3xtf32": ["matmul_3xtf32"], "rotary": ["rotary"]}
     assert scheme.total_points == 30 and scheme.menu_cap_points == 10 and scheme.milestone == 3
-    assert {v.technique for i in scheme.items for v in i.variants} == {"flash", "fused", "split_k", None}
+    assert {v.technique for i in scheme.items for v in i.variants} == {"flash", "fused", "split_k", "3xtf32", None}
 
 
 def test_milestone_4_weights_score_each_host_function_of_training():

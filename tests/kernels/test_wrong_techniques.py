@@ -4,7 +4,8 @@ a variant that computes right without its technique, or with cuBLAS where it is 
 On the GPU each one runs every case of its variant under the variant's profile, and
 what catches it must be what CAUGHT_BY says: the technique check (its cases all pass,
 so the milestone-1 checks alone would not), as the grader makes it (the compiled code of
-the kernels its calls launched, and what they executed), or a refusal in its cases.
+the kernels its calls launched, and what they executed), a refusal in its cases, or
+its cases failing under the variant's profile (a TF32 kernel claimed as 3xTF32).
 Without a GPU the compiled code of the ones that bring kernels of their own shows no
 evidence, but for those whose code holds the technique's instructions where they never
 run, or in a kernel never launched (IN_THEIR_CODE).
@@ -32,6 +33,7 @@ CAUGHT_BY = {
     "layernorm_matmul_gelu_in_three_kernels": "no evidence of fused",
     "matmul_residual_in_two_kernels": "no evidence of fused",
     "split_k_that_never_splits": "no evidence of split k",
+    "tf32_claimed_as_3xtf32": "elements wrong",  # the fp32 profile: one TF32 pass is not float32's accuracy
     "tf32_in_dead_code": "no evidence of tensor cores: tensor-core instructions (mma.sync, wmma.mma or wgmma) are in "
                          "the compiled code, but the graded cases never executed them",
     "tf32_with_idle_tensor_cores": "no evidence of tensor cores: its tensor-core instructions did",
