@@ -160,10 +160,11 @@ def missing_technique(technique: str, executions, counts: dict | None = None, pr
     done = sum(kernel_counts.get("tensor_core", 0) for kernel_counts in counts.values())
     needed = COVERAGE * shows.passes * products
     if needed and done < needed:
-        each = f"{shows.passes} times each, " if shows.passes > 1 else ""
+        need = f"at least {100 * COVERAGE:.0f}% of them" + (
+            f", {shows.passes} times each: {100 * COVERAGE * shows.passes:.0f}%" if shows.passes > 1 else "")
         return (f"no evidence of {technique.replace('_', ' ')}: its tensor-core instructions did {done:,} "
                 f"multiply-adds, {100 * done / products:.1f}% of the graded cases' {products:,} (they must do "
-                f"{each}at least {100 * COVERAGE:.0f}% of them: {100 * COVERAGE * shows.passes:.0f}%)")
+                f"{need})")
     return None
 
 

@@ -273,7 +273,7 @@ def tf32_matmul(out, inp, weight, bias, B, T, C, OC):
     ("tensor_core_tile", {"tensor_core_tile": {"tensor_core": 0}}, None, "tensor-core instructions (mma.sync, wmma.mma "
      "or wgmma) are in the compiled code, but the graded cases never executed them"),
     ("tensor_core_tile", {"tensor_core_tile": {"tensor_core": 1000}}, None, "its tensor-core instructions did 1,000 "
-                                                                            "of the"),
+                                                                            "multiply-adds, 0.0%"),
     ("tensor_core_tile", None, None, "no evidence of tensor_cores could be counted: the replay sent no counts"),
     ("tensor_core_tile", None, "KernelCompileError: ...", "no evidence of tensor_cores could be counted: "
                                                           "KernelCompileError: ..."),

@@ -118,12 +118,12 @@ def test_executed_counts_decide_once_the_code_shows_the_technique():
         "code, but the graded cases never executed them in one kernel (code that does not run shows nothing)")
     assert missing_technique("tensor_cores", calls, {"tensor_core_tile": {"tensor_core": 32}}, products=100) == (
         "no evidence of tensor cores: its tensor-core instructions did 32 multiply-adds, 32.0% of the graded "
-        "cases' 100 (they must do at least 50% of them: 50%)")
+        "cases' 100 (they must do at least 50% of them)")
     assert missing_technique("tensor_cores", calls, {"tensor_core_tile": {"tensor_core": 64}}, products=100) is None
     # three passes: one TF32 pass's worth of products is not enough
     assert missing_technique("3xtf32", calls, {"tensor_core_tile": {"tensor_core": 100}}, products=100) == (
         "no evidence of 3xtf32: its tensor-core instructions did 100 multiply-adds, 100.0% of the graded "
-        "cases' 100 (they must do 3 times each, at least 50% of them: 150%)")
+        "cases' 100 (they must do at least 50% of them, 3 times each: 150%)")
     assert missing_technique("3xtf32", calls, {"tensor_core_tile": {"tensor_core": 150}}, products=100) is None
     # a reduction shows in one kernel: a shuffle here and shared memory there is not one
     reductions = [launched("staged_tile", "shuffled_row_sum")]
