@@ -13,12 +13,14 @@ whether their code compiles.
 
 import importlib
 import pkgutil
+from pathlib import Path
 
 import pytest
 
 from kernel_runtime.compiler import compile_report, programs_in
 from kernel_runtime.errors import KernelCompileError
 from kernel_runtime.loader import PACKAGE, bound_directory
+from kernel_runtime.stubs import holds_stub
 
 ARCHES = ("sm_86", "sm_90")
 MODULES = sorted(info.name for info in pkgutil.iter_modules([str(bound_directory())]))
@@ -30,6 +32,8 @@ def distinct_programs(module_name):
     """Each distinct program (source and options) of a kernel module."""
     module = importlib.import_module(f"{PACKAGE}.{module_name}")
     programs = programs_in(module)
+    if not programs and holds_stub(Path(module.__file__).read_text()):  # its kernels are a TODO: test_is_written says so
+        pytest.skip(f"kernels/{module_name}.py is not written yet: no kernel to compile")
     assert programs, (f"{module.__file__} defines no kernel: no CudaKernel, cupy.RawKernel or cupy.RawModule, and no "
                       f"string holding a __global__ function")
     return programs
