@@ -549,9 +549,11 @@ def test_milestone_3_handout_adds_flash_and_local_attention_stubbed(handout_m3, 
     destination, stubbed = handout_m3
     assert sorted(set(stubbed) - set(handout_m2[1])) == ["kernels/flash_attention.py (1 block)",
                                                           "kernels/fused_gemv.py (1 block)",
+                                                          "kernels/matmul_3xtf32.py (2 blocks)",
                                                           "kernels/matmul_split_k.py (5 blocks)",
                                                           "kernels/rotary.py (1 block)"]
     assert not (handout_m2[0] / "kernels/matmul_split_k.py").exists()
+    assert not (handout_m2[0] / "kernels/matmul_3xtf32.py").exists()
     assert not (handout_m2[0] / "kernels/rotary.py").exists() and (destination / "reference/specs/rotary.py").exists()
     assert (destination / "reference/specs/flash_attention.py").exists()
     assert (destination / "reference/specs/local_attention.py").exists()
@@ -565,7 +567,7 @@ def test_milestone_3_handout_adds_flash_and_local_attention_stubbed(handout_m3, 
 def test_milestone_2_handout_adds_the_variants_stubbed(handout_m2, handout):
     destination, stubbed = handout_m2
     assert len(stubbed) == len(handout[1]) + 2, stubbed  # milestone 1's kernels stay stubbed too
-    assert {"kernels/matmul_tf32.py (1 block)", "kernels/matmul_cublas.py (2 blocks)"} <= set(stubbed)
+    assert {"kernels/matmul_tf32.py (3 blocks)", "kernels/matmul_cublas.py (2 blocks)"} <= set(stubbed)
     for path in (destination / "kernels").glob("*.py"):
         assert LEFTOVER_MARKER.search(path.read_text()) is None, path
     assert "cublas.gemm(\"N\"" not in (destination / "kernels/matmul_cublas.py").read_text()
@@ -829,6 +831,14 @@ def kernel_body(source: str, kernel: str) -> str:
     return body
 
 
+def defining_module(module: str, kernel: str) -> str:
+    """The kernels/ file whose source holds `kernel`'s body: `module`, or the one it imports the source from."""
+    if cuda_body((ROOT / module).read_text(), kernel) is not None:
+        return module
+    return next(str(p.relative_to(ROOT)) for p in sorted((ROOT / "kernels").glob("*.py"))
+                if cuda_body(p.read_text(), kernel) is not None)
+
+
 def words(text: str) -> str:
     return " ".join(text.split())
 
@@ -846,9 +856,10 @@ def test_a_handout_ships_no_graded_kernel_whole(kit, milestone, request):
         if not (destination / module).exists():
             continue
         for kernel in kernels:
-            body = kernel_body((ROOT / module).read_text(), kernel)
-            assert kernel_body((destination / module).read_text(), kernel) != body, \
-                f"milestone {milestone}'s kit ships {kernel} ({module}, graded as {variant.name}) whole"
+            home = defining_module(module, kernel)  # matmul_3xtf32.py compiles matmul_tf32.py's source
+            body = kernel_body((ROOT / home).read_text(), kernel)
+            assert kernel_body((destination / home).read_text(), kernel) != body, \
+                f"milestone {milestone}'s kit ships {kernel} ({home}, graded as {variant.name}) whole"
             graded[kernel] = words(body)
     for path in (p for p in destination.rglob("*") if p.is_file() and p.suffix in (".py", ".md", ".cu", ".cuh")):
         text = words(path.read_text())
