@@ -72,7 +72,8 @@ WARP_N = 64     # columns of out per warp
 TILE_K = 16     # depth of one shared-memory slice: two mma k-steps of 8
 STAGES = 3      # slices in flight; shared memory: STAGES * (128 + 128) * 16 * 4 = 48 KB
 THREADS = 32 * (TILE_M // WARP_M) * (TILE_N // WARP_N)  # 128: 4 warps
-BLOCKS_PER_SM = 2  # about 230 registers a thread: two blocks of 128 threads fit a multiprocessor
+BLOCKS_PER_SM = 1  # split K until the blocks fill every multiprocessor once: two a multiprocessor (which fit)
+                   # measured slower at T = 64-256, the extra splits' atomic adds costing more than they hide
 MIN_SLICES = 4     # of TILE_K each, that a split of K walks at least: its pipeline fills
 
 MATMUL_TF32_SOURCE = r"""

@@ -63,10 +63,11 @@ SPEC = Spec(
         dict(B=2, T=7, C=64, OC=96, values="extreme"),
     ),
     quick=dict(B=4, T=64, C=768, OC=2304),
-    # GPT-2 124M's matmuls at B=8, T=1024: qkv, attention projection, MLP up, LM head; then a 256-token
-    # prompt's attention and MLP projections, whose 128 x 128 tiles are 12 (milestone 3's split-K)
+    # GPT-2 124M's matmuls at B=8, T=1024: qkv, attention projection, MLP up, LM head; then a short prompt's
+    # (T = 64, 128, 256) four matmuls, whose 128 x 128 tiles are 1 to 48 (milestone 3's split-K and 3xTF32)
     benchmark=(*(dict(B=8, T=1024, C=768, OC=OC) for OC in (2304, 768, 3072, 50257)),
-               dict(B=1, T=256, C=768, OC=768), dict(B=1, T=256, C=3072, OC=768)),
+               *(dict(B=1, T=T, C=C, OC=OC) for T in (64, 128, 256)
+                 for C, OC in ((768, 2304), (768, 768), (768, 3072), (3072, 768)))),
     traffic=lambda s: 4 * (s["B"] * s["T"] * (s["C"] + s["OC"]) + s["OC"] * (s["C"] + 1)),
     flops=flops,
 )
