@@ -270,18 +270,23 @@ def local_attention_forward(out, lse, inp, B, T, C, NH, W):
 
 def windowed_attention(function, out, lse, inp, B, T, C, NH, window):
     """Attention of each query to its `window` most recent keys, itself included."""
-    check_dims(function, B=B, T=T, C=C, NH=NH, W=window)
-    if C % NH:
-        raise KernelArgumentError(f"{function}: C={C} is not a multiple of NH={NH}")
+    check_attention_arguments(function, out, lse, inp, B, T, C, NH, window)
     chunks = next((n for n in HEAD_CHUNKS if C // NH <= n * CHUNK), None)
     if chunks is None:
         raise KernelArgumentError(f"{function}: head size C/NH = {C // NH} exceeds this kernel's "
                                   f"{HEAD_CHUNKS[-1] * CHUNK}")
-    check_array(function, "out", out, B * T * C)
-    check_array(function, "lse", lse, B * NH * T)
-    check_array(function, "inp", inp, B * T * 3 * C)
     score_scale = math.log2(math.e) / math.sqrt(C // NH)
     vectors = (C // NH) % 4 == 0 and inp.data.ptr % 16 == 0  # keys and values copied as float4s
     flash_attention_kernels[chunks]((ceil_div(T, QUERY_ROWS), B * NH), (THREADS,),
                            (out, lse, inp, np.int32(T), np.int32(C), np.int32(NH), np.int32(min(window, T)),
                             np.float32(score_scale), np.int32(vectors)))
+
+
+def check_attention_arguments(function, out, lse, inp, B, T, C, NH, window):
+    """One clear error line for sizes, or arrays, that do not fit flash attention's contract."""
+    check_dims(function, B=B, T=T, C=C, NH=NH, W=window)
+    if C % NH:
+        raise KernelArgumentError(f"{function}: C={C} is not a multiple of NH={NH}")
+    check_array(function, "out", out, B * T * C)
+    check_array(function, "lse", lse, B * NH * T)
+    check_array(function, "inp", inp, B * T * 3 * C)

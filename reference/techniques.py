@@ -27,6 +27,8 @@ nothing. Each is looked at twice:
                    shared memory loaded
     flash          exponentials (ex2) with shared memory stored and loaded, in one kernel:
                    the softmax happens where the tiles are
+    flash_3xtf32   flash's evidence and 3xtf32's tensor-core instructions in one kernel,
+                   doing at least 1.5 times the multiply-adds of both products
     split_k        float atomic adds to global memory (red or atom .global.add.f32)
 
     cublas         a cuBLAS call (through cupy.cublas) on every case's tape
@@ -100,6 +102,9 @@ TECHNIQUES = {t.name: t for t in (
     Technique("flash", "exponentials in a kernel that writes and reads shared memory (ex2 with st.shared and "
                        "ld.shared in one kernel): the softmax happens where the tiles are, so no probabilities "
                        "leave the kernel", (("exponential", "shared_store", "shared_load"),)),
+    Technique("flash_3xtf32", "exponentials and tensor-core instructions in a kernel that writes and reads shared "
+                              "memory, the tensor cores doing every product three times (split TF32 operands)",
+              (("exponential", "shared_store", "shared_load", "tensor_core"),), passes=3),
     Technique("split_k", "float atomic adds to global memory (red or atom .global.add.f32): blocks that each "
                          "summed a slice of K adding into out", (("float_atomic_add",),)),
     Technique("cublas", "cuBLAS call (through cupy.cublas)", library="cublas"),

@@ -11,6 +11,9 @@ named technique, each judged under its own precision profile.
     attention_local      local_attention_forward  flash_attention  fp32     flash          3
     matmul_split_k       matmul_forward           matmul_split_k   fp32     split_k        3
     matmul_3xtf32        matmul_forward           matmul_3xtf32    fp32     3xtf32         3
+    attention_flash_3xtf32
+                         flash_attention_forward  flash_attention_3xtf32
+                                                                   fp32     flash_3xtf32   3
     rotary               rotary_forward           rotary           fp32     -              3
     kv_cache_append, decode_attention, encoder_at_positions: the decoding host
                          functions, in decode.py, fp32, no technique (milestone 3's KV cache)
@@ -98,6 +101,8 @@ DECLARED = (
     Variant("matmul_split_k", "matmul_forward", "matmul_split_k", "fp32", "split_k", milestone=3),
     # the menu: float32 accuracy on the tensor cores, from three TF32 products per product
     Variant("matmul_3xtf32", "matmul_forward", "matmul_3xtf32", "fp32", "3xtf32", milestone=3),
+    Variant("attention_flash_3xtf32", "flash_attention_forward", "flash_attention_3xtf32", "fp32", "flash_3xtf32",
+            milestone=3),
     # the menu: GPT-J's rotary embedding, the one host function GPT-J adds to GPT-2's
     Variant("rotary", "rotary_forward", "rotary", "fp32", None, milestone=3),
     # training: the loss, a backward pass for every forward host function, and the optimizer step

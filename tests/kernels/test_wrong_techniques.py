@@ -34,6 +34,7 @@ CAUGHT_BY = {
     "matmul_residual_in_two_kernels": "no evidence of fused",
     "split_k_that_never_splits": "no evidence of split k",
     "tf32_claimed_as_3xtf32": "elements wrong",  # the fp32 profile: one TF32 pass is not float32's accuracy
+    "flash_tf32_claimed_as_3xtf32": "elements wrong",
     "tf32_in_dead_code": "no evidence of tensor cores: tensor-core instructions (mma.sync, wmma.mma or wgmma) are in "
                          "the compiled code, but the graded cases never executed them",
     "tf32_with_idle_tensor_cores": "no evidence of tensor cores: its tensor-core instructions did",
