@@ -67,9 +67,11 @@ def test_milestone_3_weights_are_the_course_s_required_items_and_a_capped_menu()
     menu = {i.name: [v.name for v in i.variants] for i in scheme.items if i.menu}
     assert menu == {"fused_layernorm_matmul": ["layernorm_matmul"], "fused_bias_gelu": ["layernorm_matmul_gelu"],
                     "fused_residual": ["matmul_residual"], "split_k": ["matmul_split_k"],
-                    "matmul_3xtf32": ["matmul_3xtf32"], "rotary": ["rotary"]}
+                    "matmul_3xtf32": ["matmul_3xtf32"], "flash_3xtf32": ["attention_flash_3xtf32"],
+                    "rotary": ["rotary"]}
     assert scheme.total_points == 30 and scheme.menu_cap_points == 10 and scheme.milestone == 3
-    assert {v.technique for i in scheme.items for v in i.variants} == {"flash", "fused", "split_k", "3xtf32", None}
+    assert {v.technique for i in scheme.items for v in i.variants} == {"flash", "fused", "split_k", "3xtf32",
+                                                                       "flash_3xtf32", None}
 
 
 def test_milestone_4_weights_score_each_host_function_of_training():
@@ -548,12 +550,14 @@ def test_milestone_4_handout_adds_training_s_kernels_stubbed(handout_m4, handout
 def test_milestone_3_handout_adds_flash_and_local_attention_stubbed(handout_m3, handout_m2):
     destination, stubbed = handout_m3
     assert sorted(set(stubbed) - set(handout_m2[1])) == ["kernels/flash_attention.py (1 block)",
+                                                          "kernels/flash_attention_3xtf32.py (2 blocks)",
                                                           "kernels/fused_gemv.py (1 block)",
                                                           "kernels/matmul_3xtf32.py (2 blocks)",
                                                           "kernels/matmul_split_k.py (5 blocks)",
                                                           "kernels/rotary.py (1 block)"]
     assert not (handout_m2[0] / "kernels/matmul_split_k.py").exists()
     assert not (handout_m2[0] / "kernels/matmul_3xtf32.py").exists()
+    assert not (handout_m2[0] / "kernels/flash_attention_3xtf32.py").exists()
     assert not (handout_m2[0] / "kernels/rotary.py").exists() and (destination / "reference/specs/rotary.py").exists()
     assert (destination / "reference/specs/flash_attention.py").exists()
     assert (destination / "reference/specs/local_attention.py").exists()
