@@ -49,6 +49,7 @@ QUERY_ROWS = 64   # queries per block: 16 per warp
 KEY_TILE = 64     # keys (and values) per shared-memory tile
 CHUNK = 64        # head dims per shared-memory tile, and per block of the output
 THREADS = 128     # 4 warps
+GROUP = 4         # mmas on independent accumulators issued together, pass by pass
 
 FLASH_ATTENTION_3XTF32_SOURCE = r"""
 #define NEG_INFINITY __int_as_float(0xff800000)
@@ -72,22 +73,27 @@ __device__ __forceinline__ void split(float x, unsigned& high, unsigned& low) {
     low = to_tf32(x - __uint_as_float(high));
 }
 
-// d += a (16 x 8, row) * b (8 x 8, col), inputs TF32, accumulators float32
+// d += a (16 x 8, row) * b (8 x 8, col), inputs TF32, accumulators float32. Not volatile: the compiler may
+// interleave independent mmas, so one waits for its accumulator while others run.
 __device__ __forceinline__ void mma_tf32(float* d, const unsigned* a, const unsigned* b) {
-    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 "
-                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+    asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 "
+        "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
-// d += a b from split operands: the small products first, while d can still hold them (PASSES 1: high x high)
-__device__ __forceinline__ void mma_split(float* d, const unsigned* a_high, const unsigned* a_low,
-                                          const unsigned* b_high, const unsigned* b_low) {
+// d[i] += a b[i] for GROUP accumulators from split operands, pass by pass (GROUP mmas in flight at once): the
+// small products first, while d can still hold them, then high x high (PASSES 1: high x high alone)
+__device__ __forceinline__ void mma_split_group(float (*d)[4], const unsigned* a_high, const unsigned* a_low,
+                                                const unsigned (*b_high)[2], const unsigned (*b_low)[2]) {
 #if PASSES == 3
-    mma_tf32(d, a_low, b_high);
-    mma_tf32(d, a_high, b_low);
+    #pragma unroll
+    for (int i = 0; i < GROUP; i++) mma_tf32(d[i], a_low, b_high[i]);
+    #pragma unroll
+    for (int i = 0; i < GROUP; i++) mma_tf32(d[i], a_high, b_low[i]);
 #endif
-    mma_tf32(d, a_high, b_high);
+    #pragma unroll
+    for (int i = 0; i < GROUP; i++) mma_tf32(d[i], a_high, b_high[i]);
 }
 
 __device__ __forceinline__ void copy_async16(float* dst, const float* src, bool valid) {
@@ -98,23 +104,27 @@ __device__ __forceinline__ void copy_async4(float* dst, const float* src, bool v
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;"
                  :: "r"((unsigned)__cvta_generic_to_shared(dst)), "l"(src), "r"(valid ? 4 : 0) : "memory");
 }
-__device__ __forceinline__ void copy_async_wait_all() {
-    asm volatile("cp.async.commit_group;\n\tcp.async.wait_group 0;" ::: "memory");
+__device__ __forceinline__ void copy_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+// Wait until at most `pending` of this thread's committed groups are still in flight.
+template <int pending> __device__ __forceinline__ void copy_async_wait() {
+    asm volatile("cp.async.wait_group %0;" :: "n"(pending) : "memory");
 }
 
 // Start copying dims d0 .. d0 + CHUNK - 1 of rows k0 .. k0 + KEY_TILE - 1 of a head's keys or values (`column`)
-// into shared memory, zeros past T and HS. With `vectors` (HS a multiple of 4, qkv 16-byte aligned) a float4 a copy.
+// into shared memory, zeros past T and HS, as one group of copies. With `vectors` (HS a multiple of 4, qkv
+// 16-byte aligned) a float4 a copy. Past the last tile (k0 >= T) it commits an empty group, keeping the count.
 template <int ROW>
 __device__ void copy_tile(float (*tile)[ROW], const float* column, int k0, int d0, int T, int C, int HS,
                           bool vectors) {
     const int width = vectors ? 4 : 1;
-    for (int e = threadIdx.x; e < KEY_TILE * CHUNK / width; e += THREADS) {
+    for (int e = threadIdx.x; e < KEY_TILE * CHUNK / width && k0 < T; e += THREADS) {
         const int r = e / (CHUNK / width), d = e % (CHUNK / width) * width;
         const bool valid = k0 + r < T && d0 + d < HS;
         const float* src = valid ? column + (long long)(k0 + r) * 3 * C + d0 + d : column;  // a readable address
         if (vectors) copy_async16(&tile[r][d], src, valid);
         else copy_async4(&tile[r][d], src, valid);
     }
+    copy_async_commit();
 }
 
 // Dims d .. d + 3 of a query row (zeros past HS, or for a row past T), times score_scale.
@@ -132,22 +142,19 @@ __device__ __forceinline__ float4 load_query4(const float* row, int d, int HS, b
     return make_float4(q.x * score_scale, q.y * score_scale, q.z * score_scale, q.w * score_scale);
 }
 
-// The A fragments of this warp's 16 queries over dims d0 .. d0 + CHUNK - 1, split. Dims are dealt in pairs of
-// k-steps: lane (g, t) holds dims 16j + 4t .. 16j + 4t + 3 of rows g and g + 8, as k-slots t, t + 4 of step 2j
-// (the first two dims) and of step 2j + 1 (the last two). a[0..3] are (g, t), (g + 8, t), (g, t + 4), (g + 8, t + 4).
-__device__ void load_query_fragments(unsigned (*high)[4], unsigned (*low)[4], const float* row_g,
-                                     const float* row_g8, int d0, int HS, bool vectors, float score_scale) {
+// The A fragments of this warp's 16 queries over dims d0 .. d0 + CHUNK - 1, scaled, not yet split. Dims are
+// dealt in pairs of k-steps: lane (g, t) holds dims 16j + 4t .. 16j + 4t + 3 of rows g and g + 8, as k-slots
+// t, t + 4 of step 2j (the first two dims) and of step 2j + 1 (the last two). q[step] is (g, t), (g + 8, t),
+// (g, t + 4), (g + 8, t + 4).
+__device__ void load_query_fragments(float (*q)[4], const float* row_g, const float* row_g8, int d0, int HS,
+                                     bool vectors, float score_scale) {
     const int t = threadIdx.x % 4;
     #pragma unroll
     for (int j = 0; j < DIM_STEPS / 2; j++) {
         const float4 a = load_query4(row_g, d0 + 16 * j + 4 * t, HS, vectors, score_scale);
         const float4 b = load_query4(row_g8, d0 + 16 * j + 4 * t, HS, vectors, score_scale);
-        const float step0[4] = {a.x, b.x, a.y, b.y}, step1[4] = {a.z, b.z, a.w, b.w};
-        #pragma unroll
-        for (int i = 0; i < 4; i++) {
-            split(step0[i], high[2 * j][i], low[2 * j][i]);
-            split(step1[i], high[2 * j + 1][i], low[2 * j + 1][i]);
-        }
+        q[2 * j][0] = a.x; q[2 * j][1] = b.x; q[2 * j][2] = a.y; q[2 * j][3] = b.y;
+        q[2 * j + 1][0] = a.z; q[2 * j + 1][1] = b.z; q[2 * j + 1][2] = a.w; q[2 * j + 1][3] = b.w;
     }
 }
 
@@ -168,37 +175,58 @@ flash_attention_3xtf32_kernel(float* out, float* lse, const float* qkv, int T, i
     const float* row_g = query < T ? head + (long long)query * 3 * C : nullptr;
     const float* row_g8 = query + 8 < T ? head + (long long)(query + 8) * 3 * C : nullptr;
 
-    unsigned q_high[DIM_STEPS][4], q_low[DIM_STEPS][4];
-    if (head_chunks == 1) load_query_fragments(q_high, q_low, row_g, row_g8, 0, HS, vectors, score_scale);
+    // Copies run one tile ahead, in groups: the keys of tile i + 1 once every warp has its scores of tile i,
+    // its values once every warp has used tile i's. So a tile's keys land during the softmax and P V before it,
+    // its values during its own scores.
+    copy_tile(k_tile, head + C, 0, 0, T, C, HS, vectors);
+    copy_tile(v_tile, head + 2 * C, 0, out_d0, T, C, HS, vectors);
+
+    float q[DIM_STEPS][4];
+    if (head_chunks == 1) load_query_fragments(q, row_g, row_g8, 0, HS, vectors, score_scale);
 
     float o[DIM_TILES][4] = {};  // (query, 8n + 2t), (query, 8n + 2t + 1), then the same for query + 8
     float m[2] = {NEG_INFINITY, NEG_INFINITY}, l[2] = {0.0f, 0.0f};  // l: this lane's keys' part
 
     const int last_key = min(T - 1, row0 + QUERY_ROWS - 1);  // the block's last query sees no further
     for (int k0 = 0; k0 <= last_key; k0 += KEY_TILE) {
+        const int next = k0 + KEY_TILE <= last_key ? k0 + KEY_TILE : T;  // T: no next tile, empty groups
         float s[KEY_STEPS][4] = {};  // as o: keys k0 + 8n + 2t and + 1, rows query and query + 8
         for (int c = 0; c < head_chunks; c++) {
-            if (head_chunks > 1) load_query_fragments(q_high, q_low, row_g, row_g8, c * CHUNK, HS, vectors, score_scale);
-            __syncthreads();  // every warp is done with the tiles this copy overwrites
-            copy_tile(k_tile, head + C, k0, c * CHUNK, T, C, HS, vectors);
-            if (c == 0) copy_tile(v_tile, head + 2 * C, k0, out_d0, T, C, HS, vectors);
-            copy_async_wait_all();
-            __syncthreads();  // the keys (and values) are in shared memory
+            if (head_chunks > 1) load_query_fragments(q, row_g, row_g8, c * CHUNK, HS, vectors, score_scale);
+            if (c > 0) {  // a head of several chunks: its keys chunk by chunk, waited for
+                __syncthreads();  // every warp is done with the last chunk
+                copy_tile(k_tile, head + C, k0, c * CHUNK, T, C, HS, vectors);
+                copy_async_wait<0>();
+            } else {
+                copy_async_wait<1>();  // this tile's keys have landed (its values may still be in flight)
+            }
+            __syncthreads();
             #pragma unroll
             for (int j = 0; j < DIM_STEPS / 2; j++) {
+                unsigned q_high[2][4], q_low[2][4];
                 #pragma unroll
-                for (int n = 0; n < KEY_STEPS; n++) {  // key 8n + g, dims 16j + 4t ..: b of steps 2j and 2j + 1
-                    const float4 key = *(const float4*)&k_tile[8 * n + g][16 * j + 4 * t];
-                    unsigned high[2][2], low[2][2];
-                    split(key.x, high[0][0], low[0][0]);
-                    split(key.y, high[0][1], low[0][1]);
-                    split(key.z, high[1][0], low[1][0]);
-                    split(key.w, high[1][1], low[1][1]);
-                    mma_split(s[n], q_high[2 * j], q_low[2 * j], high[0], low[0]);
-                    mma_split(s[n], q_high[2 * j + 1], q_low[2 * j + 1], high[1], low[1]);
+                for (int i = 0; i < 4; i++) {
+                    split(q[2 * j][i], q_high[0][i], q_low[0][i]);
+                    split(q[2 * j + 1][i], q_high[1][i], q_low[1][i]);
+                }
+                #pragma unroll
+                for (int n0 = 0; n0 < KEY_STEPS; n0 += GROUP) {  // keys 8n + g, dims 16j + 4t ..: b of 2 steps
+                    unsigned high[2][GROUP][2], low[2][GROUP][2];
+                    #pragma unroll
+                    for (int i = 0; i < GROUP; i++) {
+                        const float4 key = *(const float4*)&k_tile[8 * (n0 + i) + g][16 * j + 4 * t];
+                        split(key.x, high[0][i][0], low[0][i][0]);
+                        split(key.y, high[0][i][1], low[0][i][1]);
+                        split(key.z, high[1][i][0], low[1][i][0]);
+                        split(key.w, high[1][i][1], low[1][i][1]);
+                    }
+                    mma_split_group(&s[n0], q_high[0], q_low[0], high[0], low[0]);
+                    mma_split_group(&s[n0], q_high[1], q_low[1], high[1], low[1]);
                 }
             }
         }
+        __syncthreads();  // every warp has its scores: the keys' buffer is free
+        copy_tile(k_tile, head + C, next, 0, T, C, HS, vectors);
 
         // the online softmax of rows query (half 0) and query + 8 (half 1), over the four lanes of a row
         #pragma unroll
@@ -238,6 +266,8 @@ flash_attention_3xtf32_kernel(float* out, float* lse, const float* qkv, int T, i
             }
         }
 
+        copy_async_wait<1>();  // this tile's values have landed (the next keys may still be in flight)
+        __syncthreads();
         // O += P V: S's accumulators are P's A fragments, keys 2t, 2t + 1 of a step as its k-slots t, t + 4
         #pragma unroll
         for (int n = 0; n < KEY_STEPS; n++) {
@@ -246,14 +276,20 @@ flash_attention_3xtf32_kernel(float* out, float* lse, const float* qkv, int T, i
             #pragma unroll
             for (int i = 0; i < 4; i++) split(p[i], p_high[i], p_low[i]);
             #pragma unroll
-            for (int d = 0; d < DIM_TILES; d++) {
-                unsigned high[2], low[2];
-                split(v_tile[8 * n + 2 * t][8 * d + g], high[0], low[0]);
-                split(v_tile[8 * n + 2 * t + 1][8 * d + g], high[1], low[1]);
-                mma_split(o[d], p_high, p_low, high, low);
+            for (int d0 = 0; d0 < DIM_TILES; d0 += GROUP) {
+                unsigned high[GROUP][2], low[GROUP][2];
+                #pragma unroll
+                for (int i = 0; i < GROUP; i++) {
+                    split(v_tile[8 * n + 2 * t][8 * (d0 + i) + g], high[i][0], low[i][0]);
+                    split(v_tile[8 * n + 2 * t + 1][8 * (d0 + i) + g], high[i][1], low[i][1]);
+                }
+                mma_split_group(&o[d0], p_high, p_low, high, low);
             }
         }
+        __syncthreads();  // every warp has used the values: their buffer is free
+        copy_tile(v_tile, head + 2 * C, next, out_d0, T, C, HS, vectors);
     }
+    copy_async_wait<0>();  // no copy may still be writing shared memory when the block exits
 
     #pragma unroll
     for (int half = 0; half < 2; half++) {
@@ -276,7 +312,7 @@ flash_attention_3xtf32_kernel(float* out, float* lse, const float* qkv, int T, i
 }
 """
 
-FLASH_3XTF32_DEFINES = dict(QUERY_ROWS=QUERY_ROWS, KEY_TILE=KEY_TILE, CHUNK=CHUNK, THREADS=THREADS)
+FLASH_3XTF32_DEFINES = dict(QUERY_ROWS=QUERY_ROWS, KEY_TILE=KEY_TILE, CHUNK=CHUNK, THREADS=THREADS, GROUP=GROUP)
 flash_attention_3xtf32_kernel = CudaKernel(FLASH_ATTENTION_3XTF32_SOURCE, "flash_attention_3xtf32_kernel",
                                            defines=dict(FLASH_3XTF32_DEFINES, PASSES=3))
 
