@@ -63,16 +63,18 @@ FLASH_ATTENTION_3XTF32_SOURCE = r"""
 static_assert(QUERY_ROWS == 16 * M_TILES * (THREADS / 32) && CHUNK % 16 == 0 && KEY_TILE % (8 * GROUP) == 0 &&
               CHUNK % (8 * GROUP) == 0, "a warp owns M_TILES x 16 queries; dims in pairs of k-steps");
 
+// x rounded to TF32, to nearest with ties away from zero (cvt.rna.tf32.f32's rounding, in two integer operations
+// where that instruction takes four)
 __device__ __forceinline__ unsigned to_tf32(float x) {
-    unsigned rounded;
-    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(rounded) : "f"(x));
-    return rounded;
+    return (__float_as_uint(x) + 0x1000u) & 0xffffe000u;  // half an ulp of TF32 added, the 13 bits below dropped
 }
 
-// x as its TF32 high part, and what that leaves (exact in float32) as its TF32 low part
+// x as its TF32 high part, and what that leaves (exact in float32) as its TF32 low part. The low part's 13 bits
+// below TF32 are left for the tensor core to drop (it truncates an operand): with half an ulp added first, that
+// is to_tf32's rounding, one operation sooner.
 __device__ __forceinline__ void split(float x, unsigned& high, unsigned& low) {
     high = to_tf32(x);
-    low = to_tf32(x - __uint_as_float(high));
+    low = __float_as_uint(x - __uint_as_float(high)) + 0x1000u;
 }
 
 // d += a (16 x 8, row) * b (8 x 8, col), inputs TF32, accumulators float32. Not volatile: the compiler may
@@ -262,7 +264,9 @@ flash_attention_3xtf32_kernel(float* out, float* lse, const float* qkv, int T, i
         __syncthreads();  // every warp has its scores: the keys' buffer is free
         copy_tile(k_tile, head + C, next, 0, T, C, HS, vectors);
 
-        // the online softmax of each row, over the four lanes that hold it
+        // the online softmax of each row, over the four lanes that hold it; keys past a query, or past T, are
+        // only in the tiles that reach the warp's first query or T
+        const bool masked = k0 + KEY_TILE - 1 > row0 + 16 * M_TILES * warp || k0 + KEY_TILE > T;
         #pragma unroll
         for (int mi = 0; mi < M_TILES; mi++) {
             #pragma unroll
@@ -275,7 +279,7 @@ flash_attention_3xtf32_kernel(float* out, float* lse, const float* qkv, int T, i
                     for (int e = 0; e < 2; e++) {
                         const int key = k0 + 8 * n + 2 * t + e;
                         float& score = s[mi][n][2 * half + e];
-                        if (key > row || key >= T) score = NEG_INFINITY;  // not seen by this query
+                        if (masked && (key > row || key >= T)) score = NEG_INFINITY;  // not seen by this query
                         tile_max = fmaxf(tile_max, score);
                     }
                 }

@@ -36,8 +36,10 @@ about moving operands global -> shared -> registers quickly enough, with few ins
   same banks. So the 4 16-byte chunks of row r are stored in the order
   chunk ^ ((r / 2) % 4): 8 consecutive rows then cover all 32 banks once. cp.async
   still writes whole 16-byte chunks.
-* cp.async copies raw floats, so each fragment register is rounded to TF32 (cvt.rna:
-  to nearest, ties away from zero) after ldmatrix, just before the mma.
+* cp.async copies raw floats, so each fragment register is rounded to TF32 (to
+  nearest, ties away from zero, as cvt.rna.tf32.f32 rounds) after ldmatrix, just
+  before the mma: half a TF32 ulp added to its bits and the 13 bits below TF32
+  cleared, two integer operations where cvt.rna takes four on sm_90.
 
 Edges: cp.async's source size may be smaller than its copy size, and the rest is
 filled with zeros; rows past M or N and k past K load zeros that way, and nothing is
@@ -85,16 +87,18 @@ MATMUL_TF32_SOURCE = r"""
 #define A_COPIES (TILE_M * CHUNKS / THREADS)  // 16-byte copies per thread per slice, inp
 #define B_COPIES (TILE_N * CHUNKS / THREADS)  // and weight
 
+// x rounded to TF32, to nearest with ties away from zero (cvt.rna.tf32.f32's rounding, in two integer operations
+// where that instruction takes four)
 __device__ __forceinline__ unsigned to_tf32(float x) {
-    unsigned rounded;
-    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(rounded) : "f"(x));
-    return rounded;
+    return (__float_as_uint(x) + 0x1000u) & 0xffffe000u;  // half an ulp of TF32 added, the 13 bits below dropped
 }
 
-// What TF32 rounding leaves of a raw float (exact in float32), itself rounded to TF32: x's low part.
+// What TF32 rounding leaves of a raw float (exact in float32), rounded to TF32: x's low part. Its 13 bits below
+// TF32 are left for the tensor core to drop (it truncates an operand): with half an ulp added first, that is
+// to_tf32's rounding, one operation sooner.
 __device__ __forceinline__ unsigned low_part(unsigned raw) {
     const float x = __uint_as_float(raw);
-    return to_tf32(x - __uint_as_float(to_tf32(x)));
+    return __float_as_uint(x - __uint_as_float(to_tf32(x))) + 0x1000u;
 }
 
 // Start copying 16 (or 4) bytes from global src to shared address dst; only the first
