@@ -15,7 +15,9 @@ and transformers' work share CUDA's default stream). The rows:
     kernels + 3xTF32        the same with the 3xTF32 matmul (milestone 3): tensor cores, float32 accuracy
     kernels + flash         the kit's kernels with flash attention (milestone 3; float32)
     kernels + flash + tf32  flash attention and the TF32 matmul
-    kernels + flash + 3xTF32  flash attention and the 3xTF32 matmul: the fastest within the fp32 bounds
+    kernels + flash + 3xTF32  flash attention and the 3xTF32 matmul
+    kernels + 3xTF32 flash + 3xTF32  3xTF32 flash attention and the 3xTF32 matmul: the fastest within the
+                            fp32 bounds
     gold                    reference.gold: CuPy library operations, cuBLAS float32
     transformers fp32       GPT2LMHeadModel, eager (no torch.compile), its default attention, float32
     transformers tf32       the same with torch.backends.cuda.matmul.allow_tf32
@@ -44,7 +46,9 @@ KIT_ROWS = (("kernels", "kernels", ()), ("kernels + matmul_tf32", "kernels", ("m
             ("kernels + 3xTF32", "kernels", ("matmul_3xtf32",)),
             ("kernels + flash", "kernels", ("attention_flash",)),
             ("kernels + flash + tf32", "kernels", ("attention_flash", "matmul_tf32")),
-            ("kernels + flash + 3xTF32", "kernels", ("attention_flash", "matmul_3xtf32")), ("gold", "gold", ()))
+            ("kernels + flash + 3xTF32", "kernels", ("attention_flash", "matmul_3xtf32")),
+            ("kernels + 3xTF32 flash + 3xTF32", "kernels", ("attention_flash_3xtf32", "matmul_3xtf32")),
+            ("gold", "gold", ()))
 TIMING = dict(batches=2, per_batch=6, warmup=2)  # a call is tens of milliseconds
 
 

@@ -51,6 +51,7 @@ from kernel_runtime import CudaKernel, KernelArgumentError, ceil_div, check_arra
 THREADS = 256              # 8 warps per block
 ROWS = 8                   # most rows per chunk: each thread keeps a chunk's accumulators
 LAYERNORM_SHARED = 48 * 1024  # bytes of shared memory for a chunk's normalised rows
+TWO_COLUMN_ROWS = 4        # from this many rows a chunk, a warp takes two columns (see _with_rows)
 # Per kernel: PIECES, the float4s of a weight row each lane loads before using them (all in
 # flight at once), and BLOCKS, the launch bounds' minimum of blocks an SM holds at once (with
 # the layernorm, also the grid stride's cap). The residual kernel reads its rows from global
@@ -109,10 +110,10 @@ fused_gemv_kernel(float* out, const float* inp, const float* ln_weight, const fl
                   int M, int K, int N, int split, int rows_per_chunk) {
     // BEGIN SOLUTION
     extern __shared__ __align__(16) float normalised[];  // LAYERNORM: the chunk's rows, rows_per_chunk x K
-    __shared__ float partial[WARPS][ROWS];               // each warp's sum for each row of the chunk
+    __shared__ float partial[WARPS][WARP_COLUMNS][ROWS];  // each warp's sum for each of its columns and rows
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const int columns = WARPS / split;                   // per group
-    const int column_in = warp / split, part = warp % split;
+    const int columns = WARPS / split * WARP_COLUMNS;    // per group
+    const int column_in = warp / split * WARP_COLUMNS, part = warp % split;  // the warp's first column
     // float4 loads when every row starts 16-byte aligned (shared rows do when K % 4 == 0)
     const bool vector = K % 4 == 0 && (size_t)weight % 16 == 0 && (LAYERNORM || (size_t)inp % 16 == 0);
     const int stride = 128 * split;                      // floats between one lane's float4s of a row
@@ -145,38 +146,51 @@ fused_gemv_kernel(float* out, const float* inp, const float* ln_weight, const fl
 #endif
         for (int n0 = first_column; n0 < N; n0 += gridDim.x * columns) {  // the same trips for all threads
             // A column past N computes on the last row of weight and is not stored: no branch around the loads.
-            const float* w = weight + (long long)min(n0 + column_in, N - 1) * K;
-            float acc[ROWS] = {};
+            const float* w[WARP_COLUMNS];
+            #pragma unroll
+            for (int c = 0; c < WARP_COLUMNS; c++) w[c] = weight + (long long)min(n0 + column_in + c, N - 1) * K;
+            float acc[WARP_COLUMNS][ROWS] = {};
             if (vector) {
                 for (int k0 = first_k; k0 < K; k0 += PIECES * stride) {
-                    float4 wk[PIECES];  // PIECES float4s of the weight row, loaded at once: all in flight together
-                    load_pieces(wk, w, k0, stride, K);
+                    float4 wk[WARP_COLUMNS][PIECES];  // PIECES float4s of each weight row, all in flight together
+                    #pragma unroll
+                    for (int c = 0; c < WARP_COLUMNS; c++) load_pieces(wk[c], w[c], k0, stride, K);
                     #pragma unroll
                     for (int i = 0; i < PIECES; i++) {
                         const int k = k0 + i * stride;
                         #pragma unroll
                         for (int m = 0; m < ROWS; m++) {
-                            if (m < rows && k < K) {
+                            if (m < rows && k < K) {  // a float4 of a row, read once for all the warp's columns
                                 float4 xk = *(const float4*)(x + (long long)m * K + k);
-                                acc[m] += wk[i].x * xk.x + wk[i].y * xk.y + wk[i].z * xk.z + wk[i].w * xk.w;
+                                #pragma unroll
+                                for (int c = 0; c < WARP_COLUMNS; c++) {
+                                    acc[c][m] += wk[c][i].x * xk.x + wk[c][i].y * xk.y + wk[c][i].z * xk.z
+                                                 + wk[c][i].w * xk.w;
+                                }
                             }
                         }
                     }
                 }
             } else {
                 for (int k = part * 32 + lane; k < K; k += 32 * split) {
-                    float wk1 = __ldg(w + k);
                     #pragma unroll
-                    for (int m = 0; m < ROWS; m++) {
-                        if (m < rows) acc[m] += wk1 * x[(long long)m * K + k];
+                    for (int c = 0; c < WARP_COLUMNS; c++) {
+                        const float wk1 = __ldg(w[c] + k);
+                        #pragma unroll
+                        for (int m = 0; m < ROWS; m++) {
+                            if (m < rows) acc[c][m] += wk1 * x[(long long)m * K + k];
+                        }
                     }
                 }
             }
             #pragma unroll
-            for (int m = 0; m < ROWS; m++) {
-                if (m < rows) {  // the same for the whole block
-                    float total = warp_sum(acc[m]);
-                    if (lane == 0) partial[warp][m] = total;
+            for (int c = 0; c < WARP_COLUMNS; c++) {
+                #pragma unroll
+                for (int m = 0; m < ROWS; m++) {
+                    if (m < rows) {  // the same for the whole block
+                        float total = warp_sum(acc[c][m]);
+                        if (lane == 0) partial[warp][c][m] = total;
+                    }
                 }
             }
             __syncthreads();
@@ -184,7 +198,8 @@ fused_gemv_kernel(float* out, const float* inp, const float* ln_weight, const fl
                 const int c = threadIdx.x / ROWS, m = threadIdx.x % ROWS, column = n0 + c;
                 if (m < rows && column < N) {
                     float value = bias != nullptr ? bias[column] : 0.0f;
-                    for (int p = 0; p < split; p++) value += partial[c * split + p][m];
+                    const int first_warp = c / WARP_COLUMNS * split;  // the warps that summed column c's parts
+                    for (int p = 0; p < split; p++) value += partial[first_warp + p][c % WARP_COLUMNS][m];
                     long long at = (long long)(m0 + m) * N + column;
 #if GELU
                     value = gelu(value);
@@ -208,8 +223,8 @@ def fused_kernel(layernorm: bool, gelu: bool, residual: bool, tuning: dict | Non
     tries others)."""
     tuning = tuning or (LAYERNORM_TUNING if layernorm else RESIDUAL_TUNING)
     return CudaKernel(FUSED_GEMV_SOURCE, "fused_gemv_kernel",
-                      defines=dict(THREADS=THREADS, ROWS=ROWS, **tuning, LAYERNORM=int(layernorm), GELU=int(gelu),
-                                   RESIDUAL=int(residual)))
+                      defines=dict(THREADS=THREADS, ROWS=ROWS, WARP_COLUMNS=1, **tuning, LAYERNORM=int(layernorm),
+                                   GELU=int(gelu), RESIDUAL=int(residual)))
 
 
 layernorm_matmul_kernel = fused_kernel(layernorm=True, gelu=False, residual=False)
@@ -217,18 +232,22 @@ layernorm_matmul_gelu_kernel = fused_kernel(layernorm=True, gelu=True, residual=
 matmul_residual_kernel = fused_kernel(layernorm=False, gelu=False, residual=True)
 
 
-def split_for(K: int, OC: int, pieces: int) -> int:
+def split_for(K: int, OC: int, pieces: int, warp_columns: int = 1) -> int:
     """Warps per column: enough that a lane loads at most `pieces` float4s of a weight row, and that
-    the column groups give every SM two blocks; at most the block's 8 warps."""
+    the column groups (`warp_columns` columns a warp) give every SM two blocks; at most the block's 8 warps."""
     split = 1
-    while split < THREADS // 32 and (K > 4 * 32 * pieces * split
-                                     or ceil_div(OC, THREADS // 32 // split) < 2 * multiprocessor_count()):
+    while split < THREADS // 32 and (K > 4 * 32 * pieces * split or
+                                     ceil_div(OC, THREADS // 32 // split * warp_columns) < 2 * multiprocessor_count()):
         split *= 2
     return split
 
 
 @functools.cache
 def _with_rows(kernel: CudaKernel, rows: int) -> CudaKernel:
+    """`kernel` compiled for chunks of `rows` rows. From TWO_COLUMN_ROWS rows on, a warp takes two columns, each
+    float4 of a row read once for both, with half the pieces a column (the same loads in flight)."""
+    if rows >= TWO_COLUMN_ROWS:
+        return kernel.with_defines(ROWS=rows, WARP_COLUMNS=2, PIECES=max(1, kernel.defines["PIECES"] // 2))
     return kernel if kernel.defines["ROWS"] == rows else kernel.with_defines(ROWS=rows)
 
 
@@ -256,8 +275,8 @@ def launch_fused(kernel, function, out, inp, ln_weight, ln_bias, weight, bias, r
         shared_bytes = 4 * rows_per_chunk * C
     if kernel.defines["RESIDUAL"]:
         check_array(function, "residual", residual, M * OC)
-    split = split_for(C, OC, kernel.defines["PIECES"])
-    groups = ceil_div(OC, THREADS // 32 // split)
+    split = split_for(C, OC, kernel.defines["PIECES"], kernel.defines["WARP_COLUMNS"])
+    groups = ceil_div(OC, THREADS // 32 // split * kernel.defines["WARP_COLUMNS"])
     null = np.uint64(0)
     # a layernorm kernel's blocks stay resident and stride over the groups (each normalises its rows once)
     blocks = min(groups, kernel.defines["BLOCKS"] * multiprocessor_count()) if kernel.defines["LAYERNORM"] else groups
