@@ -112,13 +112,15 @@ __device__ __forceinline__ void mma_passes(float (*d)[N][4], int n0, const unsig
     }
 }
 
-__device__ __forceinline__ void copy_async16(float* dst, const float* src, bool valid) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
-                 :: "r"((unsigned)__cvta_generic_to_shared(dst)), "l"(src), "r"(valid ? 16 : 0) : "memory");
-}
-__device__ __forceinline__ void copy_async4(float* dst, const float* src, bool valid) {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;"
-                 :: "r"((unsigned)__cvta_generic_to_shared(dst)), "l"(src), "r"(valid ? 4 : 0) : "memory");
+// Start copying BYTES (16 or 4) from global src to shared dst, or zeros when not valid (cp.async; 16 bytes skip L1).
+template <int BYTES>
+__device__ __forceinline__ void copy_async(float* dst, const float* src, bool valid) {
+    const unsigned to = (unsigned)__cvta_generic_to_shared(dst), size = valid ? BYTES : 0;
+    if (BYTES == 16) {
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(to), "l"(src), "r"(size) : "memory");
+    } else {
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" :: "r"(to), "l"(src), "r"(size) : "memory");
+    }
 }
 __device__ __forceinline__ void copy_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 // Wait until at most `pending` of this thread's committed groups are still in flight.
@@ -137,8 +139,8 @@ __device__ void copy_tile(float (*tile)[ROW], const float* column, int k0, int d
         const int r = e / (CHUNK / width), d = e % (CHUNK / width) * width;
         const bool valid = k0 + r < T && d0 + d < HS;
         const float* src = valid ? column + (long long)(k0 + r) * 3 * C + d0 + d : column;  // a readable address
-        if (vectors) copy_async16(&tile[r][d], src, valid);
-        else copy_async4(&tile[r][d], src, valid);
+        if (vectors) copy_async<16>(&tile[r][d], src, valid);
+        else copy_async<4>(&tile[r][d], src, valid);
     }
     copy_async_commit();
 }
