@@ -13,8 +13,9 @@ The loop is flash_attention.py's (an online softmax over tiles of keys); what ch
 is who holds what:
 
 * A block of 4 warps takes QUERY_ROWS = 64 queries of one (b, h); each warp owns 16
-  of them, the rows of an mma's A. Its queries, scaled by log2(e) / sqrt(HS), are
-  split into high and low parts once and stay in registers, as fragments.
+  of them (M_TILES = 1 mma tile: two spill registers), the rows of an mma's A. Its
+  queries, scaled by log2(e) / sqrt(HS), stay in registers as fragments, split into
+  high and low parts as they are used.
 * S for a tile of KEY_TILE = 64 keys is 8 mma n-tiles of 16 x 8, 32 floats a thread.
   A thread holds two rows of S (g and g + 8, with g = lane / 4): the online softmax
   needs only the four lanes of a row (two shuffles for its maximum).
@@ -26,16 +27,25 @@ is who holds what:
   lane (g, t) holds keys 2t and 2t + 1 of each n-tile, so S's accumulators are P's
   fragments without moving (keys 2t, 2t + 1 as the k-slots t, t + 4), and the
   values are read at those keys (rows of V_ROW = CHUNK + 4: conflict-free).
-* Keys and values arrive by cp.async, as in flash_attention.py; 3 blocks fit on a
-  multiprocessor and compute while another waits.
+* The mmas go out GROUP = 4 accumulators at a time, pass by pass, so that four are in
+  flight while one waits for its accumulator.
+* Keys and values arrive by cp.async one tile ahead: the next tile's keys are asked
+  for once every warp has its scores, its values once every warp has used this
+  tile's, so each lands while the block computes. 167 registers on sm_90: 3 blocks a
+  multiprocessor.
 * A head is walked in chunks of CHUNK = 64 dims. The scores add up chunk by chunk
   (queries reloaded per chunk); the output's chunks are blockIdx.z, each block
   computing the whole softmax and one chunk of O. A 64-dim head (GPT-2) is one chunk;
   GPT-J's 256 computes its scores four times, which keeps O in 32 registers.
 
-Costs: three mmas per product, and every fragment split after it is loaded (a
-conversion, a subtraction, a conversion). The block's last key tile holds its
+Costs: three mmas per product, and every operand split after it is loaded. The split
+is most of the kernel's instructions, so it is done in integer operations: rounding
+to TF32 is half an ulp added to the bits and the 13 bits below cleared (cvt.rna's
+rounding, which that instruction takes four operations for on sm_90), and the low
+part's bits are left for the tensor core to drop. The block's last key tile holds its
 diagonal: keys past a query still go through the mmas, and its scores are masked.
+On an H200 it takes 0.38 ms at B8 T1024 C768 NH12, against 0.55 for the CUDA-core
+flash kernel.
 """
 
 import math

@@ -31,6 +31,10 @@ defines that the compiler folds away):
   for every row of it, accumulators in registers. ROWS is compiled per launch as the
   batch rounded up to a power of two (at most 8): a kernel sized for 8 rows but given
   one holds registers it never uses, and fewer of its blocks fit on an SM;
+* from 4 rows a chunk, each warp takes two columns: a float4 of a row, read from
+  shared memory (or L1), serves both columns' weights. With one column, 8 rows read 8
+  bytes of rows for every byte of weights, more than shared memory delivers when the
+  weights stream at the card's bandwidth;
 * the layernorm prologue: a warp per row normalises the chunk's rows into shared
   memory once per block (two passes over the row held there: mean, then variance),
   and the dot products read them from there; blocks walk the columns with a grid
