@@ -27,7 +27,9 @@ each mma of the TF32 kernel becomes three. The price is three times the tensor-c
 work and twice the fragment registers: about 230 registers a thread at the 64 x 64
 warp tile, no spills, two blocks a multiprocessor. Measured on an H200 it runs at
 about half the TF32 kernel's rate, not a third (that kernel waits on its operands
-more than on its mmas): 59-64 TFLOP/s, 1.5x cuBLAS's float32 on CUDA cores.
+more than on its mmas): 65-71 TFLOP/s, 1.56-1.80x cuBLAS's float32 on CUDA cores.
+The splits cost instructions of their own, so TF32 rounding is two integer
+operations there (59-64 TFLOP/s with cvt.rna.tf32.f32, four on sm_90).
 
 Few rows (M <= 8, decoding) are a matrix-vector product whose time is streaming the
 weights, not multiplying: they go to matmul.py's few-rows kernel, in float32 on CUDA
