@@ -13,7 +13,7 @@ The loop is flash_attention.py's (an online softmax over tiles of keys); what ch
 is who holds what:
 
 * A block of 4 warps takes QUERY_ROWS = 64 queries of one (b, h); each warp owns 16
-  of them (M_TILES = 1 mma tile: two spill registers), the rows of an mma's A. Its
+  of them, the rows of an mma's A (32 a warp, two mma tiles, spill registers). Its
   queries, scaled by log2(e) / sqrt(HS), stay in registers as fragments, split into
   high and low parts as they are used.
 * S for a tile of KEY_TILE = 64 keys is 8 mma n-tiles of 16 x 8, 32 floats a thread.
@@ -55,8 +55,7 @@ import numpy as np
 from kernel_runtime import CudaKernel, ceil_div
 from kernels.flash_attention import check_attention_arguments
 
-M_TILES = 1       # mma tiles of 16 queries per warp
-QUERY_ROWS = 64 * M_TILES  # queries per block
+QUERY_ROWS = 64   # queries per block: 16 per warp
 KEY_TILE = 64     # keys (and values) per shared-memory tile
 CHUNK = 64        # head dims per shared-memory tile, and per block of the output
 THREADS = 128     # 4 warps
@@ -70,8 +69,8 @@ FLASH_ATTENTION_3XTF32_SOURCE = r"""
 #define DIM_STEPS (CHUNK / 8)     // mma k-steps of S over a chunk of head dims
 #define KEY_STEPS (KEY_TILE / 8)  // n-tiles of S, k-steps of P V
 #define DIM_TILES (CHUNK / 8)     // n-tiles of a chunk of O
-static_assert(QUERY_ROWS == 16 * M_TILES * (THREADS / 32) && CHUNK % 16 == 0 && KEY_TILE % (8 * GROUP) == 0 &&
-              CHUNK % (8 * GROUP) == 0, "a warp owns M_TILES x 16 queries; dims in pairs of k-steps");
+static_assert(QUERY_ROWS == 16 * (THREADS / 32) && CHUNK % 16 == 0 && KEY_TILE % (8 * GROUP) == 0 &&
+              CHUNK % (8 * GROUP) == 0, "a warp owns 16 queries; dims in pairs of k-steps");
 
 // x rounded to TF32, to nearest with ties away from zero (cvt.rna.tf32.f32's rounding, in two integer operations
 // where that instruction takes four)
@@ -96,30 +95,18 @@ __device__ __forceinline__ void mma_tf32(float* d, const unsigned* a, const unsi
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
-// d[mi][n0 + i] += a[mi] b[i] for the warp's M_TILES x GROUP accumulators from split operands, pass by pass, so
-// that M_TILES x GROUP independent mmas are in flight at once: the small products first, while d can still hold
-// them, then high x high (PASSES 1: high x high alone)
-template <int N>
-__device__ __forceinline__ void mma_passes(float (*d)[N][4], int n0, const unsigned (*a_high)[4],
-                                           const unsigned (*a_low)[4], const unsigned (*b_high)[2],
-                                           const unsigned (*b_low)[2]) {
+// d[i] += a b[i] for GROUP accumulators from split operands, pass by pass, so that GROUP independent mmas are in
+// flight at once: the small products first, while d can still hold them, then high x high (PASSES 1: that alone)
+__device__ __forceinline__ void mma_passes(float (*d)[4], const unsigned* a_high, const unsigned* a_low,
+                                           const unsigned (*b_high)[2], const unsigned (*b_low)[2]) {
 #if PASSES == 3
     #pragma unroll
-    for (int mi = 0; mi < M_TILES; mi++) {
-        #pragma unroll
-        for (int i = 0; i < GROUP; i++) mma_tf32(d[mi][n0 + i], a_low[mi], b_high[i]);
-    }
+    for (int i = 0; i < GROUP; i++) mma_tf32(d[i], a_low, b_high[i]);
     #pragma unroll
-    for (int mi = 0; mi < M_TILES; mi++) {
-        #pragma unroll
-        for (int i = 0; i < GROUP; i++) mma_tf32(d[mi][n0 + i], a_high[mi], b_low[i]);
-    }
+    for (int i = 0; i < GROUP; i++) mma_tf32(d[i], a_high, b_low[i]);
 #endif
     #pragma unroll
-    for (int mi = 0; mi < M_TILES; mi++) {
-        #pragma unroll
-        for (int i = 0; i < GROUP; i++) mma_tf32(d[mi][n0 + i], a_high[mi], b_high[i]);
-    }
+    for (int i = 0; i < GROUP; i++) mma_tf32(d[i], a_high, b_high[i]);
 }
 
 // Start copying BYTES (16 or 4) from global src to shared dst, or zeros when not valid (cp.async; 16 bytes skip L1).
@@ -199,17 +186,9 @@ flash_attention_3xtf32_kernel(float* out, float* lse, const float* qkv, int T, i
     const int head_chunks = (HS + CHUNK - 1) / CHUNK, out_d0 = blockIdx.z * CHUNK;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
     const float* head = qkv + (long long)b * T * 3 * C + h * HS;  // q at column 0, k at C, v at 2C
-    // this thread's rows of S and O, for m-tile mi: query + 16 mi (half 0) and query + 16 mi + 8 (half 1)
-    const int query = row0 + 16 * M_TILES * warp + g;
-    const float* rows[M_TILES][2];
-    #pragma unroll
-    for (int mi = 0; mi < M_TILES; mi++) {
-        #pragma unroll
-        for (int half = 0; half < 2; half++) {
-            const int row = query + 16 * mi + 8 * half;
-            rows[mi][half] = row < T ? head + (long long)row * 3 * C : nullptr;
-        }
-    }
+    const int query = row0 + 16 * warp + g;  // this thread's rows of S and O: query (half 0) and query + 8 (half 1)
+    const float* row_g = query < T ? head + (long long)query * 3 * C : nullptr;
+    const float* row_g8 = query + 8 < T ? head + (long long)(query + 8) * 3 * C : nullptr;
 
     // Copies run one tile ahead, in groups: the keys of tile i + 1 once every warp has its scores of tile i,
     // its values once every warp has used tile i's. So a tile's keys land during the softmax and P V before it,
@@ -217,28 +196,18 @@ flash_attention_3xtf32_kernel(float* out, float* lse, const float* qkv, int T, i
     copy_tile(k_tile, head + C, 0, 0, T, C, HS, vectors);
     copy_tile(v_tile, head + 2 * C, 0, out_d0, T, C, HS, vectors);
 
-    float q[M_TILES][DIM_STEPS][4];
-    #pragma unroll
-    for (int mi = 0; mi < M_TILES; mi++) {
-        if (head_chunks == 1) load_query_fragments(q[mi], rows[mi][0], rows[mi][1], 0, HS, vectors, score_scale);
-    }
+    float q[DIM_STEPS][4];
+    if (head_chunks == 1) load_query_fragments(q, row_g, row_g8, 0, HS, vectors, score_scale);
 
-    float o[M_TILES][DIM_TILES][4] = {};  // (row, 8n + 2t), (row, 8n + 2t + 1) of half 0, then of half 1
-    float m[M_TILES][2], l[M_TILES][2] = {};  // l: this lane's keys' part
-    #pragma unroll
-    for (int mi = 0; mi < M_TILES; mi++) m[mi][0] = m[mi][1] = NEG_INFINITY;
+    float o[DIM_TILES][4] = {};  // (row, 8n + 2t), (row, 8n + 2t + 1) of half 0, then of half 1
+    float m[2] = {NEG_INFINITY, NEG_INFINITY}, l[2] = {0.0f, 0.0f};  // l: this lane's keys' part
 
     const int last_key = min(T - 1, row0 + QUERY_ROWS - 1);  // the block's last query sees no further
     for (int k0 = 0; k0 <= last_key; k0 += KEY_TILE) {
         const int next = k0 + KEY_TILE <= last_key ? k0 + KEY_TILE : T;  // T: no next tile, empty groups
-        float s[M_TILES][KEY_STEPS][4] = {};  // as o: keys k0 + 8n + 2t and + 1
+        float s[KEY_STEPS][4] = {};  // as o: keys k0 + 8n + 2t and + 1
         for (int c = 0; c < head_chunks; c++) {
-            if (head_chunks > 1) {
-                #pragma unroll
-                for (int mi = 0; mi < M_TILES; mi++) {
-                    load_query_fragments(q[mi], rows[mi][0], rows[mi][1], c * CHUNK, HS, vectors, score_scale);
-                }
-            }
+            if (head_chunks > 1) load_query_fragments(q, row_g, row_g8, c * CHUNK, HS, vectors, score_scale);
             if (c > 0) {  // a head of several chunks: its keys chunk by chunk, waited for
                 __syncthreads();  // every warp is done with the last chunk
                 copy_tile(k_tile, head + C, k0, c * CHUNK, T, C, HS, vectors);
@@ -262,13 +231,10 @@ flash_attention_3xtf32_kernel(float* out, float* lse, const float* qkv, int T, i
                     }
                     #pragma unroll
                     for (int step = 0; step < 2; step++) {
-                        unsigned q_high[M_TILES][4], q_low[M_TILES][4];
+                        unsigned q_high[4], q_low[4];
                         #pragma unroll
-                        for (int mi = 0; mi < M_TILES; mi++) {
-                            #pragma unroll
-                            for (int i = 0; i < 4; i++) split(q[mi][2 * j + step][i], q_high[mi][i], q_low[mi][i]);
-                        }
-                        mma_passes(s, n0, q_high, q_low, high[step], low[step]);
+                        for (int i = 0; i < 4; i++) split(q[2 * j + step][i], q_high[i], q_low[i]);
+                        mma_passes(&s[n0], q_high, q_low, high[step], low[step]);
                     }
                 }
             }
@@ -278,43 +244,40 @@ flash_attention_3xtf32_kernel(float* out, float* lse, const float* qkv, int T, i
 
         // the online softmax of each row, over the four lanes that hold it; keys past a query, or past T, are
         // only in the tiles that reach the warp's first query or T
-        const bool masked = k0 + KEY_TILE - 1 > row0 + 16 * M_TILES * warp || k0 + KEY_TILE > T;
+        const bool masked = k0 + KEY_TILE - 1 > row0 + 16 * warp || k0 + KEY_TILE > T;
         #pragma unroll
-        for (int mi = 0; mi < M_TILES; mi++) {
+        for (int half = 0; half < 2; half++) {
+            const int row = query + 8 * half;
+            float tile_max = NEG_INFINITY;
             #pragma unroll
-            for (int half = 0; half < 2; half++) {
-                const int row = query + 16 * mi + 8 * half;
-                float tile_max = NEG_INFINITY;
+            for (int n = 0; n < KEY_STEPS; n++) {
                 #pragma unroll
-                for (int n = 0; n < KEY_STEPS; n++) {
-                    #pragma unroll
-                    for (int e = 0; e < 2; e++) {
-                        const int key = k0 + 8 * n + 2 * t + e;
-                        float& score = s[mi][n][2 * half + e];
-                        if (masked && (key > row || key >= T)) score = NEG_INFINITY;  // not seen by this query
-                        tile_max = fmaxf(tile_max, score);
-                    }
+                for (int e = 0; e < 2; e++) {
+                    const int key = k0 + 8 * n + 2 * t + e;
+                    float& score = s[n][2 * half + e];
+                    if (masked && (key > row || key >= T)) score = NEG_INFINITY;  // not seen by this query
+                    tile_max = fmaxf(tile_max, score);
                 }
-                tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffff, tile_max, 1));
-                tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffff, tile_max, 2));
-                const float new_max = fmaxf(m[mi][half], tile_max);
-                const float base = new_max == NEG_INFINITY ? 0.0f : new_max;  // no -inf - -inf = NaN
-                const float correction = exp2f(m[mi][half] - base);            // the old terms' rescale: 0 at first
-                m[mi][half] = new_max;
-                l[mi][half] *= correction;
+            }
+            tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffff, tile_max, 1));
+            tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffff, tile_max, 2));
+            const float new_max = fmaxf(m[half], tile_max);
+            const float base = new_max == NEG_INFINITY ? 0.0f : new_max;  // no -inf - -inf = NaN
+            const float correction = exp2f(m[half] - base);                // the old terms' rescale: 0 at first
+            m[half] = new_max;
+            l[half] *= correction;
+            #pragma unroll
+            for (int n = 0; n < DIM_TILES; n++) {
+                o[n][2 * half] *= correction;
+                o[n][2 * half + 1] *= correction;
+            }
+            #pragma unroll
+            for (int n = 0; n < KEY_STEPS; n++) {
                 #pragma unroll
-                for (int n = 0; n < DIM_TILES; n++) {
-                    o[mi][n][2 * half] *= correction;
-                    o[mi][n][2 * half + 1] *= correction;
-                }
-                #pragma unroll
-                for (int n = 0; n < KEY_STEPS; n++) {
-                    #pragma unroll
-                    for (int e = 0; e < 2; e++) {
-                        float& p = s[mi][n][2 * half + e];
-                        p = exp2f(p - base);
-                        l[mi][half] += p;
-                    }
+                for (int e = 0; e < 2; e++) {
+                    float& p = s[n][2 * half + e];
+                    p = exp2f(p - base);
+                    l[half] += p;
                 }
             }
         }
@@ -324,13 +287,10 @@ flash_attention_3xtf32_kernel(float* out, float* lse, const float* qkv, int T, i
         // O += P V: S's accumulators are P's A fragments, keys 2t, 2t + 1 of a step as its k-slots t, t + 4
         #pragma unroll
         for (int n = 0; n < KEY_STEPS; n++) {
-            unsigned p_high[M_TILES][4], p_low[M_TILES][4];
+            unsigned p_high[4], p_low[4];
+            const float p[4] = {s[n][0], s[n][2], s[n][1], s[n][3]};
             #pragma unroll
-            for (int mi = 0; mi < M_TILES; mi++) {
-                const float p[4] = {s[mi][n][0], s[mi][n][2], s[mi][n][1], s[mi][n][3]};
-                #pragma unroll
-                for (int i = 0; i < 4; i++) split(p[i], p_high[mi][i], p_low[mi][i]);
-            }
+            for (int i = 0; i < 4; i++) split(p[i], p_high[i], p_low[i]);
             #pragma unroll
             for (int d0 = 0; d0 < DIM_TILES; d0 += GROUP) {
                 unsigned high[GROUP][2], low[GROUP][2];
@@ -339,7 +299,7 @@ flash_attention_3xtf32_kernel(float* out, float* lse, const float* qkv, int T, i
                     split(v_tile[8 * n + 2 * t][8 * (d0 + i) + g], high[i][0], low[i][0]);
                     split(v_tile[8 * n + 2 * t + 1][8 * (d0 + i) + g], high[i][1], low[i][1]);
                 }
-                mma_passes(o, d0, p_high, p_low, high, low);
+                mma_passes(&o[d0], p_high, p_low, high, low);
             }
         }
         __syncthreads();  // every warp has used the values: their buffer is free
@@ -348,31 +308,27 @@ flash_attention_3xtf32_kernel(float* out, float* lse, const float* qkv, int T, i
     copy_async_wait<0>();  // no copy may still be writing shared memory when the block exits
 
     #pragma unroll
-    for (int mi = 0; mi < M_TILES; mi++) {
+    for (int half = 0; half < 2; half++) {
+        const int row = query + 8 * half;
+        float total = l[half] + __shfl_xor_sync(0xffffffff, l[half], 1);
+        total += __shfl_xor_sync(0xffffffff, total, 2);
+        if (row >= T) continue;
+        float* out_row = out + ((long long)b * T + row) * C + h * HS;
         #pragma unroll
-        for (int half = 0; half < 2; half++) {
-            const int row = query + 16 * mi + 8 * half;
-            float total = l[mi][half] + __shfl_xor_sync(0xffffffff, l[mi][half], 1);
-            total += __shfl_xor_sync(0xffffffff, total, 2);
-            if (row >= T) continue;
-            float* out_row = out + ((long long)b * T + row) * C + h * HS;
+        for (int n = 0; n < DIM_TILES; n++) {
             #pragma unroll
-            for (int n = 0; n < DIM_TILES; n++) {
-                #pragma unroll
-                for (int e = 0; e < 2; e++) {
-                    const int d = out_d0 + 8 * n + 2 * t + e;
-                    if (d < HS) out_row[d] = o[mi][n][2 * half + e] / total;
-                }
+            for (int e = 0; e < 2; e++) {
+                const int d = out_d0 + 8 * n + 2 * t + e;
+                if (d < HS) out_row[d] = o[n][2 * half + e] / total;
             }
-            if (t == 0 && blockIdx.z == 0) lse[(long long)bh * T + row] = (m[mi][half] + log2f(total)) * LN2;
         }
+        if (t == 0 && blockIdx.z == 0) lse[(long long)bh * T + row] = (m[half] + log2f(total)) * LN2;
     }
     // END SOLUTION
 }
 """
 
-FLASH_3XTF32_DEFINES = dict(QUERY_ROWS=QUERY_ROWS, KEY_TILE=KEY_TILE, CHUNK=CHUNK, THREADS=THREADS, GROUP=GROUP,
-                            M_TILES=M_TILES)
+FLASH_3XTF32_DEFINES = dict(QUERY_ROWS=QUERY_ROWS, KEY_TILE=KEY_TILE, CHUNK=CHUNK, THREADS=THREADS, GROUP=GROUP)
 flash_attention_3xtf32_kernel = CudaKernel(FLASH_ATTENTION_3XTF32_SOURCE, "flash_attention_3xtf32_kernel",
                                            defines=dict(FLASH_3XTF32_DEFINES, PASSES=3))
 
