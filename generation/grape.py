@@ -61,6 +61,35 @@ class Stage:
             self.ran = True
 
 
+class HostLooks:
+    """Copies of one device array queued to the host behind the steps queued so far, each read one look
+    later. Two pinned buffers and their events take turns; they are made with the run, so that a look
+    inside a timed generation allocates nothing and imports nothing."""
+
+    def __init__(self, array, stream):
+        import cupy
+        import cupyx
+
+        self.array, self.stream = array, stream
+        self.buffers = [cupyx.empty_pinned(array.shape, array.dtype) for _ in range(2)]
+        self.copied = [cupy.cuda.Event() for _ in range(2)]
+        self.turn = 0
+
+    def queue(self) -> int:
+        """Queue a copy into the next buffer (the one read a look ago); returns its number for read."""
+        import cupy
+
+        turn, self.turn = self.turn, 1 - self.turn
+        cupy.cuda.runtime.memcpyAsync(self.buffers[turn].ctypes.data, self.array.data.ptr, self.array.nbytes,
+                                      cupy.cuda.runtime.memcpyDeviceToHost, self.stream.ptr)
+        self.copied[turn].record(self.stream)
+        return turn
+
+    def read(self, turn: int) -> np.ndarray:
+        self.copied[turn].synchronize()  # waits for the steps queued before the look, not for those after it
+        return self.buffers[turn]
+
+
 class GrapeExecutor:
     """Graphs shared by every length, choosing on the device (see the module docstring)."""
 
@@ -116,6 +145,8 @@ class GrapeRun:
                     ("improvable", rows, np.int32), ("parents", rows * c.max_T, np.int32),
                     ("chosen", rows * c.max_T, np.int32), ("rows", rows, np.int32), ("done", 1, np.int32))})
         self.beam.tokens = self.tokens  # the beams' tokens are the next step's input
+        self.sequence_looks = HostLooks(self.sequences, self.stream)
+        self.done_looks = HostLooks(self.beam.done, self.stream)
         self.kernels = host_functions(("sample_forward", "beam_candidates_forward", "beam_update_forward"))
         self.model_stage = Stage(lambda: self.decoder.launch_step(self.tokens))
         self.choose_stages: dict = {}   # selection parameters -> Stage (the parameters are baked in)
@@ -160,8 +191,9 @@ class GrapeRun:
                 choose(self.stream)
                 produced += 1
                 if produced % CHECK_EVERY == 0 and produced < max_new_tokens:
-                    look = (self._look(self.sequences), produced)
-                    if pending is not None and stream_until(self._read(pending[0]), pending[1]) and stop_at_end_of_text:
+                    look = (self.sequence_looks.queue(), produced)
+                    if (pending is not None and stream_until(self.sequence_looks.read(pending[0]), pending[1])
+                            and stop_at_end_of_text):
                         break
                     pending = look
             self.stream.synchronize()
@@ -175,24 +207,6 @@ class GrapeRun:
         self.kernels.sample_forward(self.tokens, self.sequences, logits, self.decoder.lengths, self.rows,
                                     c.vocab_size, stride, c.max_T, sampling.temperature, sampling.top_k,
                                     sampling.top_p, self.seed)
-
-    def _look(self, array):
-        """Queue a copy of `array` to the host behind the steps queued so far; read it with _read."""
-        import cupy
-        import cupyx
-
-        host = cupyx.empty_pinned(array.shape, array.dtype)
-        cupy.cuda.runtime.memcpyAsync(host.ctypes.data, array.data.ptr, array.nbytes,
-                                      cupy.cuda.runtime.memcpyDeviceToHost, self.stream.ptr)
-        copied = cupy.cuda.Event()
-        copied.record(self.stream)
-        return host, copied
-
-    @staticmethod
-    def _read(look) -> np.ndarray:
-        host, copied = look
-        copied.synchronize()  # waits for the steps queued before the look, not for those after it
-        return host
 
     # ------------------------------------------------------------------ beam search
 
@@ -222,8 +236,8 @@ class GrapeRun:
                 mark("BeamSearch")
                 choose(self.stream)
                 if step % CHECK_EVERY == 0:
-                    look = self._look(s.done)
-                    if pending is not None and self._read(pending)[0]:
+                    look = self.done_looks.queue()
+                    if pending is not None and self.done_looks.read(pending)[0]:
                         break
                     pending = look
             mark("end")
