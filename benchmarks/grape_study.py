@@ -6,6 +6,7 @@
     python -m benchmarks.grape_study all          --out results/grape
     python -m benchmarks.grape_study all --model random:gpt-j-6b --max-length 256 --out results/grape
     python -m benchmarks.grape_study all --model wav2vec2 --out results/grape   # training (speech_study)
+    python -m benchmarks.grape_study runtime --executors grape --no-hf --variant layernorm_matmul ...
 
 GPT-2 124M in float32 (random weights unless --model; any source python -m gpt2 takes,
 GPT-J's included), a random prompt of 5 tokens. A model's rows replace that model's
@@ -57,6 +58,7 @@ from generation.generate import GREEDY
 from gpt2.families import FAMILIES, check_sources, family_of
 from kernel_runtime.commands import POSITIVE_INT, OneLineArgumentParser, checked, run_command
 from kernel_runtime.device import exit_without_gpu, give_back_memory
+from model_runtime.backends import make_backend
 
 EXPERIMENTS = ("runtime", "breakdown", "graph-memory")
 
@@ -64,10 +66,11 @@ EXPERIMENTS = ("runtime", "breakdown", "graph-memory")
 class Study:
     """The model, the prompt and the configurations every experiment shares."""
 
-    def __init__(self, family: str, config, parameters: dict, max_length: int, beams: int, prompt_length: int):
+    def __init__(self, family: str, config, parameters: dict, max_length: int, beams: int, prompt_length: int,
+                 backend="kernels"):
         self.family, self.name = family, FAMILIES[family].name  # "gpt2", "GPT-2"
         self.parameters = parameters  # also handed to transformers
-        self.model = model = FAMILIES[family].model(config, parameters, backend="kernels")
+        self.model = model = FAMILIES[family].model(config, parameters, backend=backend)
         self.max_length, self.beams = max_length, beams
         self.prompt = [int(t) for t in np.random.default_rng(0).integers(0, model.config.vocab_size, prompt_length)]
         self.new_tokens = max_length - prompt_length
@@ -266,6 +269,8 @@ def main(argv=None) -> int:
                         type=checked(lambda s: s.split(","), lambda names: set(names) <= set(EXECUTORS),
                                      f"a comma-separated list of {', '.join(EXECUTORS)}"))
     parser.add_argument("--no-hf", action="store_true", help="leave out transformers' reference rows")
+    parser.add_argument("--variant", nargs="*", default=[], help="solution variants to run the kit's kernels on "
+                                                                 "(the fused decode step's, for instance)")
     parser.add_argument("--batch", type=POSITIVE_INT, default=4, help="wav2vec2: utterances a batch (default 4)")
     parser.add_argument("--steps", type=POSITIVE_INT, default=20, help="wav2vec2: training steps a run (default 20)")
     args = parser.parse_args(argv)
@@ -287,10 +292,12 @@ def main(argv=None) -> int:
         exit_without_gpu("benchmarks.grape_study", "cannot run")
         import cupy  # after the GPU check: a machine without a GPU may have no CuPy either
 
+        backend = make_backend("kernels", variants=tuple(args.variant))  # a variant unknown: refused before loading
+
         config, params = FAMILIES[family].load(args.model, lambda line: print(line, flush=True))
         if args.max_length > config.max_T:
             raise CheckpointError(f"--max-length {args.max_length} exceeds the model's context of {config.max_T}")
-        study = Study(family, config, params, args.max_length, args.beams, prompt_length=5)
+        study = Study(family, config, params, args.max_length, args.beams, prompt_length=5, backend=backend)
         device = cupy.cuda.runtime.getDeviceProperties(0)["name"].decode()
         print(f"{study.name} {config.num_parameters() / 1e6:.0f}M float32 on {device}; prompt of 5 random tokens, "
               f"up to {args.max_length}; writing to {args.out}", flush=True)
