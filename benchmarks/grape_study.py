@@ -67,7 +67,7 @@ class Study:
     """The model, the prompt and the configurations every experiment shares."""
 
     def __init__(self, family: str, config, parameters: dict, max_length: int, beams: int, prompt_length: int,
-                 backend="kernels"):
+                 backend):
         self.family, self.name = family, FAMILIES[family].name  # "gpt2", "GPT-2"
         self.parameters = parameters  # also handed to transformers
         self.model = model = FAMILIES[family].model(config, parameters, backend=backend)

@@ -64,7 +64,7 @@ class Stage:
 class HostLooks:
     """Copies of one device array queued to the host behind the steps queued so far, each read one look
     later. Two pinned buffers and their events take turns; they are made with the run, so that a look
-    inside a timed generation allocates nothing and imports nothing."""
+    inside a timed generation allocates nothing."""
 
     def __init__(self, array, stream):
         import cupy

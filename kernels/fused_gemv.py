@@ -75,19 +75,18 @@ __device__ __forceinline__ float warp_sum(float value) {
     return value;
 }
 
-// normalised[k] = (row[k] - mean) / std, by one warp (the layernorm's weights come after, for all rows at once);
-// two passes over the row kept in shared memory (mean, then variance: exact for rows of large mean)
-__device__ __forceinline__ void standardise_row(float* normalised, float* statistics, const float* row, int K,
-                                                int lane) {
+// by one warp: row (K floats) copied to held, and statistics = {its mean, 1 / its std}; two passes over the copy
+// (mean, then variance: exact for rows of large mean). The layernorm itself comes after, for all rows at once.
+__device__ __forceinline__ void row_statistics(float* held, float* statistics, const float* row, int K, int lane) {
     float sum = 0.0f;
     for (int k = lane; k < K; k += 32) {
-        normalised[k] = row[k];
+        held[k] = row[k];
         sum += row[k];
     }
     float mean = warp_sum(sum) / K;
     float squares = 0.0f;
     for (int k = lane; k < K; k += 32) {
-        float centred = normalised[k] - mean;
+        float centred = held[k] - mean;
         squares += centred * centred;
     }
     const float rstd = rsqrtf(warp_sum(squares) / K + 1e-5f);
@@ -150,7 +149,7 @@ fused_gemv_kernel(float* out, const float* inp, const float* ln_weight, const fl
 #if LAYERNORM
         __syncthreads();  // the previous chunk's rows are read no more
         for (int r = warp; r < rows; r += WARPS) {
-            standardise_row(normalised + r * K, statistics[r], inp + (long long)(m0 + r) * K, K, lane);
+            row_statistics(normalised + r * K, statistics[r], inp + (long long)(m0 + r) * K, K, lane);
         }
         __syncthreads();
         // the layernorm's weights, read once a block for all its rows (a warp a row would read them once a row)
