@@ -40,12 +40,20 @@ defines that the compiler folds away):
   then variance), then the whole block applies them and the layernorm's weights, each
   weight read once a block rather than once a row (8% off the B=1 step); the dot
   products read the rows from there. Blocks walk the columns with a grid stride, so a
-  block normalises its rows once for all the columns it takes;
+  block normalises its rows once for all the columns it takes. From 4 rows a chunk the
+  prologue reads and writes float4s, a quarter of the instructions: at 8 rows a block
+  normalises 6,144 floats before its first dot product;
+* the warp's sums in one pass: with 8 rows and two columns a lane holds 16 sums, and
+  summing each across the warp takes 5 shuffles, 80 in all. Exchanging halves instead
+  (a lane keeps half its values and sends the other half to the lane 16 away, which
+  keeps the other half; then 8 lanes away with a quarter...) takes 16;
 * the epilogue: one thread per (row, column) adds the warps' sums and the bias, then
-  applies GELU (the tanh form of gelu.py) or adds the residual, and stores;
+  applies GELU (the tanh form of gelu.py) or adds the residual, and stores. It loads
+  its bias and residual before the dot products, so that their latency hides behind them;
 * overlap with the kernel before (sm_90 and later): a block first asks L2 for its
   first columns' weights, which no kernel writes, and only then waits for the previous
-  kernel's rows (kernel_runtime/overlap.py).
+  kernel's rows (kernel_runtime/overlap.py). At one or two rows a chunk it also loads
+  its first weights into registers before it waits.
 """
 
 import functools
@@ -69,31 +77,86 @@ RESIDUAL_TUNING = dict(PIECES=2, BLOCKS=2)
 
 FUSED_GEMV_SOURCE = r"""
 #define WARPS (THREADS / 32)
+#define VALUES (WARP_COLUMNS * ROWS)  // a lane's accumulators
 
 __device__ __forceinline__ float warp_sum(float value) {
     for (int offset = 16; offset > 0; offset /= 2) value += __shfl_xor_sync(0xffffffff, value, offset);
     return value;
 }
 
-// by one warp: row (K floats) copied to held, and statistics = {its mean, 1 / its std}; two passes over the copy
-// (mean, then variance: exact for rows of large mean). The layernorm itself comes after, for all rows at once.
+// The layernorm prologue's arithmetic on a float or on a float4 of a row (a quarter of the instructions).
+__device__ __forceinline__ float total(float v) { return v; }
+__device__ __forceinline__ float total(float4 v) { return (v.x + v.y) + (v.z + v.w); }
+__device__ __forceinline__ float centred_squares(float v, float mean) { return (v - mean) * (v - mean); }
+__device__ __forceinline__ float centred_squares(float4 v, float mean) {
+    return (centred_squares(v.x, mean) + centred_squares(v.y, mean))
+           + (centred_squares(v.z, mean) + centred_squares(v.w, mean));
+}
+__device__ __forceinline__ float layernormed(float v, float mean, float rstd, float scale, float shift) {
+    return (v - mean) * rstd * scale + shift;
+}
+__device__ __forceinline__ float4 layernormed(float4 v, float mean, float rstd, float4 scale, float4 shift) {
+    return make_float4(layernormed(v.x, mean, rstd, scale.x, shift.x), layernormed(v.y, mean, rstd, scale.y, shift.y),
+                       layernormed(v.z, mean, rstd, scale.z, shift.z), layernormed(v.w, mean, rstd, scale.w, shift.w));
+}
+
+// by one warp: row (K floats, read as Vectors) copied to held, and statistics = {its mean, 1 / its std}; two passes
+// over the copy (mean, then variance: exact for rows of large mean). The layernorm itself comes after, for all rows.
+template <typename Vector>
 __device__ __forceinline__ void row_statistics(float* held, float* statistics, const float* row, int K, int lane) {
+    constexpr int width = sizeof(Vector) / sizeof(float);
     float sum = 0.0f;
-    for (int k = lane; k < K; k += 32) {
-        held[k] = row[k];
-        sum += row[k];
+    for (int k = width * lane; k < K; k += 32 * width) {
+        const Vector v = *(const Vector*)(row + k);
+        *(Vector*)(held + k) = v;
+        sum += total(v);
     }
-    float mean = warp_sum(sum) / K;
+    const float mean = warp_sum(sum) / K;
     float squares = 0.0f;
-    for (int k = lane; k < K; k += 32) {
-        float centred = held[k] - mean;
-        squares += centred * centred;
-    }
+    for (int k = width * lane; k < K; k += 32 * width) squares += centred_squares(*(const Vector*)(held + k), mean);
     const float rstd = rsqrtf(warp_sum(squares) / K + 1e-5f);
     if (lane == 0) {
         statistics[0] = mean;
         statistics[1] = rstd;
     }
+}
+
+// by the block: the chunk's rows (held, `rows` rows of K floats, read as Vectors) standardised with their statistics
+// and scaled and shifted by the layernorm's weights, each weight read once a block, not once a row
+template <typename Vector>
+__device__ __forceinline__ void layernorm_rows(float* held, const float (*statistics)[2], const float* ln_weight,
+                                               const float* ln_bias, int rows, int K) {
+    constexpr int width = sizeof(Vector) / sizeof(float);
+    for (int k = width * threadIdx.x; k < K; k += width * THREADS) {
+        const Vector scale = *(const Vector*)(ln_weight + k), shift = *(const Vector*)(ln_bias + k);
+        #pragma unroll
+        for (int r = 0; r < ROWS; r++) {
+            if (r < rows) {
+                Vector* v = (Vector*)(held + r * K + k);
+                *v = layernormed(*v, statistics[r][0], statistics[r][1], scale, shift);
+            }
+        }
+    }
+}
+
+// The warp's totals of VALUES accumulators (a power of two, at most 32) in one pass: each exchange halves the
+// values a lane holds (a lane keeps one half and sends the other to the lane `offset` away, which keeps the
+// other half), so VALUES - 1 + log2(32 / VALUES) shuffles instead of 5 a value. Afterwards every lane holds
+// the total of value lane / (32 / VALUES).
+__device__ __forceinline__ float warp_totals(float (&values)[VALUES], int lane) {
+    #pragma unroll
+    for (int count = VALUES, offset = 16; count > 1; count /= 2, offset /= 2) {
+        const bool upper = lane & offset;
+        #pragma unroll
+        for (int j = 0; j < count / 2; j++) {
+            const float kept = upper ? values[j + count / 2] : values[j];
+            const float sent = upper ? values[j] : values[j + count / 2];
+            values[j] = kept + __shfl_xor_sync(0xffffffff, sent, offset);
+        }
+    }
+    float total = values[0];
+    for (int offset = 16 / VALUES; offset > 0; offset /= 2) total += __shfl_xor_sync(0xffffffff, total, offset);
+    return total;
 }
 
 // wk[i] = w[k0 + i * stride ..] as float4s, zeros past K
@@ -133,7 +196,7 @@ fused_gemv_kernel(float* out, const float* inp, const float* ln_weight, const fl
 
     // The weights are no kernel's output: the block's first columns start on their way to L2 while
     // the kernel before this one finishes (on sm_90; kernel_runtime/overlap.py).
-    const int first_column = blockIdx.x * columns;
+    const int first_column = blockIdx.x * columns, group_stride = gridDim.x * columns;
     if (first_column < N) {
         const float* slab = weight + (long long)first_column * K;
         const long long floats = (long long)min(columns, N - first_column) * K;
@@ -141,6 +204,20 @@ fused_gemv_kernel(float* out, const float* inp, const float* ln_weight, const fl
             asm volatile("prefetch.global.L2 [%0];" :: "l"(slab + i));
         }
     }
+    float4 wk[WARP_COLUMNS][PIECES];  // PIECES float4s of each weight row, all in flight together
+    bool preloaded = false;           // wk holds the first group's first pieces
+#if ROWS < TWO_COLUMN_ROWS
+    // Below TWO_COLUMN_ROWS rows a chunk, the first pieces come into registers before the wait, so that they
+    // arrive during the previous kernel's tail and the layernorm prologue (9% off the B=1 step). With more rows,
+    // the registers they hold across the prologue cost more than the latency they hide.
+    if (vector && first_column < N && first_k < K) {
+        #pragma unroll
+        for (int c = 0; c < WARP_COLUMNS; c++) {
+            load_pieces(wk[c], weight + (long long)min(first_column + column_in + c, N - 1) * K, first_k, stride, K);
+        }
+        preloaded = true;
+    }
+#endif
     let_next_kernel_start();
     wait_for_previous_kernel();
 
@@ -148,37 +225,45 @@ fused_gemv_kernel(float* out, const float* inp, const float* ln_weight, const fl
         const int rows = min(rows_per_chunk, M - m0);
 #if LAYERNORM
         __syncthreads();  // the previous chunk's rows are read no more
+        // From TWO_COLUMN_ROWS rows a chunk the prologue is float4s when it can be (2% off the B=8 step); with
+        // fewer, the registers that takes beside the preloaded weights would spill.
+        const bool vector_rows = ROWS >= TWO_COLUMN_ROWS && K % 4 == 0
+                                 && ((size_t)inp | (size_t)ln_weight | (size_t)ln_bias) % 16 == 0;
         for (int r = warp; r < rows; r += WARPS) {
-            row_statistics(normalised + r * K, statistics[r], inp + (long long)(m0 + r) * K, K, lane);
+            float* held = normalised + r * K;
+            const float* row = inp + (long long)(m0 + r) * K;
+            if (vector_rows) row_statistics<float4>(held, statistics[r], row, K, lane);
+            else row_statistics<float>(held, statistics[r], row, K, lane);
         }
         __syncthreads();
-        // the layernorm's weights, read once a block for all its rows (a warp a row would read them once a row)
-        for (int k = threadIdx.x; k < K; k += THREADS) {
-            const float scale = ln_weight[k], shift = ln_bias[k];
-            #pragma unroll
-            for (int r = 0; r < ROWS; r++) {
-                if (r < rows) {
-                    normalised[r * K + k] = (normalised[r * K + k] - statistics[r][0]) * statistics[r][1] * scale
-                                            + shift;
-                }
-            }
-        }
+        if (vector_rows) layernorm_rows<float4>(normalised, statistics, ln_weight, ln_bias, rows, K);
+        else layernorm_rows<float>(normalised, statistics, ln_weight, ln_bias, rows, K);
         __syncthreads();
         const float* x = normalised;
 #else
         const float* x = inp + (long long)m0 * K;
 #endif
-        for (int n0 = first_column; n0 < N; n0 += gridDim.x * columns) {  // the same trips for all threads
+        for (int n0 = first_column; n0 < N; n0 += group_stride) {  // the same trips for all threads
+            // the epilogue's operands, loaded now so that their latency hides behind the dot products
+            const int out_column = n0 + threadIdx.x / ROWS, out_row = m0 + threadIdx.x % ROWS;
+            const bool stores = threadIdx.x < columns * ROWS && out_row < m0 + rows && out_column < N;
+            const long long at = (long long)out_row * N + out_column;
+            float value = stores && bias != nullptr ? bias[out_column] : 0.0f;
+#if RESIDUAL
+            const float residual_value = stores ? residual[at] : 0.0f;
+#endif
             // A column past N computes on the last row of weight and is not stored: no branch around the loads.
             const float* w[WARP_COLUMNS];
             #pragma unroll
             for (int c = 0; c < WARP_COLUMNS; c++) w[c] = weight + (long long)min(n0 + column_in + c, N - 1) * K;
-            float acc[WARP_COLUMNS][ROWS] = {};
+            float acc[VALUES] = {};  // acc[c * ROWS + m]: column c, row m
             if (vector) {
                 for (int k0 = first_k; k0 < K; k0 += PIECES * stride) {
-                    float4 wk[WARP_COLUMNS][PIECES];  // PIECES float4s of each weight row, all in flight together
-                    #pragma unroll
-                    for (int c = 0; c < WARP_COLUMNS; c++) load_pieces(wk[c], w[c], k0, stride, K);
+                    if (!preloaded) {
+                        #pragma unroll
+                        for (int c = 0; c < WARP_COLUMNS; c++) load_pieces(wk[c], w[c], k0, stride, K);
+                    }
+                    preloaded = false;
                     #pragma unroll
                     for (int i = 0; i < PIECES; i++) {
                         const int k = k0 + i * stride;
@@ -188,8 +273,11 @@ fused_gemv_kernel(float* out, const float* inp, const float* ln_weight, const fl
                                 float4 xk = *(const float4*)(x + (long long)m * K + k);
                                 #pragma unroll
                                 for (int c = 0; c < WARP_COLUMNS; c++) {
-                                    acc[c][m] += wk[c][i].x * xk.x + wk[c][i].y * xk.y + wk[c][i].z * xk.z
-                                                 + wk[c][i].w * xk.w;
+                                    float& a = acc[c * ROWS + m];
+                                    a = fmaf(wk[c][i].x, xk.x, a);
+                                    a = fmaf(wk[c][i].y, xk.y, a);
+                                    a = fmaf(wk[c][i].z, xk.z, a);
+                                    a = fmaf(wk[c][i].w, xk.w, a);
                                 }
                             }
                         }
@@ -202,37 +290,29 @@ fused_gemv_kernel(float* out, const float* inp, const float* ln_weight, const fl
                         const float wk1 = __ldg(w[c] + k);
                         #pragma unroll
                         for (int m = 0; m < ROWS; m++) {
-                            if (m < rows) acc[c][m] += wk1 * x[(long long)m * K + k];
+                            if (m < rows) acc[c * ROWS + m] = fmaf(wk1, x[(long long)m * K + k], acc[c * ROWS + m]);
                         }
                     }
                 }
             }
-            #pragma unroll
-            for (int c = 0; c < WARP_COLUMNS; c++) {
-                #pragma unroll
-                for (int m = 0; m < ROWS; m++) {
-                    if (m < rows) {  // the same for the whole block
-                        float total = warp_sum(acc[c][m]);
-                        if (lane == 0) partial[warp][c][m] = total;
-                    }
-                }
+            const float total = warp_totals(acc, lane);
+            const int lanes_per_value = 32 / VALUES;
+            if (lane % lanes_per_value == 0) {
+                const int j = lane / lanes_per_value;
+                partial[warp][j / ROWS][j % ROWS] = total;
             }
             __syncthreads();
-            if (threadIdx.x < columns * ROWS) {  // the epilogue: a thread per (column, row)
-                const int c = threadIdx.x / ROWS, m = threadIdx.x % ROWS, column = n0 + c;
-                if (m < rows && column < N) {
-                    float value = bias != nullptr ? bias[column] : 0.0f;
-                    const int first_warp = c / WARP_COLUMNS * split;  // the warps that summed column c's parts
-                    for (int p = 0; p < split; p++) value += partial[first_warp + p][c % WARP_COLUMNS][m];
-                    long long at = (long long)(m0 + m) * N + column;
+            if (stores) {  // the epilogue: a thread per (column, row)
+                const int c = threadIdx.x / ROWS, m = threadIdx.x % ROWS;
+                const int first_warp = c / WARP_COLUMNS * split;  // the warps that summed column c's parts
+                for (int p = 0; p < split; p++) value += partial[first_warp + p][c % WARP_COLUMNS][m];
 #if GELU
-                    value = gelu(value);
+                value = gelu(value);
 #endif
 #if RESIDUAL
-                    value += residual[at];
+                value += residual_value;
 #endif
-                    out[at] = value;
-                }
+                out[at] = value;
             }
             __syncthreads();  // partial is rewritten by the next group
         }
@@ -247,8 +327,8 @@ def fused_kernel(layernorm: bool, gelu: bool, residual: bool, tuning: dict | Non
     tries others)."""
     tuning = tuning or (LAYERNORM_TUNING if layernorm else RESIDUAL_TUNING)
     return CudaKernel(FUSED_GEMV_SOURCE, "fused_gemv_kernel",
-                      defines=dict(THREADS=THREADS, ROWS=ROWS, WARP_COLUMNS=1, **tuning, LAYERNORM=int(layernorm),
-                                   GELU=int(gelu), RESIDUAL=int(residual)))
+                      defines=dict(THREADS=THREADS, ROWS=ROWS, WARP_COLUMNS=1, TWO_COLUMN_ROWS=TWO_COLUMN_ROWS,
+                                   **tuning, LAYERNORM=int(layernorm), GELU=int(gelu), RESIDUAL=int(residual)))
 
 
 layernorm_matmul_kernel = fused_kernel(layernorm=True, gelu=False, residual=False)
