@@ -42,7 +42,7 @@ import numpy as np
 from kernel_runtime import CudaKernel, KernelArgumentError, check_array
 from kernels.sampling import ROW_REDUCTIONS
 
-BEAM_THREADS = 256    # beam_candidates: one block per beam
+BEAM_THREADS = 1024   # beam_candidates: one block per beam, its passes over the row a quarter as long as at 256
 MAX_BEAMS = 16        # per prompt: each thread of beam_candidates keeps 2 * MAX_BEAMS candidates at most
 EARLY_STOPPING = {False: 0, True: 1, "never": 2}
 
@@ -65,22 +65,22 @@ extern "C" __global__ void beam_candidates_kernel(float* candidate_scores, int* 
     float largest; int unused;
     row_best(x, V, 1.0f, largest, unused, best_scores, best_indices);
     double local = 0.0;
-    for (int j = threadIdx.x; j < V; j += blockDim.x) local += expf(x[j] - largest);
+    for_each_in_row(x, V, [&](int j, float value) { local += expf(value - largest); });
     float log_sum = logf((float)block_sum(local, partial));
     float beam_score = beam_scores[row];
 
     float own_scores[MAX_CANDIDATES];
     int own_tokens[MAX_CANDIDATES];
     for (int c = 0; c < count; c++) { own_scores[c] = MINUS_INFINITY; own_tokens[c] = NO_INDEX; }
-    for (int j = threadIdx.x; j < V; j += blockDim.x) {
-        float score = ((x[j] - largest) - log_sum) + beam_score;  // the host's order of float32 operations
-        if (!before(score, j, own_scores[count - 1], own_tokens[count - 1])) continue;
+    for_each_in_row(x, V, [&](int j, float value) {
+        float score = ((value - largest) - log_sum) + beam_score;  // the host's order of float32 operations
+        if (!before(score, j, own_scores[count - 1], own_tokens[count - 1])) return;
         int at = count - 1;
         for (; at > 0 && before(score, j, own_scores[at - 1], own_tokens[at - 1]); at--) {
             own_scores[at] = own_scores[at - 1]; own_tokens[at] = own_tokens[at - 1];
         }
         own_scores[at] = score; own_tokens[at] = j;
-    }
+    });
     int head = 0;  // the lane's next candidate; lists are sorted, so each round takes the best head
     for (int r = 0; r < count; r++) {
         float score = head < count ? own_scores[head] : MINUS_INFINITY;

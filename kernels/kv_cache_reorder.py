@@ -10,14 +10,18 @@ The usual answer is a scratch copy of the cache (a whole layer's keys and values
     kv_cache_reorder_forward(k_cache, v_cache, rows, lengths, done, B, NH, max_T, HS, group)
 
 The rows come in groups of `group` consecutive rows (a prompt's K beams), and a
-row's parent is in its own group. Each thread owns one element (head, position,
-dimension) of one group: it first reads that element from every parent the group
-needs, into registers, and only then writes the rows whose parent is another row.
-No other thread touches that element of those rows, so nothing is read after it is
+row's parent is in its own group. Each block owns a run of elements (positions and
+dimensions of one head) of one group, in every row of the group: a thread per
+(row, element) reads the element from the row's parent into a register, the block
+meets at a barrier, and only then do the threads write the rows whose parent is
+another row. No other block touches those elements, so nothing is read after it is
 overwritten, and one launch does a layer's keys and values with no scratch at all.
+A thread holds PER_THREAD elements at a time, all read before the barrier, so that
+several loads are in flight; the block is compiled for the group rounded up to a
+power of two (GROUP), its threads split between GROUP rows.
 
-Consecutive threads take consecutive elements of a head's positions, so every read
-and write is coalesced; float4s when HS is a multiple of 4. Only the filled
+Consecutive threads take consecutive elements of a row, so every read and write is
+coalesced; float4s when HS is a multiple of 4. Only the filled
 positions are copied, those below the row's length (lengths[b], read from the
 device, as the decode kernels read it), so a step's copy grows with the sequence
 instead of costing the whole cache. Rows whose parent is themselves are not
@@ -29,37 +33,47 @@ grid (B / group * NH, 2, positions / COPY_POSITIONS): blockIdx.y is the k or the
 cache, blockIdx.z a run of COPY_POSITIONS positions; caches (B, NH, max_T, HS).
 """
 
+import functools
+
 import numpy as np
 
 from kernel_runtime import CudaKernel, KernelArgumentError, ceil_div, check_array, check_dims
 
 COPY_THREADS = 256
 COPY_POSITIONS = 16
-MAX_GROUP = 16  # registers a thread holds: one element of each row of its group
+MAX_GROUP = 16  # most rows a group: a block's threads are split between them
+PER_THREAD = 4  # elements a thread reads before the block's barrier, all in flight
 
 REORDER_SOURCE = r"""
+// The block's run (`count` elements from `first` of each row of the group, head h): thread (g, e) moves elements
+// e, e + elements, ... of row g when its parent is another row. parent_of and filled_of (shared): each row's
+// parent and filled positions, GROUP entries.
 template <typename Element>
-__device__ void reorder_elements(Element* cache, const int* rows, const int* lengths, int group0, int group, int NH,
-                                 int h, int max_T, int row_elements, int first, int count, int per_position) {
-    Element held[MAX_GROUP];
-    for (int i = first + threadIdx.x; i < first + count; i += blockDim.x) {
-        int position = i / per_position;
+__device__ void reorder_elements(Element* cache, const int* parent_of, const int* filled_of, int group0, int group,
+                                 int NH, int h, int row_elements, int first, int count, int per_position) {
+    const int elements = blockDim.x / GROUP, g = threadIdx.x / elements, e = threadIdx.x % elements;
+    const int b = group0 + g, parent = parent_of[g];
+    const bool moves = g < group && parent != b, inside = parent >= group0 && parent < group0 + group;
+    const Element* from = cache + ((long long)(inside ? parent : b) * NH + h) * row_elements;
+    Element* to = cache + ((long long)b * NH + h) * row_elements;
+    for (int i0 = first; i0 < first + count; i0 += PER_THREAD * elements) {  // the same trips for every thread
+        Element held[PER_THREAD];
+        bool copies[PER_THREAD];
 #pragma unroll
-        for (int g = 0; g < MAX_GROUP; g++) {
-            int b = group0 + g, parent = g < group ? rows[b] : b;
-            if (g < group && parent != b && parent >= group0 && parent < group0 + group
-                && position < min(lengths[b], max_T))
-                held[g] = cache[((long long)parent * NH + h) * row_elements + i];
+        for (int j = 0; j < PER_THREAD; j++) {
+            const int i = i0 + j * elements + e;
+            copies[j] = moves && i < first + count && i / per_position < filled_of[g];
+            if (copies[j] && inside) held[j] = from[i];
         }
+        __syncthreads();  // every read of these elements is done before any of them is written
 #pragma unroll
-        for (int g = 0; g < MAX_GROUP; g++) {
-            int b = group0 + g, parent = g < group ? rows[b] : b;
-            if (g >= group || parent == b || position >= min(lengths[b], max_T)) continue;
-            Element* to = &cache[((long long)b * NH + h) * row_elements + i];
-            if (parent >= group0 && parent < group0 + group) {
-                *to = held[g];
+        for (int j = 0; j < PER_THREAD; j++) {
+            if (!copies[j]) continue;
+            Element* at = to + i0 + j * elements + e;
+            if (inside) {
+                *at = held[j];
             } else {
-                float* nan = (float*)to;
+                float* nan = (float*)at;
                 for (int f = 0; f < (int)(sizeof(Element) / sizeof(float)); f++) nan[f] = __int_as_float(0x7fffffff);
             }
         }
@@ -69,27 +83,42 @@ __device__ void reorder_elements(Element* cache, const int* rows, const int* len
 extern "C" __global__ void kv_cache_reorder_kernel(float* k_cache, float* v_cache, const int* rows,
                                                    const int* lengths, const int* done, int NH, int max_T, int HS,
                                                    int group) {
+    __shared__ int parent_of[GROUP], filled_of[GROUP];  // read once a block; past the group, a row is its own parent
     if (*done) return;
     int group0 = blockIdx.x / NH * group, h = blockIdx.x % NH;
+    if (threadIdx.x < GROUP) {
+        int g = threadIdx.x;
+        parent_of[g] = g < group ? rows[group0 + g] : group0 + g;
+        filled_of[g] = g < group ? min(lengths[group0 + g], max_T) : 0;
+    }
+    __syncthreads();
+    int filled = 0;  // the longest filled row that moves: past it, nothing to copy
+    for (int g = 0; g < group; g++) if (parent_of[g] != group0 + g) filled = max(filled, filled_of[g]);
     int first_position = blockIdx.z * COPY_POSITIONS;
-    int filled = 0;  // the longest filled row of the group: past it, nothing to copy
-    for (int g = 0; g < group; g++) filled = max(filled, min(lengths[group0 + g], max_T));
     if (first_position >= filled) return;
     int positions = min(filled, first_position + COPY_POSITIONS) - first_position;
     float* cache = blockIdx.y ? v_cache : k_cache;
     if (HS % 4 == 0) {  // rows start 16-byte aligned: float4s
         int per_position = HS / 4;
-        reorder_elements((float4*)cache, rows, lengths, group0, group, NH, h, max_T, max_T * per_position,
+        reorder_elements((float4*)cache, parent_of, filled_of, group0, group, NH, h, max_T * per_position,
                          first_position * per_position, positions * per_position, per_position);
     } else {
-        reorder_elements(cache, rows, lengths, group0, group, NH, h, max_T, max_T * HS, first_position * HS,
+        reorder_elements(cache, parent_of, filled_of, group0, group, NH, h, max_T * HS, first_position * HS,
                          positions * HS, HS);
     }
 }
 """
 
 kv_cache_reorder_kernel = CudaKernel(REORDER_SOURCE, "kv_cache_reorder_kernel",
-                                     defines=dict(COPY_POSITIONS=COPY_POSITIONS, MAX_GROUP=MAX_GROUP))
+                                     defines=dict(COPY_POSITIONS=COPY_POSITIONS, GROUP=MAX_GROUP,
+                                                  PER_THREAD=PER_THREAD))
+
+
+@functools.cache
+def _for_group(kernel: CudaKernel, group: int) -> CudaKernel:
+    """`kernel` compiled for groups of `group` rows rounded up to a power of two, its threads split between them:
+    sized for 16 rows but given 5, it would leave 11 of every 16 threads idle."""
+    return kernel.with_defines(GROUP=min(MAX_GROUP, 1 << (group - 1).bit_length()))
 
 
 def kv_cache_reorder_forward(k_cache, v_cache, rows, lengths, done, B, NH, max_T, HS, group):
@@ -109,5 +138,5 @@ def kv_cache_reorder_forward(k_cache, v_cache, rows, lengths, done, B, NH, max_T
 def launch(kernel, k_cache, v_cache, rows, lengths, done, B, NH, max_T, HS, group):
     """`kernel` (kv_cache_reorder_kernel, or one with its parameters) over both caches of a layer."""
     grid = (B // group * NH, 2, ceil_div(max_T, COPY_POSITIONS))
-    kernel(grid, (COPY_THREADS,), (k_cache, v_cache, rows, lengths, done, np.int32(NH), np.int32(max_T),
-                                   np.int32(HS), np.int32(group)))
+    _for_group(kernel, group)(grid, (COPY_THREADS,), (k_cache, v_cache, rows, lengths, done, np.int32(NH),
+                                                      np.int32(max_T), np.int32(HS), np.int32(group)))

@@ -29,8 +29,9 @@ number, and the token picked is the first, in id order, whose running kept mass
 passes u * (kept mass) / 2^64. seed is a device array (one uint64), so a captured
 graph keeps its launch when the seed changes.
 
-One block of 1024 threads per row: every pass over the row is a strided loop and a
-block reduction (warp shuffles, then one value per warp in shared memory).
+One block of 1024 threads per row: every pass over the row is a strided loop, each
+thread's next ROW_LOADS elements loaded before it uses any, and a block reduction
+(warp shuffles, then one value per warp in shared memory).
 """
 
 import numpy as np
@@ -41,6 +42,7 @@ THREADS = 1024  # one block per row
 
 # The block-wide reductions choosing needs, shared with kernels/beam_search.py.
 ROW_REDUCTIONS = r"""
+#define ROW_LOADS 8  // a thread's loads in flight on a pass over a row
 #define FULL_MASK 0xffffffffu
 #define MINUS_INFINITY __int_as_float(0xff800000)
 #define NO_INDEX 0x7fffffff
@@ -68,14 +70,32 @@ __device__ void block_best(float& score, int& index, float* scores, int* indices
     __syncthreads();
 }
 
+// f(j, x[j]) for the thread's elements of a row of V (j = threadIdx.x, then blockDim.x on), in that order, with
+// ROW_LOADS of them loaded before any is used: a pass then waits for memory a ROW_LOADS-th as often.
+template <typename Use> __device__ void for_each_in_row(const float* x, int V, Use f) {
+    for (int j0 = threadIdx.x; j0 < V; j0 += ROW_LOADS * blockDim.x) {
+        float held[ROW_LOADS];
+#pragma unroll
+        for (int u = 0; u < ROW_LOADS; u++) {
+            int j = j0 + u * blockDim.x;
+            held[u] = j < V ? x[j] : 0.0f;
+        }
+#pragma unroll
+        for (int u = 0; u < ROW_LOADS; u++) {
+            int j = j0 + u * blockDim.x;
+            if (j < V) f(j, held[u]);
+        }
+    }
+}
+
 // The largest x[j] / divisor of a row of V and its index (the lowest on ties), in every thread.
 __device__ void row_best(const float* x, int V, float divisor, float& score, int& index, float* scores,
                          int* indices) {
     score = MINUS_INFINITY; index = NO_INDEX;
-    for (int j = threadIdx.x; j < V; j += blockDim.x) {
-        float z = x[j] / divisor;  // / 1.0f is exact: the plain row
+    for_each_in_row(x, V, [&](int j, float value) {
+        float z = value / divisor;  // / 1.0f is exact: the plain row
         if (before(z, j, score, index)) { score = z; index = j; }
-    }
+    });
     block_best(score, index, scores, indices);
 }
 

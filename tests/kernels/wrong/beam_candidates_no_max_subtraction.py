@@ -7,8 +7,8 @@ from tests.kernels.wrong import mutate
 
 FUNCTION = "beam_candidates_forward"
 
-source = mutate(beam_search.BEAM_SOURCE, "expf(x[j] - largest)", "expf(x[j])")
-kernel = CudaKernel(mutate(source, "((x[j] - largest) - log_sum)", "(x[j] - log_sum)"), "beam_candidates_kernel",
+source = mutate(beam_search.BEAM_SOURCE, "expf(value - largest)", "expf(value)")
+kernel = CudaKernel(mutate(source, "((value - largest) - log_sum)", "(value - log_sum)"), "beam_candidates_kernel",
                     defines=beam_search.DEFINES)
 
 

@@ -1,5 +1,6 @@
-"""Cache reordering in place without holding the parents first: a row copies its parent as the parent is
-now, after an earlier row of the group may have overwritten it (two beams trading rows both end as one)."""
+"""Cache reordering in place without holding the parents first: each element is copied row by row, a row
+from its parent as the parent is now, after an earlier row of the group may have overwritten it (two beams
+trading rows both end as one)."""
 
 from kernel_runtime import CudaKernel
 from kernels import kv_cache_reorder
@@ -7,9 +8,26 @@ from tests.kernels.wrong import mutate
 
 FUNCTION = "kv_cache_reorder_forward"
 
-kernel = CudaKernel(mutate(kv_cache_reorder.REORDER_SOURCE, "*to = held[g];",
-                           "*to = cache[((long long)parent * NH + h) * row_elements + i];"),
-                    "kv_cache_reorder_kernel", defines=kv_cache_reorder.kv_cache_reorder_kernel.defines)
+ROW_BY_ROW = r"""template <typename Element>
+__device__ void reorder_elements(Element* cache, const int* parent_of, const int* filled_of, int group0, int group,
+                                 int NH, int h, int row_elements, int first, int count, int per_position) {
+    for (int i = first + threadIdx.x; i < first + count; i += blockDim.x) {
+        for (int g = 0; g < group; g++) {
+            int b = group0 + g, parent = parent_of[g];
+            if (parent != b && i / per_position < filled_of[g]) {
+                const Element value = cache[((long long)parent * NH + h) * row_elements + i];
+                cache[((long long)b * NH + h) * row_elements + i] = value;
+            }
+        }
+    }
+}
+
+"""
+
+solution = kv_cache_reorder.REORDER_SOURCE
+held_first = solution[solution.index("template <typename Element>"):solution.index('extern "C"')]
+kernel = CudaKernel(mutate(solution, held_first, ROW_BY_ROW), "kv_cache_reorder_kernel",
+                    defines=kv_cache_reorder.kv_cache_reorder_kernel.defines)
 
 
 def kv_cache_reorder_forward(k_cache, v_cache, rows, lengths, done, B, NH, max_T, HS, group):
