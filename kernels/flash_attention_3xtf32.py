@@ -54,6 +54,7 @@ import numpy as np
 
 from kernel_runtime import CudaKernel, ceil_div
 from kernels.flash_attention import check_attention_arguments
+from kernels.matmul_tf32 import TF32_HELPERS
 
 QUERY_ROWS = 64   # queries per block: 16 per warp
 KEY_TILE = 64     # keys (and values) per shared-memory tile
@@ -61,7 +62,7 @@ CHUNK = 64        # head dims per shared-memory tile, and per block of the outpu
 THREADS = 128     # 4 warps
 GROUP = 4         # mmas on independent accumulators issued together, pass by pass
 
-FLASH_ATTENTION_3XTF32_SOURCE = r"""
+FLASH_ATTENTION_3XTF32_SOURCE = TF32_HELPERS + r"""
 #define NEG_INFINITY __int_as_float(0xff800000)
 #define LN2 0.6931471805599453f
 #define K_ROW (CHUNK + 16)        // a shared row of keys: 16-byte fragment loads of 8 lanes hit 32 banks
@@ -71,12 +72,6 @@ FLASH_ATTENTION_3XTF32_SOURCE = r"""
 #define DIM_TILES (CHUNK / 8)     // n-tiles of a chunk of O
 static_assert(QUERY_ROWS == 16 * (THREADS / 32) && CHUNK % 16 == 0 && KEY_TILE % (8 * GROUP) == 0 &&
               CHUNK % (8 * GROUP) == 0, "a warp owns 16 queries; dims in pairs of k-steps");
-
-// x rounded to TF32, to nearest with ties away from zero (cvt.rna.tf32.f32's rounding, in two integer operations
-// where that instruction takes four)
-__device__ __forceinline__ unsigned to_tf32(float x) {
-    return (__float_as_uint(x) + 0x1000u) & 0xffffe000u;  // half an ulp of TF32 added, the 13 bits below dropped
-}
 
 // x as its TF32 high part, and what that leaves (exact in float32) as its TF32 low part. The low part's 13 bits
 // below TF32 are left for the tensor core to drop (it truncates an operand): with half an ulp added first, that
@@ -118,11 +113,6 @@ __device__ __forceinline__ void copy_async(float* dst, const float* src, bool va
     } else {
         asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" :: "r"(to), "l"(src), "r"(size) : "memory");
     }
-}
-__device__ __forceinline__ void copy_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-// Wait until at most `pending` of this thread's committed groups are still in flight.
-template <int pending> __device__ __forceinline__ void copy_async_wait() {
-    asm volatile("cp.async.wait_group %0;" :: "n"(pending) : "memory");
 }
 
 // Start copying dims d0 .. d0 + CHUNK - 1 of rows k0 .. k0 + KEY_TILE - 1 of a head's keys or values (`column`)

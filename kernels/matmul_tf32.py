@@ -78,7 +78,22 @@ BLOCKS_PER_SM = 1  # split K until the blocks fill every multiprocessor once: tw
                    # measured slower at T = 64-256, the extra splits' atomic adds costing more than they hide
 MIN_SLICES = 4     # of TILE_K each, that a split of K walks at least: its pipeline fills
 
-MATMUL_TF32_SOURCE = r"""
+# TF32 rounding and the bookkeeping of cp.async's groups, shared with flash_attention_3xtf32.py
+TF32_HELPERS = r"""
+// x rounded to TF32, to nearest with ties away from zero (cvt.rna.tf32.f32's rounding, in two integer operations
+// where that instruction takes four)
+__device__ __forceinline__ unsigned to_tf32(float x) {
+    return (__float_as_uint(x) + 0x1000u) & 0xffffe000u;  // half an ulp of TF32 added, the 13 bits below dropped
+}
+
+__device__ __forceinline__ void copy_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+// Wait until at most `pending` of this thread's committed groups are still in flight.
+template <int pending> __device__ __forceinline__ void copy_async_wait() {
+    asm volatile("cp.async.wait_group %0;" :: "n"(pending) : "memory");
+}
+"""
+
+MATMUL_TF32_SOURCE = TF32_HELPERS + r"""
 #define WARPS_N (TILE_N / WARP_N)
 #define M_TILES (WARP_M / 16)           // mma tiles per warp, down
 #define N_TILES (WARP_N / 8)            // and across
@@ -86,12 +101,6 @@ MATMUL_TF32_SOURCE = r"""
 #define ROWS_PER_LINE (32 / TILE_K)     // shared rows per 128-byte line of the 32 banks
 #define A_COPIES (TILE_M * CHUNKS / THREADS)  // 16-byte copies per thread per slice, inp
 #define B_COPIES (TILE_N * CHUNKS / THREADS)  // and weight
-
-// x rounded to TF32, to nearest with ties away from zero (cvt.rna.tf32.f32's rounding, in two integer operations
-// where that instruction takes four)
-__device__ __forceinline__ unsigned to_tf32(float x) {
-    return (__float_as_uint(x) + 0x1000u) & 0xffffe000u;  // half an ulp of TF32 added, the 13 bits below dropped
-}
 
 // What TF32 rounding leaves of a raw float (exact in float32), rounded to TF32: x's low part. Its 13 bits below
 // TF32 are left for the tensor core to drop (it truncates an operand): with half an ulp added first, that is
@@ -110,11 +119,6 @@ __device__ __forceinline__ void copy_async16(unsigned dst, const float* src, int
 __device__ __forceinline__ void copy_async4(unsigned dst, const float* src, int src_bytes) {
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;"
                  :: "r"(dst), "l"(src), "r"(src_bytes) : "memory");
-}
-__device__ __forceinline__ void copy_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-// Wait until at most `pending` of this thread's committed groups are still in flight.
-template <int pending> __device__ __forceinline__ void copy_async_wait() {
-    asm volatile("cp.async.wait_group %0;" :: "n"(pending) : "memory");
 }
 
 // d += a (16 x 8, row) * b (8 x 8, col), inputs TF32, accumulators float32
