@@ -14,10 +14,14 @@ from reference.specs.matmul import flops, rounding_error
 LAYERNORM_EPS = 1e-5  # layernorm_forward's
 
 # The decode step's shapes: rows up to a batch of 32, chunks of the kernel's 8 rows and beyond,
-# C not a multiple of the float4 width, a row too wide for 8 rows of shared memory (C=1600).
+# C not a multiple of the float4 width, a row too wide for 8 rows of shared memory (C=1600). The
+# kernel is compiled for the batch rounded up to 1, 2, 4 or 8 rows, with a float4 prologue from 4:
+# beam 5's rows and a chunk of 4 with 3 rows in it are cases of their own.
 CASES = (
     dict(B=1, T=1, C=768, OC=2304),
     dict(B=8, T=1, C=768, OC=3072),
+    dict(B=5, T=1, C=768, OC=2304),
+    dict(B=3, T=1, C=132, OC=70),
     dict(B=3, T=3, C=37, OC=45),
     dict(B=1, T=13, C=130, OC=257, variant="no-bias"),
     dict(B=2, T=5, C=64, OC=96),

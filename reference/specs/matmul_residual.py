@@ -10,9 +10,14 @@ from reference.numerics import U
 from reference.spec import Arguments, Spec, normal
 from reference.specs.matmul import flops, rounding_error
 
+# The decode step's shapes, at each of the row counts the kernel is compiled for (1, 2, 4 and 8: the
+# batch rounded up) and at beam 5's, odd sizes, chunks of rows beyond 8, extreme values.
 CASES = (
     dict(B=1, T=1, C=768, OC=768),
     dict(B=1, T=1, C=3072, OC=768),
+    dict(B=2, T=1, C=768, OC=768),
+    dict(B=3, T=1, C=100, OC=37),
+    dict(B=5, T=1, C=3072, OC=768),
     dict(B=8, T=1, C=3072, OC=768),
     dict(B=3, T=3, C=37, OC=45),
     dict(B=1, T=13, C=130, OC=257, variant="no-bias"),
