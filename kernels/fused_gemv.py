@@ -191,6 +191,12 @@ fused_gemv_kernel(float* out, const float* inp, const float* ln_weight, const fl
     const int column_in = warp / split * WARP_COLUMNS, part = warp % split;  // the warp's first column
     // float4 loads when every row starts 16-byte aligned (shared rows do when K % 4 == 0)
     const bool vector = K % 4 == 0 && (size_t)weight % 16 == 0 && (LAYERNORM || (size_t)inp % 16 == 0);
+#if LAYERNORM
+    // From TWO_COLUMN_ROWS rows a chunk the prologue is float4s when it can be (2% off the B=8 step); with fewer,
+    // the registers that takes beside the preloaded weights would spill.
+    const bool vector_rows = ROWS >= TWO_COLUMN_ROWS && K % 4 == 0
+                             && ((size_t)inp | (size_t)ln_weight | (size_t)ln_bias) % 16 == 0;
+#endif
     const int stride = 128 * split;                      // floats between one lane's float4s of a row
     const int first_k = 4 * (part * 32 + lane);
 
@@ -225,10 +231,6 @@ fused_gemv_kernel(float* out, const float* inp, const float* ln_weight, const fl
         const int rows = min(rows_per_chunk, M - m0);
 #if LAYERNORM
         __syncthreads();  // the previous chunk's rows are read no more
-        // From TWO_COLUMN_ROWS rows a chunk the prologue is float4s when it can be (2% off the B=8 step); with
-        // fewer, the registers that takes beside the preloaded weights would spill.
-        const bool vector_rows = ROWS >= TWO_COLUMN_ROWS && K % 4 == 0
-                                 && ((size_t)inp | (size_t)ln_weight | (size_t)ln_bias) % 16 == 0;
         for (int r = warp; r < rows; r += WARPS) {
             float* held = normalised + r * K;
             const float* row = inp + (long long)(m0 + r) * K;
