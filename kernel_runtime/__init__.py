@@ -23,7 +23,7 @@ A kernel module imports what it needs from here, and nothing else of the kit:
 Nothing here imports kernels/, reference/, gpt2/ or grading/: they stand on it.
 """
 
-from kernel_runtime.arguments import ceil_div, check_array, check_dims, check_rows
+from kernel_runtime.arguments import ceil_div, check_array, check_dims, check_rows, power_of_two_at_least
 from kernel_runtime.compiler import CudaKernel
 from kernel_runtime.device import gpu_unavailable_reason, multiprocessor_count, require_gpu
 from kernel_runtime.errors import (GPUUnavailableError, KernelArgumentError, KernelCompileError, KernelLoadError,
@@ -32,5 +32,5 @@ from kernel_runtime.errors import (GPUUnavailableError, KernelArgumentError, Ker
 __all__ = [
     "CudaKernel", "GPUUnavailableError", "KernelArgumentError", "KernelCompileError", "KernelLoadError", "KitError",
     "ceil_div", "check_array", "check_dims", "check_rows", "gpu_unavailable_reason", "multiprocessor_count",
-    "require_gpu",
+    "power_of_two_at_least", "require_gpu",
 ]

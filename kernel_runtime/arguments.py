@@ -46,3 +46,8 @@ def check_dims(function: str, **dims: int) -> None:
 
 def ceil_div(a: int, b: int) -> int:
     return -(-a // b)
+
+
+def power_of_two_at_least(n: int) -> int:
+    """The least power of two >= n (n >= 1): the sizes a kernel compiled per launch is compiled for."""
+    return 1 << (n - 1).bit_length()

@@ -41,7 +41,7 @@ import math
 import numpy as np
 
 from kernel_runtime import (CudaKernel, KernelArgumentError, ceil_div, check_array, check_dims, check_rows,
-                            multiprocessor_count)
+                            multiprocessor_count, power_of_two_at_least)
 
 MAX_THREADS = 1024  # per decode_attention block
 
@@ -226,7 +226,7 @@ def decode_attention_forward(out, qkv, k_cache, v_cache, lengths, B, C, NH, max_
     vector = HS % 4 == 0 and all(array.data.ptr % 16 == 0 for array in (k_cache, v_cache, qkv))
     units = HS // 4 if vector else HS  # per row
     threads = _threads_per_head(B * NH)
-    key_threads = min(32, 1 << max(0, ceil_div(units, 4) - 1).bit_length())  # at most 4 loads each
+    key_threads = min(32, power_of_two_at_least(ceil_div(units, 4)))  # at most 4 loads each
     groups = 1 << (threads // units).bit_length() - 1 if units <= threads else 1  # a power of two
     decode_attention_kernel((B, NH), (threads,),
                             (out, qkv, k_cache, v_cache, lengths, np.int32(C), np.int32(NH), np.int32(max_T),

@@ -60,7 +60,8 @@ import functools
 
 import numpy as np
 
-from kernel_runtime import CudaKernel, KernelArgumentError, ceil_div, check_array, check_dims, multiprocessor_count
+from kernel_runtime import (CudaKernel, KernelArgumentError, ceil_div, check_array, check_dims, multiprocessor_count,
+                            power_of_two_at_least)
 
 THREADS = 256              # 8 warps per block
 ROWS = 8                   # most rows per chunk: each thread keeps a chunk's accumulators
@@ -368,7 +369,7 @@ def launch_fused(kernel, function, out, inp, ln_weight, ln_bias, weight, bias, r
     check_array(function, "weight", weight, OC * C)
     if bias is not None:
         check_array(function, "bias", bias, OC)
-    chunk = min(ROWS, 1 << (M - 1).bit_length())  # the batch up to a power of two
+    chunk = min(ROWS, power_of_two_at_least(M))
     kernel = _with_rows(kernel, chunk)
     shared_bytes, rows_per_chunk = 0, chunk
     if kernel.defines["LAYERNORM"]:

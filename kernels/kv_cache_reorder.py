@@ -37,7 +37,7 @@ import functools
 
 import numpy as np
 
-from kernel_runtime import CudaKernel, KernelArgumentError, ceil_div, check_array, check_dims
+from kernel_runtime import CudaKernel, KernelArgumentError, ceil_div, check_array, check_dims, power_of_two_at_least
 
 COPY_THREADS = 256
 COPY_POSITIONS = 16
@@ -118,7 +118,7 @@ kv_cache_reorder_kernel = CudaKernel(REORDER_SOURCE, "kv_cache_reorder_kernel",
 def _for_group(kernel: CudaKernel, group: int) -> CudaKernel:
     """`kernel` compiled for groups of `group` rows rounded up to a power of two, its threads split between them:
     sized for 16 rows but given 5, it would leave 11 of every 16 threads idle."""
-    return kernel.with_defines(GROUP=min(MAX_GROUP, 1 << (group - 1).bit_length()))
+    return kernel.with_defines(GROUP=min(MAX_GROUP, power_of_two_at_least(group)))
 
 
 def kv_cache_reorder_forward(k_cache, v_cache, rows, lengths, done, B, NH, max_T, HS, group):

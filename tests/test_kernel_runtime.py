@@ -12,7 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from kernel_runtime import CudaKernel, KernelArgumentError, KernelCompileError, check_array, recording
+from kernel_runtime import (CudaKernel, KernelArgumentError, KernelCompileError, check_array, power_of_two_at_least,
+                            recording)
 from kernel_runtime.compiler import (SourceOrigin, compile_report, describe_compile_log, programs_in,
                                      parse_ptxas_log)
 from kernel_runtime.device import INSTALL_CUPY, cupy
@@ -113,6 +114,12 @@ def test_parse_ptxas_log():
 def test_kernel_name_must_be_in_its_source():
     with pytest.raises(KernelCompileError, match="'missing' is not defined"):
         CudaKernel('extern "C" __global__ void present() {}', "missing")
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 5, 7, 8, 9, 1000, 1024, 1025])
+def test_power_of_two_at_least(n):
+    power = power_of_two_at_least(n)
+    assert power >= n and power & (power - 1) == 0 and (power == 1 or power // 2 < n)
 
 
 def test_host_array_is_rejected_in_one_line():
