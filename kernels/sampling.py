@@ -29,9 +29,10 @@ number, and the token picked is the first, in id order, whose running kept mass
 passes u * (kept mass) / 2^64. seed is a device array (one uint64), so a captured
 graph keeps its launch when the seed changes.
 
-One block of 1024 threads per row: every pass over the row is a strided loop, each
-thread's next ROW_LOADS elements loaded before it uses any, and a block reduction
-(warp shuffles, then one value per warp in shared memory).
+One block of 1024 threads per row: every pass over the row is a strided loop and a
+block reduction (warp shuffles, then one value per warp in shared memory). The pass
+for the largest logit (row_best, shared with beam search) loads a thread's next
+ROW_LOADS elements before it uses any.
 """
 
 import numpy as np
