@@ -14,12 +14,18 @@ few steps, whether the search is over.
                         done, lengths, P, K, V, prompt_length, max_length, length_penalty, early_stopping,
                         end_of_text)
 
-* beam_candidates_forward: one block per beam (row of logits, stride apart, the first
-  V real). It computes log_softmax in the host's order of float32 operations,
-  ((x - max) - log(sum exp(x - max))) + beam score, and keeps the `count` best
-  (score, token), best first, lowest token on ties: each thread keeps a sorted list
-  of its own, the warps merge their lanes' lists, then the first warp merges the
-  warps'. `count` is 2K: at most K of the best end, so K always go on.
+* beam_candidates_forward: each beam's row of logits (stride apart, the first V real)
+  in chunks of at most CHUNK, a block each, so that a row's passes run on many SMs
+  (one block a beam took 117 us for GPT-2's five beams). It computes log_softmax in
+  the host's order of float32 operations, ((x - max) - log(sum exp(x - max))) + beam
+  score, and keeps the `count` best (score, token), best first, lowest token on ties.
+  Three launches: each chunk's max and sum of exp(x - its max) (in double); then, in
+  every chunk, the row's max and sum from those (each chunk's sum rescaled to the
+  row's max, the same numbers in the same order in every block, so equal logits
+  score equal) and the chunk's `count` best (each thread keeps a sorted list of its
+  own, the warps merge their lanes' lists, then the first warp merges the warps');
+  then a warp a row merges the chunks' lists. `count` is 2K: at most K of the best
+  end, so K always go on.
 * beam_update_forward: one thread runs the bookkeeping of all P prompts, exactly as
   generation.beam_search does it on the host (transformers' rules: length_penalty,
   early_stopping True, False or "never" as 1, 0, 2), in the same float32 operations
@@ -37,12 +43,15 @@ step's position. The scores of beams that must not go on are -1e9 (NEGATIVE), as
 on the host.
 """
 
+import functools
+
 import numpy as np
 
-from kernel_runtime import CudaKernel, KernelArgumentError, check_array
+from kernel_runtime import CudaKernel, KernelArgumentError, ceil_div, check_array
 from kernels.sampling import ROW_REDUCTIONS
 
-BEAM_THREADS = 1024   # beam_candidates: one block per beam, its passes over the row a quarter as long as at 256
+BEAM_THREADS = 256    # a block of beam_candidates' passes, one chunk of a beam's row
+CHUNK = 2048          # logits a chunk at most: ROW_LOADS (kernels/sampling.py) a thread, all loaded at once
 MAX_BEAMS = 16        # per prompt: each thread of beam_candidates keeps 2 * MAX_BEAMS candidates at most
 EARLY_STOPPING = {False: 0, True: 1, "never": 2}
 
@@ -50,29 +59,76 @@ BEAM_SOURCE = ROW_REDUCTIONS + r"""
 #define NEGATIVE (-1e9f)
 #define MAX_CANDIDATES (2 * MAX_BEAMS)
 
-// One block per beam: its `count` best log-probabilities plus the beam's score, best first.
-extern "C" __global__ void beam_candidates_kernel(float* candidate_scores, int* candidate_tokens, const float* logits,
-                                                  const float* beam_scores, const int* done, int V, int stride,
-                                                  int count) {
+// The best `count` of up to 32 sorted lists, best first (lowest token on ties): lane l's list is read through
+// entry(l, i, score, token), its i-th best; write(r, score, token) is called by lane 0 for the r-th best.
+template <typename Entry, typename Write>
+__device__ void merge_lists(int lists, int count, Entry entry, Write write) {
+    int lane = threadIdx.x % 32, head = 0;  // lists are sorted, so each round takes the best head
+    for (int r = 0; r < count; r++) {
+        float score = MINUS_INFINITY;
+        int token = NO_INDEX;
+        if (lane < lists && head < count) entry(lane, head, score, token);
+        int mine = token;
+        warp_best(score, token);
+        if (mine == token && token != NO_INDEX) head++;
+        if (lane == 0) write(r, score, token);
+    }
+}
+
+// A beam's row of V logits is split between `split` blocks (blockIdx.x); this block's chunk: [begin, end).
+__device__ void chunk_of_row(int V, int split, int& begin, int& end) {
+    int size = (V + split - 1) / split;
+    begin = min(V, blockIdx.x * size);
+    end = min(V, begin + size);
+}
+
+// First pass, grid (split, rows): each chunk's largest logit and the sum of expf(x - that largest), in double.
+extern "C" __global__ void beam_chunk_sums_kernel(float* chunk_max, double* chunk_sums, const float* logits,
+                                                  const int* done, int V, int stride, int split) {
     __shared__ float best_scores[32];
     __shared__ int best_indices[32];
     __shared__ double partial[32];
+    if (*done) return;
+    int row = blockIdx.y, begin, end;
+    chunk_of_row(V, split, begin, end);
+    const float* x = logits + (long long)row * stride + begin;
+    float largest; int unused;
+    row_best(x, end - begin, 1.0f, largest, unused, best_scores, best_indices);
+    double local = 0.0;
+    for_each_in_row(x, end - begin, [&](int j, float value) { local += expf(value - largest); });
+    double total = block_sum(local, partial);
+    if (threadIdx.x == 0) {
+        chunk_max[row * split + blockIdx.x] = largest;
+        chunk_sums[row * split + blockIdx.x] = total;
+    }
+}
+
+// Second pass, grid (split, rows): the row's largest logit and log of its sum of exponentials from the chunks' (the
+// same numbers, in the same order, in every block of the row, so equal logits score equal), then the chunk's
+// `count` best log-probabilities plus the beam's score, best first, to chunk_scores and chunk_tokens.
+extern "C" __global__ void beam_chunk_candidates_kernel(float* chunk_scores, int* chunk_tokens, const float* logits,
+                                                        const float* beam_scores, const float* chunk_max,
+                                                        const double* chunk_sums, const int* done, int V, int stride,
+                                                        int split, int count) {
     __shared__ float warp_scores[BEAM_THREADS / 32][MAX_CANDIDATES];
     __shared__ int warp_tokens[BEAM_THREADS / 32][MAX_CANDIDATES];
     if (*done) return;
-    int row = blockIdx.x, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const float* x = logits + (long long)row * stride;
-    float largest; int unused;
-    row_best(x, V, 1.0f, largest, unused, best_scores, best_indices);
-    double local = 0.0;
-    for_each_in_row(x, V, [&](int j, float value) { local += expf(value - largest); });
-    float log_sum = logf((float)block_sum(local, partial));
+    int row = blockIdx.y, warp = threadIdx.x / 32, begin, end;
+    chunk_of_row(V, split, begin, end);
+    const float* x = logits + (long long)row * stride + begin;
+    const float* maxima = chunk_max + row * split;
+    float largest = MINUS_INFINITY;
+    for (int c = 0; c < split; c++) largest = fmaxf(largest, maxima[c]);
+    double sum = 0.0;  // each chunk's sum rescaled from its own largest logit to the row's
+    for (int c = 0; c < split; c++) sum += chunk_sums[row * split + c] * exp((double)maxima[c] - (double)largest);
+    float log_sum = logf((float)sum);
     float beam_score = beam_scores[row];
 
     float own_scores[MAX_CANDIDATES];
     int own_tokens[MAX_CANDIDATES];
     for (int c = 0; c < count; c++) { own_scores[c] = MINUS_INFINITY; own_tokens[c] = NO_INDEX; }
-    for_each_in_row(x, V, [&](int j, float value) {
+    for_each_in_row(x, end - begin, [&](int i, float value) {
+        int j = begin + i;
         float score = ((value - largest) - log_sum) + beam_score;  // the host's order of float32 operations
         if (!before(score, j, own_scores[count - 1], own_tokens[count - 1])) return;
         int at = count - 1;
@@ -81,28 +137,33 @@ extern "C" __global__ void beam_candidates_kernel(float* candidate_scores, int* 
         }
         own_scores[at] = score; own_tokens[at] = j;
     });
-    int head = 0;  // the lane's next candidate; lists are sorted, so each round takes the best head
-    for (int r = 0; r < count; r++) {
-        float score = head < count ? own_scores[head] : MINUS_INFINITY;
-        int token = head < count ? own_tokens[head] : NO_INDEX;
-        int mine = token;
-        warp_best(score, token);
-        if (mine == token && token != NO_INDEX) head++;
-        if (lane == 0) { warp_scores[warp][r] = score; warp_tokens[warp][r] = token; }
-    }
+    merge_lists(32, count,  // the lanes' lists, each lane reading its own
+                [&](int lane, int i, float& score, int& token) { score = own_scores[i]; token = own_tokens[i]; },
+                [&](int r, float score, int token) { warp_scores[warp][r] = score; warp_tokens[warp][r] = token; });
     __syncthreads();
     if (warp == 0) {
-        head = 0;
-        for (int r = 0; r < count; r++) {
-            bool has = lane < blockDim.x / 32 && head < count;
-            float score = has ? warp_scores[lane][head] : MINUS_INFINITY;
-            int token = has ? warp_tokens[lane][head] : NO_INDEX;
-            int mine = token;
-            warp_best(score, token);
-            if (mine == token && token != NO_INDEX) head++;
-            if (lane == 0) { candidate_scores[row * count + r] = score; candidate_tokens[row * count + r] = token; }
-        }
+        int at = (row * split + blockIdx.x) * count;
+        merge_lists(blockDim.x / 32, count,
+                    [&](int w, int i, float& score, int& token) {
+                        score = warp_scores[w][i]; token = warp_tokens[w][i];
+                    },
+                    [&](int r, float score, int token) { chunk_scores[at + r] = score; chunk_tokens[at + r] = token; });
     }
+}
+
+// Last, a warp per row: the best `count` of the row's chunks' lists.
+extern "C" __global__ void beam_merge_kernel(float* candidate_scores, int* candidate_tokens, const float* chunk_scores,
+                                             const int* chunk_tokens, const int* done, int split, int count) {
+    if (*done) return;
+    int row = blockIdx.x;
+    merge_lists(split, count,
+                [&](int c, int i, float& score, int& token) {
+                    int at = (row * split + c) * count + i;
+                    score = chunk_scores[at]; token = chunk_tokens[at];
+                },
+                [&](int r, float score, int token) {
+                    candidate_scores[row * count + r] = score; candidate_tokens[row * count + r] = token;
+                });
 }
 
 // Beam search's step for all P prompts of K beams (one thread), after beam_candidates.
@@ -204,8 +265,24 @@ extern "C" __global__ void beam_update_kernel(const float* candidate_scores, con
 """
 
 DEFINES = dict(MAX_BEAMS=MAX_BEAMS, BEAM_THREADS=BEAM_THREADS)
-beam_candidates_kernel = CudaKernel(BEAM_SOURCE, "beam_candidates_kernel", defines=DEFINES)
 beam_update_kernel = CudaKernel(BEAM_SOURCE, "beam_update_kernel", defines=DEFINES)
+
+
+@functools.cache
+def candidate_kernels(source: str = BEAM_SOURCE) -> tuple[CudaKernel, CudaKernel, CudaKernel]:
+    """beam_candidates_forward's three kernels (chunk sums, chunk candidates, merge), compiled from `source`."""
+    return tuple(CudaKernel(source, name, defines=DEFINES)
+                 for name in ("beam_chunk_sums_kernel", "beam_chunk_candidates_kernel", "beam_merge_kernel"))
+
+
+@functools.cache
+def _chunk_scratch(device: int, rows: int, split: int, count: int) -> tuple:
+    """The chunks' maxima, sums and lists for `rows` beams of `split` chunks, made once per shape and device (the
+    first call runs eagerly, before any CUDA graph captures the launches that use them)."""
+    import cupy
+
+    return (cupy.empty(rows * split, np.float32), cupy.empty(rows * split, np.float64),
+            cupy.empty(rows * split * count, np.float32), cupy.empty(rows * split * count, np.int32))
 
 
 def beam_candidates_forward(candidate_scores, candidate_tokens, logits, beam_scores, done, rows, V, stride, count):
@@ -218,14 +295,25 @@ def beam_candidates_forward(candidate_scores, candidate_tokens, logits, beam_sco
     if not 1 <= count <= 2 * MAX_BEAMS or count > V or V > stride:
         raise KernelArgumentError(f"beam_candidates_forward: count={count} must be in 1..{2 * MAX_BEAMS} and at "
                                   f"most V={V}, and V at most stride={stride}")
-    launch_candidates(beam_candidates_kernel, candidate_scores, candidate_tokens, logits, beam_scores, done, rows, V,
+    launch_candidates(candidate_kernels(), candidate_scores, candidate_tokens, logits, beam_scores, done, rows, V,
                       stride, count)
 
 
-def launch_candidates(kernel, candidate_scores, candidate_tokens, logits, beam_scores, done, rows, V, stride, count):
-    """`kernel` (beam_candidates_kernel, or one with its parameters): a block per beam."""
-    kernel((rows,), (BEAM_THREADS,), (candidate_scores, candidate_tokens, logits, beam_scores, done, np.int32(V),
-                                      np.int32(stride), np.int32(count)))
+def launch_candidates(kernels, candidate_scores, candidate_tokens, logits, beam_scores, done, rows, V, stride, count):
+    """`kernels` (candidate_kernels(), or those of another source): each beam's row in chunks of at most CHUNK
+    logits, a block each, at most 32 chunks (the merge's lanes). Its scratch is shared by calls of one shape: one
+    stream at a time."""
+    import cupy
+
+    sums, candidates, merge = kernels
+    split = min(32, ceil_div(V, CHUNK))
+    chunk_max, chunk_sums, chunk_scores, chunk_tokens = _chunk_scratch(cupy.cuda.Device().id, rows, split, count)
+    sizes = (np.int32(V), np.int32(stride), np.int32(split))
+    sums((split, rows), (BEAM_THREADS,), (chunk_max, chunk_sums, logits, done, *sizes))
+    candidates((split, rows), (BEAM_THREADS,), (chunk_scores, chunk_tokens, logits, beam_scores, chunk_max, chunk_sums,
+                                                done, *sizes, np.int32(count)))
+    merge((rows,), (32,), (candidate_scores, candidate_tokens, chunk_scores, chunk_tokens, done, np.int32(split),
+                           np.int32(count)))
 
 
 def beam_update_forward(candidate_scores, candidate_tokens, beam_scores, finished_scores, finished_step,
