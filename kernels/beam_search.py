@@ -300,9 +300,9 @@ def beam_candidates_forward(candidate_scores, candidate_tokens, logits, beam_sco
 
 
 def launch_candidates(kernels, candidate_scores, candidate_tokens, logits, beam_scores, done, rows, V, stride, count):
-    """`kernels` (candidate_kernels(), or those of another source): each beam's row in chunks of at most CHUNK
-    logits, a block each, at most 32 chunks (the merge's lanes). Its scratch is shared by calls of one shape: one
-    stream at a time."""
+    """`kernels` (candidate_kernels(), or those of another source): each beam's row in chunks of CHUNK logits, a
+    block each, or in 32 larger ones past 32 CHUNK (the merge has a lane a chunk). Its scratch is shared by calls of
+    one shape: one stream at a time."""
     import cupy
 
     sums, candidates, merge = kernels
