@@ -51,7 +51,7 @@ from kernel_runtime import CudaKernel, KernelArgumentError, ceil_div, check_arra
 from kernels.sampling import ROW_REDUCTIONS
 
 BEAM_THREADS = 256    # a block of beam_candidates' passes, one chunk of a beam's row
-CHUNK = 2048          # logits a chunk at most: ROW_LOADS (kernels/sampling.py) a thread, all loaded at once
+CHUNK = 2048          # logits a chunk (up to 32 chunks): ROW_LOADS (kernels/sampling.py) a thread, loaded at once
 MAX_BEAMS = 16        # per prompt: each thread of beam_candidates keeps 2 * MAX_BEAMS candidates at most
 EARLY_STOPPING = {False: 0, True: 1, "never": 2}
 
