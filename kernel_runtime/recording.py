@@ -80,11 +80,11 @@ class Recording:
         """Memory the call allocated: scratch, newest first when an address is found again."""
         self.add_buffer(address, nbytes)
 
-    def find(self, address: int) -> tapes.Pointer | None:
-        """The buffer holding `address` (the newest, where freed memory was allocated again), or None; an address
-        just past a buffer's end (an empty view there) counts only where no buffer holds it: the next buffer
-        may well start there."""
-        for past_the_end in (False, True):
+    def find(self, address: int, may_be_empty: bool = True) -> tapes.Pointer | None:
+        """The buffer holding `address` (the newest, where freed memory was allocated again), or None. Where the
+        memory there `may_be_empty` (an empty view, a raw pointer), an address just past a buffer's end counts
+        too, but only where no buffer holds it: the next buffer may well start there."""
+        for past_the_end in (False, True) if may_be_empty else (False,):
             for index in range(len(self._extents) - 1, -1, -1):
                 start, nbytes = self._extents[index]
                 if start <= address < start + nbytes or (past_the_end and address == start + nbytes):
@@ -93,8 +93,10 @@ class Recording:
 
     def pointer_to(self, array) -> tapes.Pointer:
         """Where a CuPy array's data lies; an array of memory the call neither got nor allocated (kept from an
-        earlier call, made at import) becomes scratch: the tape does not carry what it held."""
-        found = self.find(array.data.ptr)
+        earlier call, made at import) becomes scratch: the tape does not carry what it held. An array that is not
+        empty is never one past a buffer's end: a pool lays memory out end to end, and a kept array may well
+        begin where another buffer ends."""
+        found = self.find(array.data.ptr, may_be_empty=array.nbytes == 0)
         if found is None:
             memory = array.data.mem
             self.add_buffer(memory.ptr, memory.size)

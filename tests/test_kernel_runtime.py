@@ -269,6 +269,22 @@ def test_an_address_where_one_buffer_ends_and_the_next_begins_is_the_next_one_s(
     assert taping.find(2000) is None
 
 
+def test_kept_arrays_that_touch_are_each_a_buffer_of_their_own_memory():
+    """Arrays a call kept from before (a cache of scratch), laid end to end by the pool: the second is not the
+    first one's past-the-end, or a replay would put it outside the first's buffer."""
+    from kernel_runtime.tape import Buffer, Pointer
+
+    def kept(ptr, nbytes, memory_size):  # what a recording reads of a CuPy array: its address, size and memory
+        return types.SimpleNamespace(data=types.SimpleNamespace(ptr=ptr, mem=types.SimpleNamespace(
+            ptr=ptr, size=memory_size)), nbytes=nbytes)
+
+    taping = recording.Recording(frozenset(), {})
+    assert taping.pointer_to(kept(1000, 4, 512)) == Pointer(0, 0)
+    assert taping.pointer_to(kept(1512, 8, 512)) == Pointer(1, 0)
+    assert taping.pointer_to(kept(2024, 0, 512)) == Pointer(1, 512)  # an empty view there: nothing to read
+    assert taping.tape.buffers == [Buffer(512), Buffer(512)]
+
+
 def test_arrays_that_touch_are_each_a_buffer_and_an_in_place_one_is_one():
     class Array:  # what a recording reads of a CuPy array: its address and size
         def __init__(self, ptr, nbytes):

@@ -88,6 +88,25 @@ def test_memory_the_call_did_not_get_is_scratch_in_a_replay(cupy):
     assert np.isnan(fresh.get()).all()
 
 
+def test_kept_memory_laid_end_to_end_is_a_buffer_a_piece(cupy):
+    """Two arrays kept from before, the second's memory beginning where the first's ends (as a pool lays out small
+    allocations): each is a scratch buffer of its own, so a replay passes through both and gives its own input."""
+    copy = CudaKernel(SOURCE, "copy")
+    block = cupy.empty(1024, np.uint8)
+    first, second = (cupy.ndarray(4, np.float32, cupy.cuda.MemoryPointer(
+        cupy.cuda.UnownedMemory(block.data.ptr + offset, 512, block), 0)) for offset in (0, 512))
+    inp, out = cupy.arange(4, dtype=np.float32), cupy.full(4, -1, np.float32)
+    with recording.record(arguments=dict(out=out, inp=inp)) as taped:
+        for destination, source in ((first, inp), (second, first), (out, second)):
+            copy((1,), (32,), (destination, source, np.int32(4)))
+    tape = Tape.from_json(taped.tape.to_json())
+    assert [(b.name, b.nbytes) for b in tape.buffers] == [("out", 16), ("inp", 16), (None, 512), (None, 512)]
+    assert [step.args[0] for step in tape.steps] == [Pointer(2, 0), Pointer(3, 0), Pointer(0, 0)]
+    fresh = {"out": cupy.full(4, -1, np.float32), "inp": cupy.arange(10, 14, dtype=np.float32)}
+    replay(tape, fresh)
+    np.testing.assert_array_equal(fresh["out"].get(), np.arange(10, 14))
+
+
 def test_a_raw_pointer_into_no_buffer_of_the_call_is_refused(cupy):
     elsewhere = cupy.zeros(4, np.float32)  # never handed to the call, never allocated by it
     out = cupy.zeros(4, np.float32)
