@@ -113,6 +113,7 @@ def test_it_gets_its_test_cases_and_argument_checks(kit):
     collected = done.stdout.splitlines()
     for test in ("test_kernels.py::test_matches_numpy_reference[scale_forward-N129-",
                  "test_kernels.py::test_matches_gold[scale_forward-N100003-",
+                 "test_kernels.py::test_a_second_call_in_the_same_process_passes_too[scale_forward-N1-",
                  "test_arguments.py::test_bad_argument_is_named[scale_forward-float64]",
                  "test_compile.py::test_compiles_without_spills[scale-sm_90]"):
         assert any(test in line for line in collected), f"no {test} among the collected tests"
