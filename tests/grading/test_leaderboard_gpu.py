@@ -4,8 +4,10 @@ profile); a fast but wrong submission (a matmul that drops its bias) is stopped 
 gate; the cheats of tests/kernels/wrong/leaderboard/ lose their score (wrong after the
 gate, work on a side stream) or gain nothing (clocks slowed in the worker, results
 written by the submission). Over the course's table: the kit's milestone-1 and
-milestone-3 kernels score within 10% of grading/README.md's H200 numbers (on an H200)."""
+milestone-3 kernels score within 10% of grading/README.md's H200 numbers (on an H200, in a
+pytest run of one process: other processes on the GPU would slow them)."""
 
+import os
 import shutil
 from pathlib import Path
 
@@ -84,6 +86,9 @@ def test_a_submission_s_own_clocks_and_files_do_not_count(tmp_path, cheat):
 
 @pytest.mark.parametrize("variants", list(README_H200_SCORES), ids=["milestone1", "milestone3"])
 def test_the_kits_kernels_score_as_the_readme_says(tmp_path, variants):
+    if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
+        pytest.skip("a score measured while other pytest processes share the GPU is not the README's: run "
+                    "this test without -n")
     result = rank(submission(tmp_path / "kit"), leaderboard.TABLE_FILE, variants)
     assert result.score is not None, result.reason
     import cupy
