@@ -15,8 +15,9 @@ few steps, whether the search is over.
                         end_of_text)
 
 * beam_candidates_forward: each beam's row of logits (stride apart, the first V real)
-  in chunks of at most CHUNK, a block each, so that a row's passes run on many SMs
-  (one block a beam took 117 us for GPT-2's five beams). It computes log_softmax in
+  in chunks of CHUNK (32 larger ones past 32 CHUNK), a block each, so that a row's
+  passes run on many SMs (one block a beam took 117 us for GPT-2's five beams; the
+  chunks' times are in benchmarks/RESULTS.md). It computes log_softmax in
   the host's order of float32 operations, ((x - max) - log(sum exp(x - max))) + beam
   score, and keeps the `count` best (score, token), best first, lowest token on ties.
   Three launches: each chunk's max and sum of exp(x - its max) (in double); then, in
