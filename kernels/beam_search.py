@@ -118,10 +118,11 @@ extern "C" __global__ void beam_chunk_candidates_kernel(float* chunk_scores, int
     chunk_of_row(V, split, begin, end);
     const float* x = logits + (long long)row * stride + begin;
     const float* maxima = chunk_max + row * split;
+    const double* sums = chunk_sums + row * split;
     float largest = MINUS_INFINITY;
     for (int c = 0; c < split; c++) largest = fmaxf(largest, maxima[c]);
     double sum = 0.0;  // each chunk's sum rescaled from its own largest logit to the row's
-    for (int c = 0; c < split; c++) sum += chunk_sums[row * split + c] * exp((double)maxima[c] - (double)largest);
+    for (int c = 0; c < split; c++) sum += sums[c] * exp((double)maxima[c] - (double)largest);
     float log_sum = logf((float)sum);
     float beam_score = beam_scores[row];
 
