@@ -149,7 +149,8 @@ def _kill_group(process: subprocess.Popen) -> None:
 class Replayed:
     """What the replayer sent back for an item: per variant, its cases' replays and its counted evidence."""
     frames: dict = dataclasses.field(default_factory=dict)    # (variant, case shape id) -> (fields, arrays)
-    counts: dict = dataclasses.field(default_factory=dict)    # variant -> (kernel -> class -> count, error)
+    counts: dict = dataclasses.field(default_factory=dict)    # variant -> (kernel -> class -> count,
+                                                              #   kernel -> classes in its PTX, error)
     crash: str | None = None
 
 
@@ -174,7 +175,9 @@ def replay(item: Item, scheme: Scheme, seed: int, records: Path) -> Replayed:
                     message = channel.receive("case", "counts")
                     fields = message.fields
                     if message.kind == "counts":
-                        replayed.counts[fields["variant"]] = (fields["counts"], fields["error"])
+                        replayed.counts[fields["variant"]] = (fields["counts"], {k: set(v) for k, v in
+                                                                                  fields["static"].items()},
+                                                              fields["error"])
                     else:
                         replayed.frames[(fields["variant"], fields["case"])] = (fields, message.arrays)
             except ChannelError:
@@ -276,14 +279,14 @@ def technique_missing(variant: Variant, seed: int, executions: list[Execution], 
     """Why the variant's calls did not show its technique (its tapes' programs, the replay's counts, the calls
     themselves); None when they did."""
     technique = TECHNIQUES[variant.technique]
-    counts = None
+    counts = static = None
     if technique.in_ptx:
-        counts, error = replayed.counts.get(variant.name, (None, "the replay sent no counts"))
+        counts, static, error = replayed.counts.get(variant.name, (None, None, "the replay sent no counts"))
         if error is not None or counts is None:
             return f"no evidence of {variant.technique} could be counted: {error}"
     products = products_of(variant.function, cases(variant.function, seed)) if technique.passes else 0
     try:
-        return missing_technique(variant.technique, executions, counts, products)
+        return missing_technique(variant.technique, executions, counts, products, static)
     except Exception as err:  # its programs do not compile for the course's GPU
         return f"cannot check for {variant.technique}: {err}".splitlines()[0]
 

@@ -13,14 +13,19 @@ as it is read) and compiles each tape's programs itself (kernel_runtime.replay).
 Its first line of standard input is `{"seed": N}`: the secret base seed of the
 inputs, never on a command line, in an environment or in a file. For every case of
 every variant of the item it replays the case's tape on the case's inputs for that
-seed and on the case's other inputs, and, for a variant whose technique shows in
-compiled code, replays it once more with the programs instrumented
-(kernel_runtime.replay.count_instructions) to count what their kernels execute.
+seed and on the case's other inputs. Every program is built by the one trusted build
+(kernel_runtime.hermetic: the same bytes and options whatever looks at them), and a
+tape's library steps replay only where the variant permits their library. For a
+variant whose technique shows in compiled code, the first of those replays runs the
+programs instrumented (kernel_runtime.replay.count_instructions): what the kernels
+execute is counted on the very replay whose outputs are judged, and the launched
+kernels' instruction classes are read from the same PTX.
 
 It answers on its standard output, through a grading.channel.Channel (so that nothing
 it or CuPy prints can break a message):
     "case"    {variant, case: shape id, replay_error}, arrays out_*, in_* and replay_*
-    "counts"  {variant, counts: {kernel: {class: count}}, error}, per variant with a technique
+    "counts"  {variant, counts: {kernel: {class: count}}, static: {kernel: [class]}, error},
+              per variant with a technique
 """
 
 from __future__ import annotations
@@ -31,9 +36,10 @@ from pathlib import Path
 
 from grading.channel import worker_channel
 from grading.items import load_scheme
-from reference.execution import CUDA_CONTEXT_LOST, count_executed, describe, is_cuda_error, load_records, replay_on
+from kernel_runtime.replay import device_arch
+from reference.execution import CUDA_CONTEXT_LOST, describe, is_cuda_error, load_records, replay_on
 from reference.registry import build, cases
-from reference.techniques import INSTRUCTION_CLASSES, TECHNIQUES, add_counts
+from reference.techniques import INSTRUCTION_CLASSES, TECHNIQUES, add_counts, static_classes
 
 ARRAYS = {"out_": 0, "in_": 1, "replay_": 2}  # prefix of each array -> which of the three dicts it is
 
@@ -65,29 +71,33 @@ def main(argv=None) -> int:
             if record.case_id is not None and record.tape is not None and record.error is None:
                 tapes.setdefault(record.case_id, record.tape)
         counting = variant.technique is not None and TECHNIQUES[variant.technique].in_ptx
-        counted, count_error = {}, None
+        counted, count_error, launched = {}, None, {}
         for case in cases(variant.function, seed):
             tape = tapes.get(case.shape_id)
             if tape is None:
                 continue
-            problem, arrays, replay_error = build(case), {}, None
+            arrays, replay_error = {}, None
             try:
-                outputs, inputs_after = replay_on(tape, problem)
-                replayed, _ = replay_on(tape, build(case.other_inputs()))
+                outputs, inputs_after, counts = replay_on(tape, build(case), variant.permit,
+                                                          INSTRUCTION_CLASSES if counting else None)
+                replayed, _, _ = replay_on(tape, build(case.other_inputs()), variant.permit)
                 arrays = ({f"out_{k}": v for k, v in outputs.items()} | {f"in_{k}": v for k, v in inputs_after.items()}
                           | {f"replay_{k}": v for k, v in replayed.items()})
+                add_counts(counted, counts)
+                launched |= dict.fromkeys(tape.kernels_launched())
             except Exception as err:  # a tape that does not replay fails its case, with the reason
                 replay_error = describe(err)
-            if counting and count_error is None and replay_error is None:
-                try:
-                    add_counts(counted, count_executed(tape, problem, INSTRUCTION_CLASSES))
-                except Exception as err:  # evidence that cannot be counted is no evidence
-                    count_error = describe(err)
             channel.send("case", arrays, variant=variant.name, case=case.shape_id, replay_error=replay_error)
             if is_cuda_error(replay_error):
                 return CUDA_CONTEXT_LOST  # nothing later in this process can run
         if counting:
-            channel.send("counts", variant=variant.name, counts=counted, error=count_error)
+            static = {}
+            try:
+                if launched:
+                    static = {kernel: sorted(found) for kernel, found in static_classes(launched, device_arch()).items()}
+            except Exception as err:  # evidence that cannot be looked at is no evidence
+                count_error = describe(err)
+            channel.send("counts", variant=variant.name, counts=counted, static=static, error=count_error)
     return 0
 
 

@@ -30,6 +30,7 @@ from pathlib import Path
 from kernel_runtime import overlap, recording
 from kernel_runtime.device import cupy, nvrtc_unavailable_reason, require_gpu
 from kernel_runtime.errors import KernelCompileError
+from kernel_runtime.hermetic import HermeticBuildError, build_options, check_includes
 from kernel_runtime.tape import Program
 
 
@@ -261,29 +262,36 @@ def compile_report(kernel: CudaKernel | ModuleProgram, arch: str) -> list[Kernel
 
 
 def compile_ptx(program: Program, arch: str, origin: SourceOrigin | None = None) -> tuple[str, dict[str, str]]:
-    """The PTX of a program for `arch`'s virtual architecture (sm_86 -> compute_86), compiled as CuPy compiles it
-    (flushing denormals to zero), and each of its name expressions' lowered name; no GPU needed."""
+    """The PTX of a program for `arch`'s virtual architecture (sm_86 -> compute_86), built the one way every
+    trusted process builds a program (kernel_runtime.hermetic), and each of its name expressions' lowered name;
+    no GPU needed."""
     def ptx(nvrtc, handle):
         lowered = {name: nvrtc.getLoweredName(handle, name) for name in program.name_expressions}
         return nvrtc.getPTX(handle).rstrip(b"\0").decode(), lowered
 
     return nvrtc_compile(program, origin or SourceOrigin("<tape>", 1), arch,
-                         [f"-arch=compute_{arch.removeprefix('sm_')}", "-ftz=true"], ptx)
+                         [f"-arch=compute_{arch.removeprefix('sm_')}"], ptx)
 
 
 def nvrtc_compile(program: Program, origin: SourceOrigin, arch: str, arch_options: list[str], take):
-    """Compile `program` through NVRTC with its options and `arch_options`; take(nvrtc, handle) what is wanted."""
+    """Compile `program` through NVRTC as the trusted build does (kernel_runtime.hermetic: its options and
+    includes checked, CuPy's include directories) with `arch_options`; take(nvrtc, handle) what is wanted."""
     reason = nvrtc_unavailable_reason()
     if reason is not None:
         raise KernelCompileError(f"{origin.path}: cannot compile for {arch}: {reason}")
     from cupy.cuda import nvrtc
 
+    try:
+        check_includes(program.source)
+        options = build_options(program.options, arch_options)
+    except HermeticBuildError as err:
+        raise HermeticBuildError(f"{origin.path}: {err}") from None
     handle = nvrtc.createProgram(program.source, origin.path, [], [])
     try:
         for name in program.name_expressions:
             nvrtc.addNameExpression(handle, name)
         try:
-            nvrtc.compileProgram(handle, [*arch_options, "-std=c++17", *program.options])
+            nvrtc.compileProgram(handle, options)
         except nvrtc.NVRTCError:
             raise KernelCompileError(
                 f"{origin.path}: CUDA compile for {arch} failed\n"

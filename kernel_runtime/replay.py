@@ -1,18 +1,23 @@
 """Replaying a tape (kernel_runtime.tape) on arrays of one's own, and counting what its kernels execute.
 
-`replay(tape, arrays)` runs a tape's steps on `arrays` (its named buffers, by name)
-and on scratch buffers of its own, full of 0xFF bytes. Nothing of the code that made
-the tape runs: each program is compiled here from its source, with CuPy's own
-classes (never a watched or replaced one), and launched with the tape's grid, block,
-shared memory and arguments; constants are written from the tape's bytes; a library
-step calls its allow-listed cupy.cublas function.
+`replay(tape, arrays, permit)` runs a tape's steps on `arrays` (its named buffers, by
+name) and on scratch buffers of its own, full of 0xFF bytes. Nothing of the code that
+made the tape runs: each program is built here from its source by the one trusted
+build (kernel_runtime.compiler.compile_ptx: hermetic, kernel_runtime.hermetic), its PTX
+loaded with the driver, and launched with the tape's grid, block, shared memory and
+arguments; constants are written from the tape's bytes. A library step calls its
+allow-listed cupy.cublas function only if `permit` names its library (the caller's
+item allows it, whatever the recording process claimed); otherwise the replay is
+refused, naming the step. A tape's scratch is bounded by the call's own arrays
+(scratch_limit), so a forged tape cannot ask for more memory than a call could need.
 
-`count_instructions(tape, arrays, classes)` replays the same way with every program
-instrumented: its PTX (compiled here, as CuPy compiles it) gets, after each
-instruction of a class (say, tensor-core mma), an atomic add to a counter of that
-class and function, so what the replay executes is counted, per kernel, and what
-only sits in the code counts nothing. A class can weigh its instructions (a
-tensor-core instruction counts the multiply-adds it does per thread).
+`count_instructions(tape, arrays, classes, permit)` replays the same way with every
+program's PTX (the very same PTX) instrumented: after each instruction of a class
+(say, tensor-core mma), an atomic add to a counter of that class and function, so
+what the replay executes is counted, per kernel, and what only sits in the code counts
+nothing. Its outputs are left in `arrays`, to be judged like any replay's. A class can
+weigh its instructions (a tensor-core instruction counts the multiply-adds it does per
+thread).
 
 The grader's replayer runs this in a process of its own, on inputs only it knows;
 the kernel tests run it in theirs.
@@ -32,16 +37,21 @@ import numpy as np
 from kernel_runtime import tape as tapes
 from kernel_runtime.compiler import compile_ptx
 from kernel_runtime.device import cupy
-from kernel_runtime.errors import KernelCompileError
 
 STATIC_SHARED_LIMIT = 48 * 1024  # more dynamic shared memory than this needs the kernel's attribute raised
 _MAX_DYNAMIC_SHARED_SIZE = 8  # CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+SCRATCH_FLOOR = 256 * 2**20   # scratch any call may have, whatever its sizes
+SCRATCH_PER_BYTE = 64         # and this many bytes more per byte of the call's own arrays (attention's T x T
+                              # scores per head are the largest the kit's calls keep, at 12x their inputs)
 
 
-def replay(tape: tapes.Tape, arrays: dict, functions: Callable | None = None) -> None:
-    """Run `tape`'s steps on `arrays` (CuPy arrays by buffer name) and scratch of its own.
-    `functions(program) -> name -> function` compiles a program (default: as CuPy compiles it)."""
+def replay(tape: tapes.Tape, arrays: dict, functions: Callable | None = None, permit: tuple[str, ...] = ()) -> None:
+    """Run `tape`'s steps on `arrays` (CuPy arrays by buffer name) and scratch of its own, its library steps
+    only those of the libraries `permit` names (keys of kernel_runtime.recording.LIBRARIES).
+    `functions(program) -> name -> function` builds a program (default: the trusted build, loaded once)."""
     functions = functions or compiled_functions
+    _check_library_steps(tape, permit)
+    _check_scratch(tape, arrays)
     memory = [_buffer(buffer, arrays) for buffer in tape.buffers]
     for step in tape.steps:
         if isinstance(step, tapes.Launch):
@@ -57,6 +67,26 @@ def replay(tape: tapes.Tape, arrays: dict, functions: Callable | None = None) ->
             _write(_view(step.region, memory), step)
         else:
             _call_library(step, memory)
+
+
+def scratch_limit(arrays: dict) -> int:
+    """The most scratch a replay gives a call on `arrays`."""
+    return SCRATCH_FLOOR + SCRATCH_PER_BYTE * sum(array.nbytes for array in arrays.values())
+
+
+def _check_scratch(tape: tapes.Tape, arrays: dict) -> None:
+    asked, limit = sum(b.nbytes for b in tape.buffers if b.name is None), scratch_limit(arrays)
+    if asked > limit:
+        raise tapes.TapeError(f"the tape asks for {asked:,} bytes of scratch; a call on these arrays may have at "
+                              f"most {limit:,}")
+
+
+def _check_library_steps(tape: tapes.Tape, permit: tuple[str, ...]) -> None:
+    for step in tape.library_calls:
+        if tapes.library_of(step.operation) not in permit:
+            allowed = f"it permits only {', '.join(permit)}" if permit else "it permits no library"
+            raise tapes.TapeError(f"refused: the tape calls {step.operation}, which this call may not use ({allowed}"
+                                  f"; its own kernels must compute)")
 
 
 def _buffer(buffer: tapes.Buffer, arrays: dict):
@@ -96,24 +126,28 @@ def _call_library(step: tapes.Library, memory: list) -> None:
             target[...] = result
 
 
+def device_arch() -> str:
+    """This GPU's architecture as the trusted build targets it (sm_90), capped at the newest NVRTC knows."""
+    capability = int("{}{}".format(*cupy.cuda.Device().compute_capability))
+    newest = max(cupy.cuda.nvrtc.getSupportedArchs())
+    return f"sm_{min(capability, newest)}"
+
+
 @functools.lru_cache(maxsize=None)
-def _module(program: tapes.Program):
-    # CuPy's own class: in a process that records, cupy.RawModule is the taping subclass
-    module = cupy._core.raw.RawModule(code=program.source, options=program.options, backend=program.backend,
-                                      name_expressions=list(program.name_expressions) or None,
-                                      enable_cooperative_groups=program.cooperative)
-    try:
-        module.compile()
-    except cupy.cuda.compiler.CompileException as err:
-        raise KernelCompileError(f"a taped program does not compile: {err.get_message().strip().splitlines()[0]}"
-                                 ) from None
-    return module
+def _loaded(program: tapes.Program) -> tuple:
+    ptx, lowered = compile_ptx(program, device_arch())
+    module = cupy.cuda.function.Module()
+    module.load(ptx.encode() + b"\0")
+    return module, lowered
 
 
 def compiled_functions(program: tapes.Program) -> Callable:
-    """name -> the kernel function of `program` (a cupy.cuda.function.Function), compiled as CuPy compiles it
-    (once per process)."""
-    return lambda name: _module(program).get_function(name).kernel
+    """name -> the kernel function of `program` (a cupy.cuda.function.Function), built by the trusted build for
+    this GPU (once per process)."""
+    def function(name: str):
+        module, lowered = _loaded(program)
+        return module.get_function(lowered.get(name, name))
+    return function
 
 
 # --------------------------------------------------------------------------- counting executed instructions
@@ -127,12 +161,13 @@ class InstructionClass:
     weight: Callable[[str], int] = lambda text: 1
 
 
-def count_instructions(tape: tapes.Tape, arrays: dict, classes: tuple[InstructionClass, ...]) -> dict:
-    """Replay `tape` with its programs instrumented: {kernel name: {class name: weighed count}} of what
-    its launches executed (device functions count for every kernel that calls them)."""
-    arch = "sm_{}{}".format(*cupy.cuda.Device().compute_capability)
+def count_instructions(tape: tapes.Tape, arrays: dict, classes: tuple[InstructionClass, ...],
+                       permit: tuple[str, ...] = ()) -> dict:
+    """Replay `tape` on `arrays` with its programs instrumented: {kernel name: {class name: weighed count}} of
+    what its launches executed (device functions count for every kernel that calls them)."""
+    arch = device_arch()
     instrumented = {program: _instrumented(program, arch, classes) for program in tape.programs}
-    replay(tape, arrays, lambda program: instrumented[program].function)
+    replay(tape, arrays, lambda program: instrumented[program].function, permit)
     counts = {}
     for program, kernel in tape.kernels_launched():
         totals = counts.setdefault(kernel, {c.name: 0 for c in classes})

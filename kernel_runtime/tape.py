@@ -139,6 +139,12 @@ class Library:
     result: Region | None = None   # where the array it returned lies, when it returned one
 
 
+def library_of(operation: str) -> str:
+    """The library whose permission a Library step needs: cupy.cublas.gemm -> cublas
+    (kernel_runtime.recording.LIBRARIES' keys)."""
+    return operation.split(".")[1]
+
+
 def plain(value):
     """A call's scalar argument as a tape's JSON holds it (a NumPy scalar as the Python number)."""
     return value.item() if isinstance(value, np.generic) else value

@@ -121,33 +121,32 @@ def execute(function: Callable, problem: Problem, device: str = "gpu", permit: t
     execution = record_call(function, problem, permit)
     if execution.error is None:
         try:
-            execution.replay_outputs, _ = replay_on(Tape.from_json(execution.tape.to_json()), other)
+            execution.replay_outputs, _, _ = replay_on(Tape.from_json(execution.tape.to_json()), other, permit)
         except Exception as err:
             execution.replay_error = describe(err)
     return execution
 
 
-def replay_on(tape: Tape, problem: Problem) -> tuple[dict, dict]:
-    """Replay `tape` on the problem's inputs (fresh device arrays, outputs at their starting content): its
-    outputs, and its inputs as the replay left them, as host arrays. A tape recorded on other sizes is refused."""
+def replay_on(tape: Tape, problem: Problem, permit: tuple[str, ...] = (), classes=None) -> tuple[dict, dict, dict]:
+    """Replay `tape` on the problem's inputs (fresh device arrays, outputs at their starting content), its
+    library steps only those `permit` allows: its outputs, and its inputs as the replay left them, as host
+    arrays; with instruction `classes`, the replay runs its programs instrumented (the same PTX) and the third
+    item is what they executed (kernel -> class -> count, kernel_runtime.replay.count_instructions), else {}.
+    A tape recorded on other sizes is refused."""
     import cupy
 
     args = call_arguments(problem, cupy)
     scalars = {k: v for k, v in args.items() if not isinstance(v, cupy.ndarray)}
     if {k: plain(v) for k, v in scalars.items()} != tape.scalars:
         raise TapeError(f"the tape was recorded with {tape.scalars}, not {scalars}")
-    replay(tape, {k: v for k, v in args.items() if isinstance(v, cupy.ndarray)})
+    arrays = {k: v for k, v in args.items() if isinstance(v, cupy.ndarray)}
+    counts = {}
+    if classes:
+        counts = count_instructions(tape, arrays, classes, permit)
+    else:
+        replay(tape, arrays, permit=permit)
     cupy.cuda.runtime.deviceSynchronize()
-    return _collect(args, problem.outputs), _collect(args, problem.inputs())
-
-
-def count_executed(tape: Tape, problem: Problem, classes) -> dict:
-    """Replay `tape` on the problem's inputs with its programs instrumented: kernel -> instruction class ->
-    how many it executed (kernel_runtime.replay.count_instructions)."""
-    import cupy
-
-    args = call_arguments(problem, cupy)
-    return count_instructions(tape, {k: v for k, v in args.items() if isinstance(v, cupy.ndarray)}, classes)
+    return _collect(args, problem.outputs), _collect(args, problem.inputs()), counts
 
 
 # --------------------------------------------------------------------------- the worker's records

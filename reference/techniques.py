@@ -7,13 +7,14 @@ with, however it was made (a CudaKernel, a cupy.RawKernel or cupy.RawModule, at
 import, lazily, kept in a dict). A kernel that is defined but never launched shows
 nothing. Each is looked at twice:
 
-1. its PTX (NVRTC, for the course's sm_86; no GPU needed): the technique's instructions
-   must be in a launched kernel (its entry, or a device function it calls that was
-   not inlined);
+1. its PTX: the technique's instructions must be in a launched kernel (its entry, or a
+   device function it calls that was not inlined). The PTX is the trusted build's
+   (kernel_runtime.hermetic), for the GPU that replays it when there is one, for the
+   course's sm_86 without one;
 2. what it executes: the tapes are replayed with every program instrumented
-   (kernel_runtime.replay.count_instructions), which counts each executed instruction
-   of the classes below, per kernel; code that never runs on the graded cases counts
-   nothing.
+   (kernel_runtime.replay.count_instructions: the same PTX, a counter after each
+   executed instruction of the classes below, per kernel), and that replay's outputs
+   are the ones judged; code that never runs on the graded cases counts nothing.
 
     technique      in the PTX, and executed in one launched kernel
     tensor_cores   mma.sync, wmma.mma or wgmma; executed, they must do at least half of
@@ -32,7 +33,8 @@ nothing. Each is looked at twice:
     split_k        float atomic adds to global memory (red or atom .global.add.f32)
 
     cublas         a cuBLAS call (through cupy.cublas) on every case's tape
-    fused          exactly one kernel launched by every call: the work of several in one
+    fused          exactly one kernel launched by every call, and no library step: the
+                   work of several in one
 
 What would still fool it is in grading/README.md: instructions that execute but do
 no useful work, such as a tensor-core product of the right size whose result is
@@ -46,7 +48,7 @@ import re
 
 from kernel_runtime.compiler import compile_ptx
 from kernel_runtime.replay import InstructionClass, calls_of, functions_of, instructions_of, multiply_adds, reachable
-from reference.execution import count_executed
+from reference.execution import replay_on
 from reference.registry import spec
 
 ARCH = "sm_86"  # the course's GPU (A40); every technique here exists there
@@ -108,8 +110,8 @@ TECHNIQUES = {t.name: t for t in (
     Technique("split_k", "float atomic adds to global memory (red or atom .global.add.f32): blocks that each "
                          "summed a slice of K adding into out", (("float_atomic_add",),)),
     Technique("cublas", "cuBLAS call (through cupy.cublas)", library="cublas"),
-    Technique("fused", "one kernel launched per call (the layernorm, GELU or residual add inside the matmul's "
-                       "kernel)", one_launch=True),
+    Technique("fused", "one kernel launched per call and no library step (the layernorm, GELU or residual add "
+                       "inside the matmul's kernel)", one_launch=True),
 )}
 
 
@@ -123,14 +125,14 @@ def classes_in_ptx(ptx: str, entry: str) -> set[str]:
     return {c.name for c in INSTRUCTION_CLASSES if any(re.search(c.pattern, i) for i in instructions)}
 
 
-def static_classes(launched) -> dict[str, set[str]]:
+def static_classes(launched, arch: str = ARCH) -> dict[str, set[str]]:
     """kernel name -> instruction classes in its compiled code, for each (program, kernel) of `launched`
-    (compiled for ARCH; kernel None: every kernel of the program; a kernel launched from several programs
+    (compiled for `arch`; kernel None: every kernel of the program; a kernel launched from several programs
     shows a class only if all of them have it)."""
     found, compiled = {}, {}
     for program, kernel in launched:
         if program not in compiled:
-            compiled[program] = compile_ptx(program, ARCH)
+            compiled[program] = compile_ptx(program, arch)
         ptx, lowered = compiled[program]
         for name in ([kernel] if kernel is not None else re.findall(r"\.entry\s+(\w+)", ptx)):
             classes = classes_in_ptx(ptx, lowered.get(name, name))
@@ -138,22 +140,33 @@ def static_classes(launched) -> dict[str, set[str]]:
     return found
 
 
-def missing_technique(technique: str, executions, counts: dict | None = None, products: int = 0) -> str | None:
+def launched_kernels(executions) -> list:
+    """(program, kernel) of every kernel the executions' tapes launched, each once."""
+    return list(dict.fromkeys(pair for e in executions if e.tape is not None for pair in e.tape.kernels_launched()))
+
+
+def missing_technique(technique: str, executions, counts: dict | None = None, products: int = 0,
+                      static: dict | None = None) -> str | None:
     """None when the calls recorded in `executions` (reference.execution, one per case, with their tapes) show
     `technique`, else why not. `counts` is what their replays executed (kernel -> class -> count, summed over
-    the cases; None: not counted, the compiled code alone is judged), `products` the multiply-adds of the cases."""
+    the cases; None: not counted, the compiled code alone is judged), `products` the multiply-adds of the cases,
+    `static` the launched kernels' instruction classes as the replay's build has them (static_classes; None:
+    the course's sm_86 build)."""
     shows = TECHNIQUES[technique]
     if shows.one_launch:
-        apart = [e for e in executions if e.launches != 1]
-        return (f"no evidence of {technique}: {len(apart)} of {len(executions)} cases launched "
-                f"{apart[0].launches} kernels in one call, not {shows.shows_as}; first {apart[0].case_id}"
-                ) if apart else None
+        apart = [e for e in executions if e.launches != 1 or e.library_calls]
+        if not apart:
+            return None
+        first = apart[0]
+        did = (f"launched {first.launches} kernels" if first.launches != 1 else
+               f"made {first.library_calls} library call{'s' if first.library_calls > 1 else ''} beside its kernel")
+        return (f"no evidence of {technique}: {len(apart)} of {len(executions)} cases {did} in one call, not "
+                f"{shows.shows_as}; first {first.case_id}")
     if shows.library:
         without = [e.case_id for e in executions if not e.library_calls]
         return (f"no evidence of {technique}: {len(without)} of {len(executions)} cases made no {shows.shows_as}, "
                 f"first {without[0]}") if without else None
-    launched = list(dict.fromkeys(pair for e in executions if e.tape is not None for pair in e.tape.kernels_launched()))
-    static = static_classes(launched)
+    static = static_classes(launched_kernels(executions)) if static is None else static
     if not any(shows.shown_by(classes) for classes in static.values()):
         return (f"no evidence of {technique.replace('_', ' ')}: none of {', '.join(static) or 'no kernels'} "
                 f"has {shows.shows_as} in its compiled code")
@@ -190,13 +203,16 @@ def products_of(function: str, cases) -> int:
 
 def missing_technique_here(technique: str, executions, problems) -> str | None:
     """missing_technique for calls recorded in this process (reference.execution.execute, one per problem):
-    their tapes replayed here with their programs instrumented, on their own problems' inputs, counted as
-    the grader's replayer counts them."""
-    counts = None
-    if TECHNIQUES[technique].in_ptx:
+    their tapes replayed here with their programs instrumented, on their own problems' inputs, counted and
+    looked at in this GPU's build, as the grader's replayer does."""
+    from kernel_runtime.replay import device_arch
+
+    shows, counts, static = TECHNIQUES[technique], None, None
+    if shows.in_ptx:
         counts = {}
         for execution, problem in zip(executions, problems):
             if execution.tape is not None and execution.error is None:
-                add_counts(counts, count_executed(execution.tape, problem, INSTRUCTION_CLASSES))
+                add_counts(counts, replay_on(execution.tape, problem, shows.permit, INSTRUCTION_CLASSES)[2])
+        static = static_classes(launched_kernels(executions), device_arch())
     products = products_of(problems[0].spec.function, [p.case for p in problems]) if problems else 0
-    return missing_technique(technique, executions, counts, products)
+    return missing_technique(technique, executions, counts, products, static)

@@ -236,9 +236,10 @@ def m2_item(name):
 
 
 def counted(replayed: Replayed, variant: str, counts: dict | None, error: str | None = None) -> Replayed:
-    """`replayed` with what the replayer counted of `variant`'s kernels (counts None: it sent no counts)."""
+    """`replayed` with what the replayer counted of `variant`'s kernels (counts None: it sent no counts), its
+    look at their PTX left to the grader (at the course's sm_86)."""
     if counts is not None or error is not None:
-        replayed.counts[variant] = (counts or {}, error)
+        replayed.counts[variant] = (counts or {}, None, error)
     return replayed
 
 
@@ -1094,4 +1095,4 @@ def test_the_replayer_gets_the_seed_on_its_pipe_and_answers_on_it(tmp_path):
     command = replayer_command(tmp_path, scheme, scheme.item("tf32"))
     assert str(SEED) not in command and "-P" in command
     replayed = replay(scheme.item("tf32"), scheme, SEED, tmp_path)
-    assert (replayed.frames, replayed.counts, replayed.crash) == ({}, {"matmul_tf32": ({}, None)}, None)
+    assert (replayed.frames, replayed.counts, replayed.crash) == ({}, {"matmul_tf32": ({}, {}, None)}, None)

@@ -139,15 +139,20 @@ def test_cublas_shows_in_the_calls_of_every_case():
         "no evidence of cublas: 1 of 2 cases made no cuBLAS call (through cupy.cublas), first case-1")
 
 
-def calls(*launches):
-    return [types.SimpleNamespace(case_id=f"case-{i}", launches=n) for i, n in enumerate(launches)]
+def calls(*launches, library_calls=0):
+    return [types.SimpleNamespace(case_id=f"case-{i}", launches=n, library_calls=library_calls)
+            for i, n in enumerate(launches)]
 
 
-def test_fused_shows_in_one_launch_per_call():
+def test_fused_shows_in_one_launch_per_call_and_no_library_step():
     assert missing_technique("fused", calls(1, 1, 1)) is None
     assert missing_technique("fused", calls(1, 2, 3)) == (
-        "no evidence of fused: 2 of 3 cases launched 2 kernels in one call, not one kernel launched per call (the "
-        "layernorm, GELU or residual add inside the matmul's kernel); first case-1")
+        "no evidence of fused: 2 of 3 cases launched 2 kernels in one call, not one kernel launched per call and no "
+        "library step (the layernorm, GELU or residual add inside the matmul's kernel); first case-1")
+    assert missing_technique("fused", calls(1, 1, library_calls=1)) == (  # one kernel beside a cuBLAS product
+        "no evidence of fused: 2 of 2 cases made 1 library call beside its kernel in one call, not one kernel "
+        "launched per call and no library step (the layernorm, GELU or residual add inside the matmul's kernel); "
+        "first case-0")
 
 
 CALLS = r"""
