@@ -16,7 +16,7 @@ from grading.grade import grade_item, grade_submission
 from grading.items import load_scheme, scheme_for
 from reference.registry import spec
 from reference.variants import VARIANTS
-from tests.grading.cupy_style import STYLES, cupy_style_submission
+from tests.grading.cupy_style import FAST_MATH_ITEMS, STYLES, cupy_style_submission
 from tests.kernels import wrong_technique
 from tests.kernels.wrong import grader as grader_cheats
 from tests.kernels.test_wrong_techniques import CAUGHT_BY as VARIANTS_CAUGHT_BY
@@ -79,6 +79,8 @@ CHEATS_CAUGHT_BY = {  # what the grader says of each cheat (each first launches 
     "cheat_residual_reference": "reference.gold is the grader's reference: submissions may not use it",
     # its tape holds the answers to the inputs it was recorded on: replayed on the secret ones, they are wrong
     "cheat_layernorm_oracle_by_path": "elements wrong",
+    "cheat_matmul_cublas_self_permitted": "refused: the tape calls cupy.cublas.gemm, which this call may not use",
+    "cheat_residual_includes_its_own_header": "a kernel source may include only a header of the CUDA toolkit or CuPy",
 }
 
 
@@ -225,3 +227,13 @@ def test_a_cheat_on_the_grader_s_own_processes_loses_its_item(tmp_path, name):
 def test_kernels_written_as_cupy_teaches_score_full_marks(tmp_path, style, milestone, points):
     grade = grade_submission(cupy_style_submission(tmp_path, style), scheme_for(milestone), SEED)
     assert grade.score == points, "\n".join(f"{g.item.title}: {g.reason}" for g in grade.items)
+
+
+@pytest.mark.parametrize("item_name", FAST_MATH_ITEMS)
+def test_kernels_launched_from_a_thread_on_a_stream_with_fast_math_score_full_marks(tmp_path, item_name):
+    """A RawModule with name_expressions, compiled with --use_fast_math, each launch from a thread on a stream of
+    the submission's own: the trusted build compiles what CuPy compiled, and the tape follows the launches."""
+    scheme = load_scheme()
+    item = scheme.item(item_name)
+    grade = grade_item(cupy_style_submission(tmp_path, "streamed"), item, scheme, SEED)
+    assert grade.score == item.weight, grade.reason

@@ -23,6 +23,7 @@ from tests.kernels.wrong_technique import load, names
 
 CAUGHT_BY = {
     "tf32_that_is_plain_fp32": "no evidence of tensor cores",
+    "tf32_only_where_counted": "no evidence of tensor cores: none of matmul_plain_unless_counted has",
     "tiled_without_shared_memory": "no evidence of shared memory",
     "tiled_with_hidden_cublas": "refused: computed with cupy.cublas.gemm (cuBLAS is allowed in the cuBLAS variant "
                                 "only)",
