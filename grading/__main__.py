@@ -28,7 +28,7 @@ from grading.handout import make_handout
 from grading.items import WEIGHTS_FILES, scheme_for
 from kernel_runtime import KitError
 from kernel_runtime.commands import SEED, SEED_LIMIT, OneLineArgumentParser, run_command
-from kernel_runtime.device import exit_without_gpu
+from kernel_runtime.device import exit_without_gpu, keep_compiled_kernels_private
 
 
 def grade_main(argv) -> int:
@@ -178,6 +178,7 @@ def leaderboard_main(argv) -> int:
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    keep_compiled_kernels_private()  # before CUDA starts: the grader and the ranking trust what they compile
     commands = {"handout": handout_main, "gather": gather_main, "leaderboard": leaderboard_main}
     if argv and argv[0] in commands:
         return run_command("grading", lambda: commands[argv[0]](argv[1:]), error_status=2)

@@ -32,6 +32,7 @@ from typing import Callable
 from grading.items import Item, Scheme, capped_total
 from grading.channel import Channel, ChannelError
 from grading.replayer import split_arrays
+from kernel_runtime.device import PRIVATE_KERNEL_CACHES
 from kernel_runtime.errors import KitError
 from kernel_runtime.loader import kernels_directory
 from reference.execution import CUDA_CONTEXT_LOST, Execution, load_records
@@ -163,7 +164,7 @@ def replayer_command(records: Path, scheme: Scheme, item: Item) -> list[str]:
 def replay(item: Item, scheme: Scheme, seed: int, records: Path) -> Replayed:
     """Run the replayer on the worker's records, the secret seed on its standard input."""
     replayed, errors = Replayed(), []
-    env = os.environ | {"PYTHONPATH": str(REPO_ROOT), "CUPY_CACHE_IN_MEMORY": "1", "CUDA_CACHE_DISABLE": "1"}
+    env = os.environ | {"PYTHONPATH": str(REPO_ROOT)} | PRIVATE_KERNEL_CACHES
     with tempfile.TemporaryDirectory(prefix="replay-") as here:
         process = subprocess.Popen(replayer_command(records, scheme, item), stdin=subprocess.PIPE,
                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=here, env=env)

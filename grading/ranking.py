@@ -50,6 +50,7 @@ from gpt2.tokenizer import get_tokenizer
 from grading.leaderboard import (Configuration, GateOutputs, Row, Standing, Workload, configurations, gate_failure,
                                  model_weights, standing)
 from grading.token_check import check_run
+from kernel_runtime.device import keep_compiled_kernels_private
 from reference.precision import Profile
 
 BANDWIDTH_HEADROOM = 1.5  # a device-to-device copy reaches 80-90% of the peak: 1.5x the copy is above any kernel
@@ -135,7 +136,9 @@ def run_inputs(seed: int, index: int, configuration: Configuration, vocab_size: 
 
 def make_judge(workload: Workload, profile: Profile) -> Judge:
     """The judge of the table's model on this process's GPU: the gate's float64 reference, the roofline
-    measured here, the gold backend as the trusted model."""
+    measured here, the gold backend as the trusted model, its kernels compiled into this process's memory
+    only (never read back from a cache a worker could write)."""
+    keep_compiled_kernels_private()
     config, params = model_weights(workload)
     gate = make_gate(config, params, get_tokenizer().encode(workload.gate_prompt), profile)
     return Judge(workload, gate, measure_roofline(params, profile), lambda: GPT2(config, params, backend="gold"),

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import gc
+import os
 import sys
 from pathlib import Path
 
@@ -28,6 +29,17 @@ except ImportError as err:  # the NumPy reference and the CPU tests work without
     else:  # installed, but a CUDA library it needs is missing or does not match
         cause = err.__cause__ or err
         CUPY_MISSING = f"CuPy cannot be imported ({type(cause).__name__}: {first_line(cause)})"
+
+
+PRIVATE_KERNEL_CACHES = {"CUPY_CACHE_IN_MEMORY": "1", "CUDA_CACHE_DISABLE": "1"}
+
+
+def keep_compiled_kernels_private() -> None:
+    """Keep what this process compiles in its own memory: CuPy's kernel cache on disk (and the driver's JIT
+    cache, when this runs before CUDA starts) is a directory any process of the same user can write, so a
+    process that must trust what it runs (the grader's, the leaderboard's ranking) never reads compiled code
+    back from it. Child processes inherit it."""
+    os.environ.update(PRIVATE_KERNEL_CACHES)
 
 
 @functools.lru_cache(maxsize=None)

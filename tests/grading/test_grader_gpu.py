@@ -6,7 +6,10 @@ tampering and library-only submissions score 0 on their items while the rest of 
 submission is graded."""
 
 import dataclasses
+import os
 import shutil
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
@@ -14,6 +17,7 @@ import pytest
 
 from grading.grade import grade_item, grade_submission
 from grading.items import load_scheme, scheme_for
+from kernel_runtime.device import PRIVATE_KERNEL_CACHES
 from reference.registry import spec
 from reference.variants import VARIANTS
 from tests.grading.cupy_style import FAST_MATH_ITEMS, STYLES, cupy_style_submission
@@ -237,3 +241,30 @@ def test_kernels_launched_from_a_thread_on_a_stream_with_fast_math_score_full_ma
     item = scheme.item(item_name)
     grade = grade_item(cupy_style_submission(tmp_path, "streamed"), item, scheme, SEED)
     assert grade.score == item.weight, grade.reason
+
+
+ELEMENTWISE = ("import cupy; x = cupy.arange(6, dtype=cupy.float32); "
+               "print(float((x * 2 + 1).sum()), float(cupy.exp(x - 5).max()), float((x / 2).sum()))")
+
+
+def run_python(code: str, cache: Path, trusted: bool) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k not in PRIVATE_KERNEL_CACHES} | {"CUPY_CACHE_DIR": str(cache)}
+    prologue = "from kernel_runtime.device import keep_compiled_kernels_private; keep_compiled_kernels_private(); "
+    return subprocess.run([sys.executable, "-c", (prologue if trusted else "") + code], capture_output=True,
+                          text=True, env=env, cwd=ROOT)
+
+
+def test_a_trusted_process_reads_no_kernel_another_process_left_in_the_cache(tmp_path):
+    """A worker of the same user can write CuPy's kernel cache; poisoned (every entry the compiled code of one
+    kernel, each still a valid entry), it breaks a process that reads it, and not one that trusts only itself."""
+    cache = tmp_path / "kernel_cache"
+    honest = run_python(ELEMENTWISE, cache, trusted=False)
+    assert honest.returncode == 0, honest.stderr
+    entries = sorted(p for p in cache.rglob("*") if p.is_file())
+    assert len(entries) >= 3, entries
+    for entry in entries[1:]:
+        entry.write_bytes(entries[0].read_bytes())
+    poisoned = run_python(ELEMENTWISE, cache, trusted=False)
+    assert (poisoned.returncode, poisoned.stdout) != (0, honest.stdout), "the poison is not read back"
+    trusted = run_python(ELEMENTWISE, cache, trusted=True)
+    assert (trusted.returncode, trusted.stdout) == (0, honest.stdout), trusted.stderr
