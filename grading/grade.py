@@ -31,6 +31,7 @@ from typing import Callable
 
 from grading.items import Item, Scheme, capped_total
 from grading.channel import Channel, ChannelError
+from grading.provenance import staff_kernels_taped
 from grading.replayer import split_arrays
 from kernel_runtime.device import PRIVATE_KERNEL_CACHES
 from kernel_runtime.errors import KitError
@@ -53,6 +54,7 @@ class ItemGrade:
     cases_passed: int = 0
     cases_run: int = 0
     details: list[str] = dataclasses.field(default_factory=list)
+    staff_kernels: list[str] = dataclasses.field(default_factory=list)  # the staff's own, taped (grading.provenance)
 
 
 @dataclasses.dataclass
@@ -209,9 +211,9 @@ def replay(item: Item, scheme: Scheme, seed: int, records: Path) -> Replayed:
 def score_item(item: Item, scheme: Scheme, seed: int, records: Path, replayed: Replayed,
                crash: str | None = None) -> ItemGrade:
     """Judge the replays of the worker's records (a directory per variant) against our own references, and
-    apply the scheme."""
+    apply the scheme; the grade names the staff solution's kernels its calls launched (grading.provenance)."""
     expected = case_count(item, seed)
-    results, load_errors, cuda_errors, missing_techniques = [], [], [], []
+    results, load_errors, cuda_errors, missing_techniques, staff_kernels = [], [], [], [], []
     for variant in item.variants:
         judged = judge_variant(variant, seed, Path(records) / variant.name, replayed)
         results += [(variant.name, r) for r in judged.results]
@@ -220,23 +222,27 @@ def score_item(item: Item, scheme: Scheme, seed: int, records: Path, replayed: R
         why = technique_missing(variant, seed, judged.executions, replayed) if variant.technique else None
         if why:
             missing_techniques.append(f"{variant.name}: {why}")
+        staff_kernels += staff_kernels_taped(variant.name, (e.tape for e in judged.executions if e.tape))
     passed = sum(r.passed for _, r in results)
     details = [f"{name} {r.case.id}: {r.message}" for name, r in results if not r.passed]
     reason = (load_errors[0] if load_errors else crash if crash else
               f"CUDA error: {cuda_errors[0]}" if cuda_errors else replayed.crash if replayed.crash else
               f"only {len(results)} of {expected} cases ran" if len(results) < expected else None)
     if reason is not None:
-        return ItemGrade(item, 0.0, reason, passed, expected, details)
-    if passed == expected and missing_techniques:
-        return ItemGrade(item, 0.0, f"all {passed} cases pass, but {missing_techniques[0]}", passed, expected,
-                         missing_techniques)
-    if passed == expected:
-        return ItemGrade(item, item.weight, f"all {passed} cases pass", passed, passed)
-    if scheme.partial_credit == "fraction" and not missing_techniques:
-        return ItemGrade(item, item.weight * passed / expected,
-                         f"{passed} of {expected} cases pass; first failure: {details[0]}", passed, expected, details)
-    return ItemGrade(item, 0.0, f"{expected - passed} of {expected} cases fail; first: {details[0]}",
-                     passed, expected, details)
+        grade = ItemGrade(item, 0.0, reason, passed, expected, details)
+    elif passed == expected and missing_techniques:
+        grade = ItemGrade(item, 0.0, f"all {passed} cases pass, but {missing_techniques[0]}", passed, expected,
+                          missing_techniques)
+    elif passed == expected:
+        grade = ItemGrade(item, item.weight, f"all {passed} cases pass", passed, passed)
+    elif scheme.partial_credit == "fraction" and not missing_techniques:
+        grade = ItemGrade(item, item.weight * passed / expected,
+                          f"{passed} of {expected} cases pass; first failure: {details[0]}", passed, expected,
+                          details)
+    else:
+        grade = ItemGrade(item, 0.0, f"{expected - passed} of {expected} cases fail; first: {details[0]}",
+                          passed, expected, details)
+    return dataclasses.replace(grade, staff_kernels=staff_kernels)
 
 
 @dataclasses.dataclass

@@ -4,6 +4,8 @@ Each names the milestone whose weights file made the grade. results.json keeps i
 Gradescope's extra_data (stored there, shown to no one), so that `grading gather`
 builds the gradebook from that milestone's items. Each file is written whole or not
 at all (kernel_runtime.files): a grading run stopped midway keeps the previous report.
+An item whose calls launched a staff solution's kernel (grading.provenance) says so
+under its row of the table, in its test's output and, by item title, in extra_data.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ def console_table(grade: SubmissionGrade, width: int = 100) -> str:
     for g in grade.items:
         reason = g.reason if len(g.reason) <= width else g.reason[: width - 3] + "..."
         lines.append(f"{g.item.title:30s} {g.item.weight:6g} {g.score:6.2f}  {reason}")
+        lines += [f"{'':45s} {line}" for line in g.staff_kernels]  # under the reason, whole: the TA reads the code
     if grade.menu_cap_points:
         lines.append(f"{'(menu items count up to ' + format(grade.menu_cap_points, 'g') + ' points)':30s}")
     lines.append(f"{'total':30s} {grade.max_score:6g} {grade.score:6.2f}")
@@ -37,7 +40,7 @@ def gradescope_results(grade: SubmissionGrade) -> dict:
     """Gradescope's autograder format: the total, and one test per item with its output."""
     tests = []
     for g in grade.items:
-        output = g.reason
+        output = "\n".join([g.reason, *g.staff_kernels])
         if g.details:
             shown = g.details[:MAX_LISTED_FAILURES]
             output += f"\nfailing cases ({len(g.details)}):\n" + "\n".join(f"- {d}" for d in shown)
@@ -45,9 +48,11 @@ def gradescope_results(grade: SubmissionGrade) -> dict:
                 output += f"\n... and {len(g.details) - len(shown)} more"
         tests.append({"name": g.item.title, "score": round(g.score, 4), "max_score": g.item.weight,
                       "output": output})
+    staff_kernels = {g.item.title: g.staff_kernels for g in grade.items if g.staff_kernels}
     return {"score": round(grade.score, 4),
             "output": f"milestone {grade.milestone}: {grade.score:g} of {grade.max_score:g} points",
-            "extra_data": {"milestone": grade.milestone}, "tests": tests}
+            "extra_data": {"milestone": grade.milestone} | ({"staff_kernels": staff_kernels} if staff_kernels else {}),
+            "tests": tests}
 
 
 def milestone_of(results: dict) -> int | None:

@@ -28,6 +28,7 @@ from kernel_runtime.stubs import STUB_LINES, cuda_body, function_holds_stub, rea
 from reference import gold
 from tests import KIT_PACKAGES
 from kernel_runtime.tape import Launch, Program, Tape
+from kernels.gelu import gelu_forward_kernel
 from reference.execution import Execution, execute, save_records
 from reference.registry import SPECS, build, cases, unwritten
 from reference.techniques import TECHNIQUES
@@ -130,13 +131,13 @@ def test_a_milestone_without_a_scheme_is_one_line():
 
 
 def worker_records(out: Path, implementation, functions, launches=1, variant=None, kernel="plain_matmul",
-                   replayed=None) -> Replayed:
+                   replayed=None, program=Program(SAMPLES)) -> Replayed:
     """What a worker and the replayer would leave behind for `implementation(function)` (on NumPy arrays): in
     the directory of `variant` (default: the function, as milestone 1's plain variant), a record per case whose
-    tape launches `kernel` of the samples `launches` times; and each case's outputs on the secret seed's two
-    input sets, as the replayer would send them."""
+    tape launches `kernel` of `program` (default: the samples) `launches` times; and each case's outputs on the
+    secret seed's two input sets, as the replayer would send them."""
     replayed = replayed or Replayed()
-    tape = Tape(programs=[Program(SAMPLES)], steps=[Launch(0, kernel, (1, 1, 1), (32, 1, 1), 0, ())] * launches)
+    tape = Tape(programs=[program], steps=[Launch(0, kernel, (1, 1, 1), (32, 1, 1), 0, ())] * launches)
     for function in functions:
         name = variant or function
         (out / name).mkdir(parents=True, exist_ok=True)
@@ -223,6 +224,22 @@ def test_forged_and_repeated_records_do_not_count(tmp_path):
     log.write_text("\n".join(forged) + "\n")
     grade = score_item(item("layernorm"), load_scheme(), SEED, tmp_path, replayed)
     assert grade.score == 0 and "only 1 of" in grade.reason
+
+
+def test_a_taped_staff_solution_is_reported_and_keeps_the_score(tmp_path):
+    replayed = worker_records(tmp_path, honest, ["gelu_forward"], kernel="gelu_forward_kernel",
+                              program=gelu_forward_kernel.program)
+    grade = score_item(item("gelu"), load_scheme(), SEED, tmp_path, replayed)
+    line = "gelu_forward: taped kernel gelu_forward_kernel is the staff solution's (kernels/gelu.py)"
+    assert grade.score == 1 and grade.staff_kernels == [line]
+    report = SubmissionGrade("submissions/alice", SEED, [grade])
+    table = reports.console_table(report).splitlines()
+    assert table[2].startswith("GELU") and table[3].strip() == line  # right under the item's reason
+    results = reports.gradescope_results(report)
+    assert results["tests"][0]["output"].splitlines() == ["all 5 cases pass", line]
+    assert results["extra_data"] == {"milestone": 1, "staff_kernels": {"GELU": [line]}}
+    assert score_item(item("gelu"), load_scheme(), SEED, tmp_path / "other",
+                      worker_records(tmp_path / "other", honest, ["gelu_forward"])).staff_kernels == []
 
 
 def test_a_crash_scores_zero_with_the_reason(tmp_path):
