@@ -76,8 +76,8 @@ class SubmissionGrade:
         return capped_total([(g.item, g.item.weight) for g in self.items], self.menu_cap_points)
 
 
-def grade_submission(submission: Path, scheme: Scheme, seed: int,
-                     progress: Callable[[str], None] = lambda m: None, sandbox: Sandbox | None = None) -> SubmissionGrade:
+def grade_submission(submission: Path, scheme: Scheme, seed: int, progress: Callable[[str], None] = lambda m: None,
+                     sandbox: Sandbox | None = None) -> SubmissionGrade:
     """Grade every item of `scheme`, each worker run in `sandbox` (default: the milestone's, worker_sandbox)."""
     sandbox = sandbox or worker_sandbox(scheme.milestone)
     grades = []

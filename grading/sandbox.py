@@ -96,10 +96,6 @@ class Sandbox:
     isolation: str
     summary: str
 
-    @property
-    def drops_to_nobody(self) -> bool:
-        return self.isolation != "none" and os.geteuid() == 0
-
     @contextlib.contextmanager
     def directory(self, submission: Path | None) -> Iterator[WorkerDirectory]:
         """A fresh WorkerDirectory holding a copy of `submission`'s kernels/ (symbolic links copied as links,
@@ -109,7 +105,7 @@ class Sandbox:
         try:
             for directory in place.writable:
                 directory.mkdir()
-                if self.drops_to_nobody:
+                if drops_to_nobody(self.isolation):
                     os.chown(directory, namespace.NOBODY, namespace.NOBODY)
             if submission is not None:
                 place.submission.mkdir()
@@ -129,22 +125,36 @@ class Sandbox:
 
     def wrapped(self, command: list[str], place: WorkerDirectory) -> list[str]:
         """`command` behind this sandbox's isolation."""
-        return isolating(self.isolation, command, self.mounts(place), place.work, self.drops_to_nobody)
+        return isolating(self.isolation, command, self.mounts(place), place.work, drops_to_nobody(self.isolation))
 
     def mounts(self, place: WorkerDirectory) -> list[tuple[str, str]]:
-        """(kind, path): "hide" (an empty tmpfs over it), "read" or "write" (bound back over what was hidden),
-        shallowest first, so that what is bound back inside a hidden directory shows, and what is hidden inside
-        what is bound back stays hidden."""
+        """What `place`'s worker has hidden from it and bound back (planned_mounts)."""
         hidden = [*checkouts(), Path.home(), Path(tempfile.gettempdir()), *filter(None, [place.submissions])]
-        read = [Path(sys.prefix), Path(sys.base_prefix), *map(Path, site.getsitepackages()), self.kit,
-                *(Path(p) for name in ("LD_LIBRARY_PATH", "CUDA_PATH", "CUDA_HOME")
-                  for p in os.environ.get(name, "").split(os.pathsep) if p)]
-        marked = ([(path, "hide") for path in hidden] + [(path, "read") for path in read]  # needed wins over hidden
-                  + [(place.root, "write"), (place.submission, "read"), (place.root / "given", "read")])
-        mounts = {Path(os.path.realpath(path)): kind for path, kind in marked if path.exists()}
-        mounts.pop(Path("/"), None)
-        return sorted(((kind, str(path)) for path, kind in mounts.items()),
-                      key=lambda mount: (len(Path(mount[1]).parts), mount[0] != "hide"))
+        return planned_mounts(hidden, [*python_environment(), self.kit, place.submission, place.root / "given"],
+                              place.root)
+
+
+def drops_to_nobody(isolation: str) -> bool:
+    """Whether a worker isolated by `isolation` becomes nobody: when the grader is root, who could read anything."""
+    return isolation != "none" and os.geteuid() == 0
+
+
+def python_environment() -> list[Path]:
+    """Where this Python, its packages and CUDA's libraries are: what every worker reads."""
+    return [Path(sys.prefix), Path(sys.base_prefix), *map(Path, site.getsitepackages()),
+            *(Path(p) for name in ("LD_LIBRARY_PATH", "CUDA_PATH", "CUDA_HOME")
+              for p in os.environ.get(name, "").split(os.pathsep) if p)]
+
+
+def planned_mounts(hidden: list[Path], read: list[Path], written: Path) -> list[tuple[str, str]]:
+    """(kind, path): "hide" (an empty tmpfs over it), "read" or "write" (bound back over what was hidden), each
+    path once (what the worker needs wins over hiding it; / is never hidden), shallowest first, so that what
+    is bound back inside a hidden directory shows, and what is hidden inside what is bound back stays hidden."""
+    marked = [(path, "hide") for path in hidden] + [(written, "write")] + [(path, "read") for path in read]
+    mounts = {Path(os.path.realpath(path)): kind for path, kind in marked if path.exists()}
+    mounts.pop(Path("/"), None)
+    return sorted(((kind, str(path)) for path, kind in mounts.items()),
+                  key=lambda mount: (len(Path(mount[1]).parts), mount[0] != "hide"))
 
 
 def checkouts() -> list[Path]:
@@ -203,12 +213,17 @@ def unavailable(isolation: str) -> str | None:
     missing = [tool for tool in needed if shutil.which(tool) is None]
     if missing:
         return f"no {missing[0]} on PATH"
-    trial = isolating(isolation, [sys.executable, "-I", "-S", "-c", ""], [("hide", tempfile.gettempdir())],
-                      Path("/"), isolation != "none" and os.geteuid() == 0)
-    try:
-        done = subprocess.run(trial, capture_output=True, text=True, timeout=60)
-    except (OSError, subprocess.TimeoutExpired) as err:
-        return f"{isolation} does not run ({err})"
+    with tempfile.TemporaryDirectory(prefix="worker-trial-") as trial_directory:
+        os.chmod(trial_directory, 0o755)
+        trial_place = Path(trial_directory)
+        mounts = planned_mounts([Path.home(), Path(tempfile.gettempdir())], python_environment(), trial_place)
+        trial = isolating(isolation, [sys.executable, "-c", "import numpy"], mounts, trial_place,
+                          drops_to_nobody(isolation))
+        try:
+            done = subprocess.run(trial, capture_output=True, text=True, timeout=60,
+                                  env={"PATH": os.environ.get("PATH", os.defpath)})
+        except (OSError, subprocess.TimeoutExpired) as err:
+            return f"{isolation} does not run ({err})"
     if done.returncode != 0:
         return f"{isolation} does not work here: " + (done.stderr.strip().splitlines() or ["no message"])[-1]
     return None
