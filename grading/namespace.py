@@ -26,6 +26,7 @@ def enter(plan: dict) -> None:
     `plan["cwd"]`. What is bound back is opened before anything is hidden and bound from that handle, since its
     path may lie under a tmpfs by then."""
     libc = ctypes.CDLL(None, use_errno=True)
+    os.umask(0o022)  # the directories made inside a tmpfs are ones nobody must be able to enter
 
     def mount(source, target, kind, flags, data=None):
         if libc.mount(source and source.encode(), target.encode(), kind and kind.encode(), flags,

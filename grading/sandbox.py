@@ -10,9 +10,10 @@ kept from what the grader's own processes see. Each worker
   kernels/ and of the files it is given (weights, table), its working directory, and
   the HOME, TMPDIR and CuPy cache it is given. Its environment holds what CUDA and
   Python need (KEPT_VARIABLES), those three, and PYTHONPATH = the worker kit alone;
-* cannot read the TA's checkout (and any checkout an editable install maps the kit to),
-  the directory holding its submission (so no other submission), the grader's home and
-  temporary directory, where the OS allows (ISOLATION_LEVELS, in order of preference):
+* cannot read the directory holding the TA's checkout (and so any clone beside it; and the
+  one holding the checkout an editable install maps the kit to), the directory holding its
+  submission (so no other submission), the grader's home and temporary directory (the
+  Python environment, the worker kit and its own directory bound back), where the OS allows (ISOLATION_LEVELS, in order of preference):
     bwrap    bubblewrap: / read-only, those directories under empty tmpfs, the Python
              environment, the worker kit and the worker's directory bound back, its own pid
              namespace and /proc, /dev as it is (the GPU); nobody's uid when the grader is root;
@@ -153,15 +154,20 @@ def planned_mounts(hidden: list[Path], read: list[Path], written: Path) -> list[
     marked = [(path, "hide") for path in hidden] + [(written, "write")] + [(path, "read") for path in read]
     mounts = {Path(os.path.realpath(path)): kind for path, kind in marked if path.exists()}
     mounts.pop(Path("/"), None)
-    return sorted(((kind, str(path)) for path, kind in mounts.items()),
-                  key=lambda mount: (len(Path(mount[1]).parts), mount[0] != "hide"))
+
+    def already_hidden(path: Path) -> bool:  # its nearest marked ancestor hides it (and it no longer exists there)
+        return next((mounts[a] for a in path.parents if a in mounts), None) == "hide"
+
+    return [(kind, str(path)) for path, kind in sorted(mounts.items(), key=lambda m: (len(m[0].parts), m[1] != "hide"))
+            if not (kind == "hide" and already_hidden(path))]
 
 
 def checkouts() -> list[Path]:
-    """Where the kit's own files are: this kit's checkout, or its installed packages' directories; and the
-    checkout that an editable install of the kit in this Python maps the kit's packages to."""
+    """Where the kit's own files are: the directory holding this kit's checkout (and so any clone beside it), or
+    its installed packages' directories; and the directory holding the checkout that an editable install of the
+    kit in this Python maps the kit's packages to."""
     try:
-        found = [KIT_ROOT] if (KIT_ROOT / ".git").exists() else sorted(
+        found = [KIT_ROOT.parent] if (KIT_ROOT / ".git").exists() else sorted(
             {KIT_ROOT / file.parts[0] for file in installed_files(KIT_ROOT) if len(file.parts) > 1})
     except HandoutError:  # a copy that is neither a checkout nor installed: all of it is the kit's
         found = [KIT_ROOT]
@@ -169,7 +175,7 @@ def checkouts() -> list[Path]:
         for finder in Path(directory).glob("__editable__*_finder.py"):
             mapping = editable_mapping(finder.read_text(errors="replace"))
             if "kernel_runtime" in mapping:
-                found.append(Path(mapping["kernel_runtime"]).parent)
+                found.append(Path(mapping["kernel_runtime"]).parents[1])
     return found
 
 
@@ -195,8 +201,15 @@ def isolating(isolation: str, command: list[str], mounts: list[tuple[str, str]],
     options = {"hide": "--tmpfs", "read": "--ro-bind", "write": "--bind"}
     wrapper = ["bwrap", "--ro-bind", "/", "/", "--dev-bind", "/dev", "/dev", "--proc", "/proc", "--unshare-pid",
                "--die-with-parent"]
+    hidden = [Path(path) for kind, path in mounts if kind == "hide"]
     for kind, path in mounts:
-        wrapper += [options[kind], path] if kind == "hide" else [options[kind], path, path]
+        if kind == "hide":
+            wrapper += ["--perms", "0755", "--tmpfs", path]
+            continue
+        made = [a for a in reversed(Path(path).parents) if any(a.is_relative_to(h) and a != h for h in hidden)]
+        for ancestor in made:  # bwrap would make them 0700: nobody could reach what is bound there
+            wrapper += ["--perms", "0755", "--dir", str(ancestor)]
+        wrapper += [options[kind], path, path]
     wrapper += ["--chdir", str(cwd)]
     if drop:  # bwrap run by root keeps no capability but these two, which setpriv gives up with root
         wrapper += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--", "setpriv",

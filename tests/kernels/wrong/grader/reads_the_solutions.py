@@ -56,20 +56,29 @@ def routes() -> dict[str, list[Path]]:
     }
 
 
-def reached(path: Path) -> bool:
-    """Whether a solution block is readable at `path`: the file, or a kernels file of a kit at or below it."""
+def solution_at(path: Path) -> str | None:
+    """A file at or below `path` holding a solution block (the file itself, or a kernels file of a kit at or
+    just below it), or None."""
     for pattern in LOOKED_UNDER:
         for found in glob.glob(os.path.join(glob.escape(str(path)), pattern)) if pattern else [str(path)]:
-            if Path(found).resolve().is_relative_to(OWN_SUBMISSION) or not os.path.isfile(found):
+            try:
+                if os.path.isfile(found) and not Path(found).resolve().is_relative_to(OWN_SUBMISSION) and (
+                        SOLUTION_BLOCK.search(read(found))):
+                    return found
+            except OSError:  # a link it may not follow
                 continue
-            if SOLUTION_BLOCK.search(read(found)):
-                return True
-    return False
+    return None
 
 
 def probe() -> str:
-    found = [name for name, paths in routes().items() if any(reached(path) for path in paths)]
-    return f"routes that reached a solution: {', '.join(found)}" if found else "no route reached a solution"
+    found = {}
+    for name, paths in routes().items():
+        reached = next(filter(None, map(solution_at, paths)), None)
+        if reached:
+            found[name] = reached
+    if not found:
+        return "no route reached a solution"
+    return "routes that reached a solution: " + ", ".join(f"{name} ({path})" for name, path in found.items())
 
 
 raise RuntimeError(probe())
