@@ -47,7 +47,7 @@ from gpt2.model import GPT2
 from grading.channel import Channel, ChannelError
 from grading.grade import crash_reason, kill_group
 from grading.handout import MILESTONES
-from gpt2.tokenizer import get_tokenizer
+from gpt2.tokenizer import bpe_path, get_tokenizer
 from grading.leaderboard import (Configuration, GateOutputs, Row, Standing, Workload, configurations, gate_failure,
                                  model_weights, standing)
 from grading.sandbox import Sandbox, WorkerDirectory, worker_sandbox
@@ -156,7 +156,8 @@ class Worker:
 
     def __init__(self, command: list[str], sandbox: Sandbox, place: WorkerDirectory, time_limit: float,
                  progress: Callable[[str], None]):
-        self.process = sandbox.popen(command, place, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        tokenizer = {"GPT2_BPE_FILE": bpe_path()} if bpe_path().is_file() else {}  # the gate prompt's, offline
+        self.process = sandbox.popen(command, place, tokenizer, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=subprocess.PIPE)
         self.channel = Channel(self.process.stdout, self.process.stdin)
         self.time_limit, self.timed_out, self.lines = time_limit, threading.Event(), []

@@ -117,10 +117,13 @@ class Sandbox:
         finally:
             shutil.rmtree(place.root, ignore_errors=True)
 
-    def popen(self, command: list[str], place: WorkerDirectory, **arguments) -> subprocess.Popen:
-        """Start `command` (a worker) in `place`, isolated, in a process group of its own."""
+    def popen(self, command: list[str], place: WorkerDirectory, given: dict[str, Path] | None = None,
+              **arguments) -> subprocess.Popen:
+        """Start `command` (a worker) in `place`, isolated, in a process group of its own; each variable of `given`
+        names the worker's copy of its file (GPT2_BPE_FILE: the tokenizer's, which its HOME does not hold)."""
         environment = {name: os.environ[name] for name in KEPT_VARIABLES if name in os.environ}
         environment |= place.environment() | {"PYTHONPATH": str(self.kit)}
+        environment |= {name: str(place.copy_in(path)) for name, path in (given or {}).items()}
         return subprocess.Popen(self.wrapped(command, place), cwd=place.work, env=environment,
                                 start_new_session=True, **arguments)
 
