@@ -142,7 +142,7 @@ def run_worker(sandbox: Sandbox, place: WorkerDirectory, arguments: list[str], t
     finally:
         kill_group(process)
         reader.join(timeout=10)
-    return crash_reason(returncode, "".join(lines))
+    return crash_reason(sandbox.status(returncode), "".join(lines))
 
 
 def kill_group(process: subprocess.Popen) -> None:

@@ -157,6 +157,7 @@ class Worker:
     def __init__(self, command: list[str], sandbox: Sandbox, place: WorkerDirectory, time_limit: float,
                  progress: Callable[[str], None]):
         tokenizer = {"GPT2_BPE_FILE": bpe_path()} if bpe_path().is_file() else {}  # the gate prompt's, offline
+        self.sandbox = sandbox
         self.process = sandbox.popen(command, place, tokenizer, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=subprocess.PIPE)
         self.channel = Channel(self.process.stdout, self.process.stdin)
@@ -190,7 +191,7 @@ class Worker:
         self.reader.join(timeout=10)
         if self.timed_out.is_set():
             return f"timed out after {self.time_limit:g} s"
-        crash = crash_reason(self.process.returncode, "".join(self.lines))
+        crash = crash_reason(self.sandbox.status(self.process.returncode), "".join(self.lines))
         return crash or (f"the worker broke off the protocol: {broke_off}" if broke_off else None)
 
 

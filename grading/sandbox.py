@@ -127,6 +127,11 @@ class Sandbox:
         return subprocess.Popen(self.wrapped(command, place), cwd=place.work, env=environment,
                                 start_new_session=True, **arguments)
 
+    def status(self, returncode: int) -> int:
+        """The worker's exit status as subprocess gives a process's own: bwrap exits with 128 + N when its
+        command was killed by signal N (a worker's own exit with such a status reads as that signal too)."""
+        return -(returncode - 128) if self.isolation == "bwrap" and 128 < returncode < 128 + 65 else returncode
+
     def wrapped(self, command: list[str], place: WorkerDirectory) -> list[str]:
         """`command` behind this sandbox's isolation."""
         return isolating(self.isolation, command, self.mounts(place), place.work, drops_to_nobody(self.isolation))

@@ -107,3 +107,20 @@ def test_what_is_bound_back_shows_inside_what_is_hidden_and_what_is_hidden_below
     assert [(kind, os.path.relpath(path, tmp_path)) for kind, path in mounts] == [
         ("hide", "checkouts"), ("write", "home"), ("hide", "home/secret"), ("read", "home/python"),
         ("read", "checkouts/kit/.venv"), ("hide", "checkouts/kit/.venv/lib/kit")]
+
+
+CRASHES = '''
+import ctypes
+
+ctypes.string_at(0)  # a segmentation fault at import
+'''
+
+
+@pytest.mark.parametrize("isolation", ["none", "bwrap", "unshare"])
+def test_a_worker_that_crashes_is_named_killed_by_its_signal_at_every_isolation(tmp_path, isolation):
+    if isolation != "none" and unavailable(isolation):
+        pytest.skip(f"isolation {isolation} is not available here: {unavailable(isolation)}")
+    scheme = load_scheme()
+    submission = submissions_with_a_probe(tmp_path, CRASHES)
+    grade = grade_item(submission, scheme.item("gelu"), scheme, SEED, worker_sandbox(1, isolation))
+    assert "the worker process was killed by SIGSEGV" in grade.reason, grade.reason
