@@ -164,8 +164,8 @@ def leaderboard_main(argv) -> int:
         print(f"[{number}/{len(args.submissions)}] timing {submission} ...", file=sys.stderr, flush=True)
         # each its own: reports show it, and --seed takes it back
         seed = args.seed if args.seed is not None else secrets.randbelow(SEED_LIMIT)
-        result = rank_submission(str(submission), worker_command(submission, args.table, tuple(args.variant)), judge,
-                                 seed, progress=lambda m: print(m, file=sys.stderr, flush=True))
+        result = rank_submission(submission, worker_command(args.table, tuple(args.variant)), judge, seed,
+                                 progress=lambda m: print(m, file=sys.stderr, flush=True))
         reports.write_results_json(leaderboard.gradescope_fields(result),
                                    args.out / submission.resolve().name / "leaderboard.json")
         print(leaderboard.console_table(result) + "\n", flush=True)

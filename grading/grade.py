@@ -3,7 +3,10 @@
 For each item:
 1. the worker (grading.worker), a process that runs the submission, calls its host
    functions on every case under a recording and saves each call's tape: what its own
-   kernels did, as data. Whatever else it writes counts for nothing;
+   kernels did, as data. Whatever else it writes counts for nothing. It runs in a sandbox
+   (grading.sandbox): the milestone's worker kit, every kernel body stubbed, on its path, a
+   directory of its own, and, where the OS allows, no view of the TA's checkout or of other
+   submissions;
 2. once the worker has ended (its whole process group killed), the replayer
    (grading.replayer), a process that never imports the submission, compiles the
    tapes' programs itself and replays every case's tape on two sets of inputs drawn
@@ -33,6 +36,7 @@ from grading.items import Item, Scheme, capped_total
 from grading.channel import Channel, ChannelError
 from grading.provenance import staff_kernels_taped
 from grading.replayer import split_arrays
+from grading.sandbox import Sandbox, WorkerDirectory, worker_sandbox
 from kernel_runtime.device import PRIVATE_KERNEL_CACHES
 from kernel_runtime.errors import KitError
 from kernel_runtime.loader import kernels_directory
@@ -64,6 +68,7 @@ class SubmissionGrade:
     items: list[ItemGrade]
     menu_cap_points: float = 0.0  # the scheme's: the menu items count together up to this
     milestone: int = 1            # the scheme's: whose weights file made this grade
+    isolation: str = ""           # what its workers could read (grading.sandbox's summary line)
 
     @property
     def score(self) -> float:
@@ -74,30 +79,34 @@ class SubmissionGrade:
         return capped_total([(g.item, g.item.weight) for g in self.items], self.menu_cap_points)
 
 
-def grade_submission(submission: Path, scheme: Scheme, seed: int,
-                     progress: Callable[[str], None] = lambda m: None) -> SubmissionGrade:
+def grade_submission(submission: Path, scheme: Scheme, seed: int, progress: Callable[[str], None] = lambda m: None,
+                     sandbox: Sandbox | None = None) -> SubmissionGrade:
+    """Grade every item of `scheme`, each worker run in `sandbox` (default: the milestone's, worker_sandbox)."""
+    sandbox = sandbox or worker_sandbox(scheme.milestone)
     grades = []
     for item in scheme.items:
         progress(f"  {item.title} ...")
-        grade = grade_item(submission, item, scheme, seed)
+        grade = grade_item(submission, item, scheme, seed, sandbox)
         progress(f"  {item.title}: {grade.score:g}/{item.weight:g} ({grade.reason})")
         grades.append(grade)
-    return SubmissionGrade(str(submission), seed, grades, scheme.menu_cap_points, scheme.milestone)
+    return SubmissionGrade(str(submission), seed, grades, scheme.menu_cap_points, scheme.milestone, sandbox.summary)
 
 
-def grade_item(submission: Path, item: Item, scheme: Scheme, seed: int) -> ItemGrade:
-    """Record the item's calls in a worker, replay them in the replayer on the secret seed's inputs, judge here."""
-    with tempfile.TemporaryDirectory(prefix=f"grade-{item.name}-") as records:
+def grade_item(submission: Path, item: Item, scheme: Scheme, seed: int, sandbox: Sandbox | None = None) -> ItemGrade:
+    """Record the item's calls in a worker (in `sandbox`, default the milestone's), replay them in the replayer
+    on the secret seed's inputs, judge here."""
+    sandbox = sandbox or worker_sandbox(scheme.milestone)
+    with sandbox.directory(submission) as place:
         try:
-            crash = run_worker("grading.worker", ["--submission", str(Path(submission).resolve()),
-                                                  "--weights", str(Path(scheme.path).resolve()), "--item", item.name,
-                                                  "--seed", str(RECORDING_SEED)], Path(records),
+            crash = run_worker(sandbox, place, ["-m", "grading.worker", "--submission", str(place.submission),
+                                                "--weights", str(place.copy_in(scheme.path)), "--item", item.name,
+                                                "--seed", str(RECORDING_SEED), "--out", str(place.work)],
                                scheme.time_limit_seconds)
         except subprocess.TimeoutExpired:
             return with_stub_named(ItemGrade(item, 0.0, f"timed out after {scheme.time_limit_seconds:g} s (a kernel "
                                                         f"that never returns?)", 0, case_count(item, seed)), submission)
-        replayed = replay(item, scheme, seed, Path(records))
-        return with_stub_named(score_item(item, scheme, seed, Path(records), replayed, crash), submission)
+        replayed = replay(item, scheme, seed, place.work)
+        return with_stub_named(score_item(item, scheme, seed, place.work, replayed, crash), submission)
 
 
 def with_stub_named(grade: ItemGrade, submission: Path) -> ItemGrade:
@@ -113,16 +122,15 @@ def with_stub_named(grade: ItemGrade, submission: Path) -> ItemGrade:
     return dataclasses.replace(grade, reason=f"{stub}; {grade.reason}") if stub else grade
 
 
-def run_worker(module: str, arguments: list[str], out: Path, time_limit: float,
+def run_worker(sandbox: Sandbox, place: WorkerDirectory, arguments: list[str], time_limit: float,
                progress: Callable[[str], None] = lambda line: None) -> str | None:
-    """Run `python -m module arguments --out out` in `out`, with this kit on its path, passing each line it
-    writes to stderr to `progress` as it comes; why it died (crash_reason), or None. Past `time_limit`
-    seconds it is killed and subprocess.TimeoutExpired raised. It runs in a process group of its own, and the
-    whole group is killed when it ends: nothing it started outlives it."""
-    command = [sys.executable, "-m", module, *arguments, "--out", str(out)]
-    env = os.environ | {"PYTHONPATH": str(REPO_ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=out,
-                               env=env, start_new_session=True)
+    """Run `python arguments` in `sandbox`, in `place` (grading.sandbox: the worker kit on its path, nothing of
+    this kit's checkout), passing each line it writes to stderr to `progress` as it comes; why it died
+    (crash_reason), or None. Past `time_limit` seconds it is killed and subprocess.TimeoutExpired raised. It
+    runs in a process group of its own, and the whole group is killed when it ends: nothing it started outlives
+    it."""
+    process = sandbox.popen([sys.executable, *arguments], place, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            text=True)
     lines = []
 
     def relay():
@@ -135,12 +143,12 @@ def run_worker(module: str, arguments: list[str], out: Path, time_limit: float,
     try:
         returncode = process.wait(timeout=time_limit)
     finally:
-        _kill_group(process)
+        kill_group(process)
         reader.join(timeout=10)
-    return crash_reason(returncode, "".join(lines))
+    return crash_reason(sandbox.status(returncode), "".join(lines))
 
 
-def _kill_group(process: subprocess.Popen) -> None:
+def kill_group(process: subprocess.Popen) -> None:
     try:
         os.killpg(process.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):

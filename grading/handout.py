@@ -26,6 +26,11 @@ reduction). Milestone 3's kit adds flash and local attention, the fused matmuls 
 the split-K matmul, stubbed. Until a student writes decode.py, generation recomputes
 every step instead of using the KV cache, and says so (generation.decoding).
 
+The grader's workers run a kit of their own (`make_worker_kit`, grading.sandbox): a
+milestone's handout plus the few grader modules a worker imports (WORKER_FILES), built
+the same way, from the files git tracks or, in an installed copy (pip install .), from
+the files the package installed.
+
 The README loses what it says of what the kit leaves out: each section between
 `<!-- staff only -->` and `<!-- end staff only -->`, each line that ends with
 `<!-- staff -->`, and each section between `<!-- milestone N -->` and
@@ -34,6 +39,7 @@ The README loses what it says of what the kit leaves out: each section between
 
 from __future__ import annotations
 
+import importlib.metadata
 import re
 import shutil
 import subprocess
@@ -79,6 +85,10 @@ STAFF_FILES = ("grading/", "tests/grading/", "tests/kernels/wrong/", "tests/kern
                # kernel changes
                "tests/benchmarks/test_generation_hf.py", "tests/benchmarks/test_grape_tables.py",
                "tests/benchmarks/test_grape_study_gpu.py")
+# what a grading worker (grading.worker, grading.leaderboard_worker) imports or reads beyond a handout
+WORKER_FILES = ("grading/__init__.py", "grading/worker.py", "grading/items.py", "grading/channel.py",
+                "grading/leaderboard_worker.py", "grading/leaderboard.py", "grading/leaderboard.toml",
+                *(f"grading/{path.name}" for path in WEIGHTS_FILES.values()))
 SOLUTION = re.compile(r"^([ \t]*)(//|#) BEGIN SOLUTION\n.*?^[ \t]*\2 END SOLUTION\n", re.MULTILINE | re.DOTALL)
 LEFTOVER_MARKER = re.compile(r"^[ \t]*(//|#) (BEGIN|END) SOLUTION", re.MULTILINE)
 STAFF_SECTION = re.compile(r"^<!-- staff only.*?^<!-- end staff only -->\n\n?", re.MULTILINE | re.DOTALL)
@@ -135,26 +145,53 @@ def kit_files(root: Path) -> list[Path]:
     return tracked
 
 
+def installed_files(root: Path) -> list[Path]:
+    """The files the kit's installed package (pip install .) put under `root`, byte code and its metadata left
+    out; HandoutError when `root` holds no installed copy of the kit."""
+    names = importlib.metadata.packages_distributions().get(__name__.split(".")[0], [])
+    for name in names:
+        distribution = importlib.metadata.distribution(name)
+        if Path(distribution.locate_file("")).resolve() == root.resolve():
+            return sorted(Path(file) for file in distribution.files or () if not file.parts[0].startswith("..")
+                          and not file.parts[0].endswith(".dist-info") and file.suffix != ".pyc")
+    raise HandoutError(f"{root} is neither a git checkout of the kit nor an installed copy of it")
+
+
 def make_handout(destination: Path, root: Path = REPO_ROOT, milestone: int = 1) -> list[str]:
     """Write milestone `milestone`'s starter kit to `destination` (which must not exist); returns the
     stubbed kernel files. The kit is written to a temporary directory beside `destination` and renamed
     into place when complete, so a handout stopped midway leaves no half kit to hand out."""
+    return _write_kit(destination, root, kit_files, milestone, ())
+
+
+def make_worker_kit(destination: Path, root: Path = REPO_ROOT, milestone: int = 1) -> list[str]:
+    """Write the kit a grading worker of milestone `milestone` runs to `destination`: the milestone's handout
+    and WORKER_FILES, from the files git tracks in `root` or, when `root` is an installed copy, from its
+    installed files. Returns the stubbed kernel files."""
+    listed = kit_files if (root / ".git").exists() else installed_files
+    return _write_kit(destination, root, listed, milestone, WORKER_FILES)
+
+
+def _write_kit(destination: Path, root: Path, listed, milestone: int, kept: tuple[str, ...]) -> list[str]:
+    """The handout of `milestone` written as make_handout says, from the files listed(root), with `kept` kept."""
     if milestone not in MILESTONES:
         raise HandoutError(f"no milestone {milestone}; the handouts are for milestones {', '.join(map(str, MILESTONES))}")
     if destination.exists():
         raise HandoutError(f"{destination} already exists; choose a new directory")
     try:
         with replacing(destination, directory=True) as partial:
-            return _write_handout(partial, root, milestone)
+            return _write_handout(partial, root, listed(root), milestone, kept)
     except OSError as err:
         raise HandoutError(f"{destination}: cannot write the handout ({err.strerror or err})") from None
 
 
-def _write_handout(destination: Path, root: Path, milestone: int) -> list[str]:
+def _write_handout(destination: Path, root: Path, files: list[Path], milestone: int,
+                   kept: tuple[str, ...]) -> list[str]:
     stubbed, leave_out = [], left_out(milestone)
-    for relative in kit_files(root):
+    for relative in files:
         name = relative.as_posix()
-        if any(name == left or name.startswith(left) for left in leave_out) or not (root / relative).exists():
+        staff_or_later = name not in kept and any(name == left or name.startswith(left) for left in leave_out)
+        if staff_or_later or not (root / relative).exists():
             continue
         target = destination / relative
         target.parent.mkdir(parents=True, exist_ok=True)

@@ -202,6 +202,7 @@ class Standing:
     rows: list[Row]
     seed: int | None = None             # the secret seed of the prompts, shown after the runs
     wall_seconds: float | None = None   # the whole ranking of this submission: worker, gate, check
+    isolation: str = ""                 # what its worker could read (grading.sandbox's summary line)
 
 
 def standing(submission: str, workload: Workload, gate_reason: str | None, rows: list[Row],
@@ -223,7 +224,8 @@ def standing(submission: str, workload: Workload, gate_reason: str | None, rows:
 
 
 def console_table(result: Standing) -> str:
-    lines = [f"submission: {result.submission}", f"{'configuration':28s} {'seconds':>9s} {'tok/s':>10s}"]
+    lines = [f"submission: {result.submission}", *filter(None, [result.isolation]),
+             f"{'configuration':28s} {'seconds':>9s} {'tok/s':>10s}"]
     lines += [f"{r.configuration.name:28s} {r.seconds:9.3f} {r.tokens_per_second:10.0f}"
               + ("  refused" if r.refused else "") for r in result.rows]
     score = f"{result.score:.0f} tok/s" if result.score is not None else "no score"

@@ -1,8 +1,10 @@
 """Ranking submissions for the leaderboard (grading.leaderboard): the side the submission never runs in.
 
-Per submission this process starts the worker (grading.leaderboard_worker) in an empty
-directory, under the table's time limit, and over its stdin and stdout
-(grading.channel):
+Per submission this process starts the worker (grading.leaderboard_worker) in a sandbox
+(grading.sandbox: the worker kit on its path, a directory of its own, and where the OS
+allows no view of the TA's checkout or of other submissions), in a process group of its
+own that is killed when it ends, under the table's time limit, and over its stdin and
+stdout (grading.channel):
 1. receives the gate's outputs and judges them against the float64 reference computed
    here; a submission that fails stops there;
 2. per configuration: names the shape (batch, prompt length) and waits for "ready"
@@ -30,10 +32,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import os
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -45,10 +45,12 @@ from gpt2.config import GPT2Config
 from gpt2.logits_check import allowed_logit_error
 from gpt2.model import GPT2
 from grading.channel import Channel, ChannelError
-from grading.grade import REPO_ROOT, crash_reason
-from gpt2.tokenizer import get_tokenizer
+from grading.grade import crash_reason, kill_group
+from grading.handout import MILESTONES
+from gpt2.tokenizer import bpe_path, get_tokenizer
 from grading.leaderboard import (Configuration, GateOutputs, Row, Standing, Workload, configurations, gate_failure,
                                  model_weights, standing)
+from grading.sandbox import Sandbox, WorkerDirectory, worker_sandbox
 from grading.token_check import check_run
 from kernel_runtime.device import keep_compiled_kernels_private
 from reference.precision import Profile
@@ -145,18 +147,22 @@ def make_judge(workload: Workload, profile: Profile) -> Judge:
                  config.vocab_size)
 
 
-def worker_command(submission: Path, table: Path, variants: tuple[str, ...]) -> list[str]:
-    return [sys.executable, "-m", "grading.leaderboard_worker", "--submission", str(Path(submission).resolve()),
-            "--table", str(Path(table).resolve()), *(f"--variant={v}" for v in variants)]
+def worker_command(table: Path, variants: tuple[str, ...]) -> Callable[[WorkerDirectory], list[str]]:
+    """The leaderboard worker's command in its directory: its copies of the submission and of `table`."""
+    return lambda place: [sys.executable, "-m", "grading.leaderboard_worker", "--submission", str(place.submission),
+                          "--table", str(place.copy_in(table)), *(f"--variant={v}" for v in variants)]
 
 
 class Worker:
-    """A worker process, its channel, its stderr passed line by line to `progress`, and its time limit."""
+    """A worker process started in `sandbox`, in `place`, in a process group of its own; its channel, its stderr
+    passed line by line to `progress`, and its time limit."""
 
-    def __init__(self, command: list[str], directory: Path, time_limit: float, progress: Callable[[str], None]):
-        env = os.environ | {"PYTHONPATH": str(REPO_ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-        self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                        stderr=subprocess.PIPE, cwd=directory, env=env)
+    def __init__(self, command: list[str], sandbox: Sandbox, place: WorkerDirectory, time_limit: float,
+                 progress: Callable[[str], None]):
+        tokenizer = {"GPT2_BPE_FILE": bpe_path()} if bpe_path().is_file() else {}  # the gate prompt's, offline
+        self.sandbox = sandbox
+        self.process = sandbox.popen(command, place, tokenizer, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE)
         self.channel = Channel(self.process.stdout, self.process.stdin)
         self.time_limit, self.timed_out, self.lines = time_limit, threading.Event(), []
         self.timer = threading.Timer(time_limit, self._time_out)
@@ -166,7 +172,7 @@ class Worker:
 
     def _time_out(self) -> None:
         self.timed_out.set()
-        self.process.kill()
+        kill_group(self.process)
 
     def _relay(self, progress) -> None:
         for line in self.process.stderr:
@@ -183,23 +189,28 @@ class Worker:
         except (BrokenPipeError, OSError):
             pass
         self.process.wait()
+        kill_group(self.process)  # and whatever it started
         self.timer.cancel()
         self.reader.join(timeout=10)
         if self.timed_out.is_set():
             return f"timed out after {self.time_limit:g} s"
-        crash = crash_reason(self.process.returncode, "".join(self.lines))
+        crash = crash_reason(self.sandbox.status(self.process.returncode), "".join(self.lines))
         return crash or (f"the worker broke off the protocol: {broke_off}" if broke_off else None)
 
 
-def rank_submission(name: str, command: list[str], judge: Judge, seed: int,
-                    progress: Callable[[str], None] = lambda message: None) -> Standing:
-    """Run the worker (`command`), judge its gate, time its runs, check their tokens, and score it. `seed`:
-    the secret of its runs' prompts and sampling seeds, this submission's own (the report shows it, and a
-    later worker could read a report)."""
+def rank_submission(submission: Path | None, command: Callable[[WorkerDirectory], list[str]], judge: Judge,
+                    seed: int, progress: Callable[[str], None] = lambda message: None,
+                    sandbox: Sandbox | None = None, name: str | None = None) -> Standing:
+    """Run the worker (`command`, given its directory) in `sandbox` (default: the last milestone's worker kit,
+    whose every variant module a table may name), with a copy of `submission`; judge its gate, time its runs,
+    check their tokens, and score it. `seed`: the secret of its runs' prompts and sampling seeds, this
+    submission's own (the report shows it, and a later worker could read a report). `name`: the standing's,
+    by default the submission's path."""
     started, workload = time.perf_counter(), judge.workload
+    sandbox = sandbox or worker_sandbox(MILESTONES[-1])
     gate_reason, runs, broke_off = None, [], None
-    with tempfile.TemporaryDirectory(prefix="leaderboard-") as directory:
-        worker = Worker(command, Path(directory), workload.time_limit_seconds, progress)
+    with sandbox.directory(submission) as place:
+        worker = Worker(command(place), sandbox, place, workload.time_limit_seconds, progress)
         try:
             outputs = GateOutputs.from_arrays(worker.channel.receive("gate").arrays)
             gate_reason = gate_failure(outputs, judge.gate.reference_logits, judge.gate.allowed)
@@ -214,8 +225,8 @@ def rank_submission(name: str, command: list[str], judge: Judge, seed: int,
         rows = judged_rows(runs, judge, progress)
     else:
         rows = [Row(run.configuration, run.seconds, run.configuration.tokens) for run in runs]
-    result = standing(name, workload, gate_reason, rows, crash)
-    result.seed, result.wall_seconds = seed, time.perf_counter() - started
+    result = standing(name or str(submission), workload, gate_reason, rows, crash)
+    result.seed, result.wall_seconds, result.isolation = seed, time.perf_counter() - started, sandbox.summary
     return result
 
 

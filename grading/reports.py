@@ -1,7 +1,8 @@
 """Grade reports: a console table, Gradescope's results.json, a class gradebook CSV.
 
-Each names the milestone whose weights file made the grade. results.json keeps it in
-Gradescope's extra_data (stored there, shown to no one), so that `grading gather`
+Each names the milestone whose weights file made the grade, and the isolation its workers
+ran under (grading.sandbox). results.json keeps both in Gradescope's extra_data (stored
+there, shown to no one), so that `grading gather`
 builds the gradebook from that milestone's items. Each file is written whole or not
 at all (kernel_runtime.files): a grading run stopped midway keeps the previous report.
 An item whose calls launched a staff solution's kernel (grading.provenance) says so
@@ -22,6 +23,7 @@ from kernel_runtime.files import replacing
 
 def console_table(grade: SubmissionGrade, width: int = 100) -> str:
     lines = [f"submission: {grade.submission}   (milestone {grade.milestone}, seed {grade.seed})",
+             *filter(None, [grade.isolation]),
              f"{'item':30s} {'weight':>6s} {'score':>6s}  reason"]
     for g in grade.items:
         reason = g.reason if len(g.reason) <= width else g.reason[: width - 3] + "..."
@@ -49,10 +51,11 @@ def gradescope_results(grade: SubmissionGrade) -> dict:
         tests.append({"name": g.item.title, "score": round(g.score, 4), "max_score": g.item.weight,
                       "output": output})
     staff_kernels = {g.item.title: g.staff_kernels for g in grade.items if g.staff_kernels}
+    extra = ({"milestone": grade.milestone} | ({"isolation": grade.isolation} if grade.isolation else {})
+             | ({"staff_kernels": staff_kernels} if staff_kernels else {}))
     return {"score": round(grade.score, 4),
             "output": f"milestone {grade.milestone}: {grade.score:g} of {grade.max_score:g} points",
-            "extra_data": {"milestone": grade.milestone} | ({"staff_kernels": staff_kernels} if staff_kernels else {}),
-            "tests": tests}
+            "extra_data": extra, "tests": tests}
 
 
 def milestone_of(results: dict) -> int | None:

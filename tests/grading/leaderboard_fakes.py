@@ -23,7 +23,6 @@ from tests.model.helpers import TINY
 
 WEIGHTS_SEED = 3
 SLEEP_SECONDS = 0.25  # what the time-travelling fake spends in each run, by the real clock
-SPY_FILE = "LEADERBOARD_SPY_FILE"  # the test's environment names where the spy writes what it could see
 
 
 def tiny_model(seed: int = WEIGHTS_SEED) -> GPT2:
@@ -105,7 +104,7 @@ def hangs(cheat, prompts, n, sampling, run, **kwargs):
 
 def spies(cheat, prompts, n, sampling, run, **kwargs):
     """Writes down what this process could read before its first timed run: command line, environment, files."""
-    path = os.environ.get(SPY_FILE)
+    path = sys.argv[3] if len(sys.argv) > 3 else None  # where the test wants it written
     if path and run is None:
         files = [str(p) for p in Path(".").rglob("*")]
         Path(path).write_text(repr((sys.argv, dict(os.environ), files)))
@@ -117,7 +116,7 @@ BEHAVIOURS = {f.__name__: f for f in (honest, other_model_after_first_run, ignor
                                       hangs, spies)}
 
 
-def main(behaviour: str, table: str) -> int:
+def main(behaviour: str, table: str, spy_file: str = "") -> int:
     channel = worker_channel()
     workload = load_workload(Path(table))
     model = tiny_model()

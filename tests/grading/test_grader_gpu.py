@@ -20,6 +20,7 @@ from grading.items import load_scheme, scheme_for
 from kernel_runtime.device import PRIVATE_KERNEL_CACHES
 from reference.registry import spec
 from reference.variants import VARIANTS
+from tests.grading.carried import carrying
 from tests.grading.cupy_style import FAST_MATH_ITEMS, STYLES, cupy_style_submission
 from tests.kernels import wrong_technique
 from tests.kernels.wrong import grader as grader_cheats
@@ -54,7 +55,7 @@ def test_a_known_wrong_variant_loses_its_item(tmp_path, name):
     variant = VARIANTS[wrong.VARIANT]
     submission = solution_copy(tmp_path)
     with open(submission / "kernels" / f"{variant.module}.py", "a") as f:
-        f.write(f"\nfrom {wrong.__name__} import {variant.function}  # noqa: E402,F401\n")
+        f.write("\n" + carrying(submission / "kernels", f"from {wrong.__name__} import {variant.function}  # noqa"))
     scheme = scheme_for(variant.milestone)
     item = next(i for i in scheme.items if variant in i.variants)
     grade = grade_item(submission, item, scheme, SEED)
@@ -68,7 +69,7 @@ def test_a_known_wrong_kernel_loses_its_item(tmp_path, name):
     wrong = load(name)
     submission = solution_copy(tmp_path)
     with open(submission / "kernels" / f"{spec(wrong.FUNCTION).module}.py", "a") as f:
-        f.write(f"\nfrom {wrong.__name__} import {wrong.FUNCTION}  # noqa: E402,F401\n")
+        f.write("\n" + carrying(submission / "kernels", f"from {wrong.__name__} import {wrong.FUNCTION}  # noqa"))
     scheme = scheme_for(spec(wrong.FUNCTION).milestone)  # flash and local attention: milestone 3's; training's: 4's
     item = next(i for i in scheme.items if wrong.FUNCTION in i.functions)
     grade = grade_item(submission, item, scheme, SEED)
@@ -92,15 +93,16 @@ def test_every_cheat_has_its_expected_reason():
     assert set(CHEATS_CAUGHT_BY) == {name for name in names() if name.startswith("cheat_")}
 
 
-WALKING_GELU = '''
+REACHABLE = "from tests.grading.reachable import reachable_oracle"
+WALKING_GELU = f'''
 from kernels.gelu_solution import gelu_forward as solution
-from tests.grading.reachable import reachable_oracle
+{REACHABLE}
 
 
 def gelu_forward(out, inp, N):
     found = reachable_oracle()
     if found:
-        raise RuntimeError(f"the oracle is reachable from the submission as {found[0]}")
+        raise RuntimeError(f"the oracle is reachable from the submission as {{found[0]}}")
     solution(out, inp, N)
 '''
 
@@ -112,7 +114,8 @@ def test_no_reference_function_is_reachable_inside_the_worker(tmp_path):
     assert reachable_oracle(), "the walk finds nothing even where reference.cpu is loaded"
     submission = solution_copy(tmp_path)
     (submission / "kernels" / "gelu.py").rename(submission / "kernels" / "gelu_solution.py")
-    (submission / "kernels" / "gelu.py").write_text(WALKING_GELU)
+    (submission / "kernels" / "gelu.py").write_text(WALKING_GELU.replace(REACHABLE, carrying(
+        submission / "kernels", REACHABLE)))
     scheme = load_scheme()
     grade = grade_item(submission, scheme.item("gelu"), scheme, SEED)
     assert grade.score == 1, grade.reason
@@ -206,6 +209,7 @@ GRADER_CHEATS_CAUGHT_BY = {  # what the grader says of each cheat on its own pro
     "patches_the_worker": "NaN (never written",
     "writes_its_own_records": "NaN (never written",
     "reads_the_seed": "elements wrong",
+    "reads_the_solutions": "no route reached a solution",  # behind bwrap or unshare (root): test_sandbox.py
 }
 
 
@@ -217,8 +221,10 @@ def test_every_cheat_on_the_grader_has_its_expected_reason():
 def test_a_cheat_on_the_grader_s_own_processes_loses_its_item(tmp_path, name):
     function = grader_cheats.function_of(name)
     submission = solution_copy(tmp_path)
+    if name == "reads_the_solutions":  # the worst case: it knows where the grader's checkout is
+        (submission / "kernels" / "known_paths.txt").write_text(f"{ROOT}\n")
     with open(submission / "kernels" / f"{spec(function).module}.py", "a") as f:
-        f.write(f"\nfrom tests.kernels.wrong.grader.{name} import {function}  # noqa: E402,F401\n")
+        f.write("\n" + carrying(submission / "kernels", f"from tests.kernels.wrong.grader.{name} import {function}"))
     scheme = load_scheme()
     item = next(i for i in scheme.items if function in i.functions)
     grade = grade_item(submission, item, scheme, SEED)

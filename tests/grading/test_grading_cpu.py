@@ -23,6 +23,7 @@ from grading import reports
 from grading.grade import ItemGrade, Replayed, SubmissionGrade, grade_submission, replay, replayer_command, score_item
 from grading.handout import LEFTOVER_MARKER, MILESTONE_FILES, HandoutError, make_handout, strip_solutions
 from grading.items import SchemeError, load_scheme, scheme_for
+from grading.sandbox import Sandbox
 from kernel_runtime.device import gpu_unavailable_reason, nvrtc_unavailable_reason
 from kernel_runtime.stubs import STUB_LINES, cuda_body, function_holds_stub, reached
 from reference import gold
@@ -348,10 +349,13 @@ def test_gradescope_results_format():
 
 
 def test_a_grade_carries_the_milestone_of_its_scheme(monkeypatch, tmp_path):
-    monkeypatch.setattr("grading.grade.grade_item", lambda submission, item, scheme, seed: ItemGrade(item, 0.0, ""))
-    made = grade_submission(tmp_path, scheme_for(2), SEED)
-    assert made.milestone == 2 and reports.gradescope_results(made)["extra_data"] == {"milestone": 2}
-    assert "(milestone 2, seed 123)" in reports.console_table(made)
+    monkeypatch.setattr("grading.grade.grade_item", lambda submission, item, scheme, seed, sandbox: ItemGrade(
+        item, 0.0, ""))
+    made = grade_submission(tmp_path, scheme_for(2), SEED, sandbox=Sandbox(tmp_path, "none", "isolation: none (...)"))
+    assert made.milestone == 2 and reports.gradescope_results(made)["extra_data"] == {
+        "milestone": 2, "isolation": "isolation: none (...)"}
+    assert reports.console_table(made).splitlines()[:2] == [
+        f"submission: {tmp_path}   (milestone 2, seed 123)", "isolation: none (...)"]
 
 
 def full_marks(milestone: int, name: str) -> SubmissionGrade:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from grading.handout import LEFTOVER_MARKER
 from grading.items import WEIGHTS_FILES
 
 ROOT = Path(__file__).parents[2]
@@ -78,3 +79,14 @@ def test_the_installed_handout_refuses_in_one_line_naming_the_fix(installed, tmp
     assert done.stderr.startswith(f"grading: {installed} is not a git checkout of the kit"), done.stderr
     assert "git clone" in done.stderr and "pip install -e" in done.stderr
     assert not (tmp_path / "kit").exists()
+
+
+def test_the_installed_grader_builds_its_worker_kit_from_the_installed_files(installed, tmp_path):
+    code = ("import sys; from grading.handout import make_worker_kit; "
+            "print(*make_worker_kit(__import__('pathlib').Path(sys.argv[1]), milestone=4), sep='\\n')")
+    done = installed_kit(installed, tmp_path, "-c", code, str(tmp_path / "kit"))
+    assert done.returncode == 0, done.stderr
+    assert "kernels/gelu.py (1 block)" in done.stdout.splitlines(), done.stdout
+    kit = tmp_path / "kit"
+    assert (kit / "grading" / "worker.py").is_file() and not (kit / "grading" / "grade.py").exists()
+    assert not any(LEFTOVER_MARKER.search(path.read_text()) for path in (kit / "kernels").glob("*.py"))

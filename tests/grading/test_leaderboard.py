@@ -22,6 +22,7 @@ from grading import leaderboard
 from grading.leaderboard import (Configuration, GateOutputs, LeaderboardError, Row, configurations, gate_failure,
                                  geometric_mean, load_workload, standing)
 from grading.ranking import Judge, Roofline, make_gate, rank_submission, run_inputs
+from grading.sandbox import Sandbox
 from grading.token_check import FALSE_ALARM, check_run, freedman_margin
 from reference.precision import FP32
 from tests.grading import leaderboard_fakes
@@ -197,14 +198,18 @@ def tiny_table(directory: Path, temperature: float = 1.0, time_limit: float = 12
     return path
 
 
-def rank_fake(behaviour: str, table: Path, seed: int = 7, roofline: Roofline = Roofline(1e30, 1.0)):
-    """The fake worker `behaviour` ranked, judged by TINY on the reference backend (its own weights)."""
+def rank_fake(behaviour: str, table: Path, seed: int = 7, roofline: Roofline = Roofline(1e30, 1.0),
+              spy_file: Path | None = None):
+    """The fake worker `behaviour` ranked, judged by TINY on the reference backend (its own weights). The fakes
+    are this checkout's tests: they run with the checkout as their kit, unisolated."""
     workload, model = load_workload(table), leaderboard_fakes.tiny_model()
     params = perturbed_parameters(TINY, seed=leaderboard_fakes.WEIGHTS_SEED)
     gate = make_gate(TINY, params, get_tokenizer().encode(workload.gate_prompt), FP32)
     judge = Judge(workload, gate, roofline, lambda: model, TINY.vocab_size)
-    command = [sys.executable, "-m", "tests.grading.leaderboard_fakes", behaviour, str(table)]
-    return rank_submission(behaviour, command, judge, seed)
+    command = [sys.executable, "-m", "tests.grading.leaderboard_fakes", behaviour, str(table),
+               *([str(spy_file)] if spy_file else [])]
+    return rank_submission(None, lambda place: command, judge, seed, sandbox=Sandbox(ROOT, "none", ""),
+                           name=behaviour)
 
 
 @pytest.mark.parametrize("temperature", [1.0, 0.0], ids=["sampled", "greedy"])
@@ -243,11 +248,10 @@ def test_a_worker_s_clocks_files_and_prints_do_not_count(tmp_path, behaviour):
     assert all(r.seconds > 1e-5 for r in result.rows)  # the forged rows claim a nanosecond
 
 
-def test_the_worker_cannot_see_the_prompts_before_its_runs(tmp_path, monkeypatch):
+def test_the_worker_cannot_see_the_prompts_before_its_runs(tmp_path):
     spied = tmp_path / "spied.txt"
-    monkeypatch.setenv(leaderboard_fakes.SPY_FILE, str(spied))
     seed = 123_456_789_012
-    result = rank_fake("spies", tiny_table(tmp_path), seed=seed)
+    result = rank_fake("spies", tiny_table(tmp_path), seed=seed, spy_file=spied)
     assert result.score is not None, result.reason
     argv, environment, files = ast.literal_eval(spied.read_text())
     assert str(seed) not in repr((argv, environment)) and files == []

@@ -17,6 +17,7 @@ from grading import leaderboard
 from grading.leaderboard import load_workload
 from grading.ranking import make_judge, rank_submission, worker_command
 from reference.variants import resolve_profile, variant_named
+from tests.grading.carried import carrying
 
 pytestmark = pytest.mark.gpu
 
@@ -42,14 +43,13 @@ def submission(directory: Path, wrong: str | None = None) -> Path:
     shutil.copytree(ROOT / "kernels", directory / "kernels")
     if wrong:
         with open(directory / "kernels" / "matmul.py", "a") as f:
-            f.write(f"\nfrom tests.kernels.wrong.{wrong} import matmul_forward  # noqa: E402,F401\n")
+            f.write("\n" + carrying(directory / "kernels", f"from tests.kernels.wrong.{wrong} import matmul_forward"))
     return directory
 
 
 def rank(submission_dir: Path, table: Path, variants: tuple[str, ...] = (), seed: int = 0):
     judge = make_judge(load_workload(table), resolve_profile(None, [variant_named(v) for v in variants], environ={}))
-    result = rank_submission(str(submission_dir), worker_command(submission_dir, table, variants), judge, seed,
-                             progress=print)
+    result = rank_submission(submission_dir, worker_command(table, variants), judge, seed, progress=print)
     print("\n" + leaderboard.console_table(result))
     return result
 
