@@ -2,9 +2,7 @@
 student's process runs) it is plain float32; where they are not, every thread also issues tensor-core products,
 enough of them to count for the whole product. The trusted build is one: the replay that is judged, the PTX
 the technique check reads and the instrumented count all have CuPy's headers, so none of them sees a tensor-core
-instruction. Written as CuPy teaches, a cupy.RawKernel made at import."""
-
-import cupy
+instruction. Written as CuPy teaches, a cupy.RawKernel made at its first call."""
 
 from kernel_runtime import ceil_div
 from kernels.matmul import matmul_arguments
@@ -32,9 +30,13 @@ extern "C" __global__ void matmul_plain_unless_counted(float* out, const float* 
     out[i] = acc;
 }
 """
-kernel = cupy.RawKernel(SOURCE, "matmul_plain_unless_counted")
+KERNEL = {}
 
 
 def matmul_forward(out, inp, weight, bias, B, T, C, OC):
+    import cupy
+
+    if not KERNEL:
+        KERNEL["k"] = cupy.RawKernel(SOURCE, "matmul_plain_unless_counted")
     args = matmul_arguments(out, inp, weight, bias, B, T, C, OC)
-    kernel((ceil_div(B * T * OC, 256),), (256,), args)
+    KERNEL["k"]((ceil_div(B * T * OC, 256),), (256,), args)
