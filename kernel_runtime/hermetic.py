@@ -5,6 +5,7 @@ the instrumented count all compile a taped program the same way
 (kernel_runtime.compiler.compile_ptx): the same bytes, the options below, and the
 include directories CuPy itself compiles with (its own headers, the CUDA toolkit's).
 So a source cannot tell which of them it is in, and what is counted is what is judged.
+Every program is compiled with NVRTC, whichever backend its tape names.
 
 The build is hermetic. A tape comes from a submission's process, so before NVRTC
 reads a byte of it:
