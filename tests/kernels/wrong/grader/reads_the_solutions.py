@@ -2,8 +2,10 @@
 block) by every route a worker has to the TA's checkout and to other submissions, and raises an
 error naming the routes that reached one ("no route reached a solution" when none did): the
 grader's reason for the item then says what the worker could read. Its own submission does not
-count. A file `known_paths.txt` in its kernels directory adds paths the student is assumed to know
-(the worst case: where the grader's checkout and the other submissions are)."""
+count. A file `known_paths.txt` in its kernels directory names the grader's checkout and the other
+submissions: the student is assumed to know them (the worst case), and only solutions under them count
+(a copy of the kit elsewhere on the machine is not the grader's to hide: grading/README.md). Without
+that file, a solution anywhere counts."""
 
 import glob
 import os
@@ -16,6 +18,7 @@ FUNCTION = "gelu_forward"
 SOLUTION_BLOCK = re.compile(r"^[ \t]*(//|#) BEGIN SOLUTION", re.MULTILINE)
 LOOKED_UNDER = ("", "*.py", "kernels/*.py", "*/kernels/*.py", "*/*/kernels/*.py")  # a file, a kit, kits beside
 OWN_SUBMISSION = Path(list(sys.modules["kernels"].__path__)[0]).resolve().parent
+KNOWN = Path(list(sys.modules["kernels"].__path__)[0]) / "known_paths.txt"
 
 
 def paths_in(text: str) -> list[Path]:
@@ -38,7 +41,7 @@ def editable_mappings() -> list[Path]:
 def routes() -> dict[str, list[Path]]:
     import kernel_runtime.loader
 
-    ppid, known = os.getppid(), Path(list(sys.modules["kernels"].__path__)[0]) / "known_paths.txt"
+    ppid, known = os.getppid(), KNOWN
     return {
         "kernel_runtime.__file__": [Path(kernel_runtime.loader.__file__).parents[1]],
         "kernel_runtime.loader.KIT_KERNELS": [kernel_runtime.loader.KIT_KERNELS],
@@ -56,14 +59,20 @@ def routes() -> dict[str, list[Path]]:
     }
 
 
+def protected() -> list[Path]:
+    """Where a solution the worker reaches counts: the grader's checkout and the other submissions, else anywhere."""
+    return [p.resolve() for p in paths_in(read(KNOWN))] or [Path("/")]
+
+
 def solution_at(path: Path) -> str | None:
     """A file at or below `path` holding a solution block (the file itself, or a kernels file of a kit at or
     just below it), or None."""
     for pattern in LOOKED_UNDER:
         for found in glob.glob(os.path.join(glob.escape(str(path)), pattern)) if pattern else [str(path)]:
             try:
-                if os.path.isfile(found) and not Path(found).resolve().is_relative_to(OWN_SUBMISSION) and (
-                        SOLUTION_BLOCK.search(read(found))):
+                where = Path(found).resolve()
+                if os.path.isfile(found) and not where.is_relative_to(OWN_SUBMISSION) and any(
+                        where.is_relative_to(root) for root in PROTECTED) and SOLUTION_BLOCK.search(read(found)):
                     return found
             except OSError:  # a link it may not follow
                 continue
@@ -81,6 +90,7 @@ def probe() -> str:
     return "routes that reached a solution: " + ", ".join(f"{name} ({path})" for name, path in found.items())
 
 
+PROTECTED = protected()
 raise RuntimeError(probe())
 
 
