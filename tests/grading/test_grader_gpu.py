@@ -85,6 +85,8 @@ CHEATS_CAUGHT_BY = {  # what the grader says of each cheat (each first launches 
     # its tape holds the answers to the inputs it was recorded on: replayed on the secret ones, they are wrong
     "cheat_layernorm_oracle_by_path": "elements wrong",
     "cheat_matmul_cublas_self_permitted": "refused: the tape calls cupy.cublas.gemm, which this call may not use",
+    "cheat_matmul_backward_cublas_self_permitted": "refused: the tape calls cupy.cublas.gemm, which this call may "
+                                                   "not use",
     "cheat_residual_includes_its_own_header": "a kernel source may include only a header of the CUDA toolkit or CuPy",
 }
 
