@@ -9,6 +9,7 @@ from benchmarks.training import CURVE_COLUMNS, STEP_COLUMNS, StepTime, write_cur
 
 
 def test_the_curve_is_a_csv_of_both_losses_and_its_png(tmp_path):
+    pytest.importorskip("matplotlib", reason="the loss curve's figure needs matplotlib: pip install -e '.[experiments]'")
     kit, pytorch = [10.9, 9.8, 8.1], [10.9, 9.80001, 8.10002]
     csv_path, png = write_curve(tmp_path, kit, pytorch, "a title")
     rows = read_csv(csv_path)

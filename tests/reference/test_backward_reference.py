@@ -11,7 +11,7 @@ import pytest
 
 from reference import cpu
 
-torch = pytest.importorskip("torch")
+torch = pytest.importorskip("torch", reason="needs PyTorch: the README's Setup says how to add it")
 
 SEEDS = [0, 1]
 TOLERANCE = 1e-10  # float64 on both sides: rounding only, relative to the largest element

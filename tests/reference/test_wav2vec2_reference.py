@@ -11,7 +11,7 @@ import pytest
 from reference import cpu
 from tests.reference.test_backward_reference import SEEDS, close, seeded, tensor
 
-torch = pytest.importorskip("torch")
+torch = pytest.importorskip("torch", reason="needs PyTorch: the README's Setup says how to add it")
 F = torch.nn.functional
 
 
@@ -244,7 +244,8 @@ def test_weight_norm_over_all_but_the_kernel_axis(seed, OC, C, K):
 
 def wav2vec2_module(name, **settings):
     """transformers' Wav2Vec2 module `name` built from Wav2Vec2Config(**settings), in float64."""
-    modeling = pytest.importorskip("transformers.models.wav2vec2.modeling_wav2vec2")
+    modeling = pytest.importorskip("transformers.models.wav2vec2.modeling_wav2vec2",
+                                   reason="needs transformers: pip install -e '.[hf]'")
     config = modeling.Wav2Vec2Config(**settings)
     return getattr(modeling, name)(config).double().eval(), config
 
@@ -257,7 +258,8 @@ def randomise(module, rng):
 
 
 def test_wav2vec2_defaults_are_the_shapes_these_layers_take():
-    modeling = pytest.importorskip("transformers.models.wav2vec2.modeling_wav2vec2")
+    modeling = pytest.importorskip("transformers.models.wav2vec2.modeling_wav2vec2",
+                                   reason="needs transformers: pip install -e '.[hf]'")
     config = modeling.Wav2Vec2Config()
     assert tuple(config.conv_dim) == (512,) * 7 and config.hidden_size == 768
     assert tuple(config.conv_kernel) == (10, 3, 3, 3, 3, 2, 2) and tuple(config.conv_stride) == (5, 2, 2, 2, 2, 2, 2)
