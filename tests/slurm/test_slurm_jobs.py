@@ -80,7 +80,8 @@ def test_verify_model_runs_the_model_tests(tmp_path):
     code, _, text, _ = submit("verify.slurm", tmp_path, "model",
                               export="PYTEST_ADDOPTS=-k 'test_tokenizer.py or test_checkpoint.py'")
     assert code == 0, text
-    assert re.search(r"\d+ passed, \d+ deselected", text) and "== verify.slurm: PASSED" in text
+    # (those needing an extra the setup lacks skip, saying so)
+    assert re.search(r"\d+ passed(, \d+ skipped)?, \d+ deselected", text) and "== verify.slurm: PASSED" in text
 
 
 def test_verify_refuses_an_unknown_check(tmp_path):
