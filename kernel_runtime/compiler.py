@@ -261,10 +261,12 @@ def compile_report(kernel: CudaKernel | ModuleProgram, arch: str) -> list[Kernel
     return nvrtc_compile(program, kernel.origin, arch, [f"-arch={arch}", "-Xptxas=-v"], report)
 
 
+@functools.lru_cache(maxsize=None)
 def compile_ptx(program: Program, arch: str, origin: SourceOrigin | None = None) -> tuple[str, dict[str, str]]:
     """The PTX of a program for `arch`'s virtual architecture (sm_86 -> compute_86), built the one way every
     trusted process builds a program (kernel_runtime.hermetic), and each of its name expressions' lowered name;
-    no GPU needed."""
+    no GPU needed. Built once per process: the replay, its instrumented twin and the look at its instructions
+    read the very same PTX."""
     def ptx(nvrtc, handle):
         lowered = {name: nvrtc.getLoweredName(handle, name) for name in program.name_expressions}
         return nvrtc.getPTX(handle).rstrip(b"\0").decode(), lowered

@@ -47,7 +47,8 @@ import dataclasses
 import re
 
 from kernel_runtime.compiler import compile_ptx
-from kernel_runtime.replay import InstructionClass, calls_of, functions_of, instructions_of, multiply_adds, reachable
+from kernel_runtime.replay import (InstructionClass, calls_of, device_arch, functions_of, instructions_of,
+                                   multiply_adds, reachable)
 from reference.execution import replay_on
 from reference.registry import spec
 
@@ -129,11 +130,9 @@ def static_classes(launched, arch: str = ARCH) -> dict[str, set[str]]:
     """kernel name -> instruction classes in its compiled code, for each (program, kernel) of `launched`
     (compiled for `arch`; kernel None: every kernel of the program; a kernel launched from several programs
     shows a class only if all of them have it)."""
-    found, compiled = {}, {}
+    found = {}
     for program, kernel in launched:
-        if program not in compiled:
-            compiled[program] = compile_ptx(program, arch)
-        ptx, lowered = compiled[program]
+        ptx, lowered = compile_ptx(program, arch)
         for name in ([kernel] if kernel is not None else re.findall(r"\.entry\s+(\w+)", ptx)):
             classes = classes_in_ptx(ptx, lowered.get(name, name))
             found[name] = found[name] & classes if name in found else classes
@@ -205,8 +204,6 @@ def missing_technique_here(technique: str, executions, problems) -> str | None:
     """missing_technique for calls recorded in this process (reference.execution.execute, one per problem):
     their tapes replayed here with their programs instrumented, on their own problems' inputs, counted and
     looked at in this GPU's build, as the grader's replayer does."""
-    from kernel_runtime.replay import device_arch
-
     shows, counts, static = TECHNIQUES[technique], None, None
     if shows.in_ptx:
         counts = {}
