@@ -27,13 +27,12 @@ import re
 from pathlib import Path
 from typing import Iterable
 
+from kernel_runtime.hermetic import without_comments
 from kernel_runtime.loader import KIT_KERNELS
 from kernel_runtime.tape import Tape
 
 SOLUTION_MARKER = "// BEGIN SOLUTION"
 QUALIFIERS = ("__global__", "__device__")
-# string literals are kept whole, so that a "//" inside one starts no comment
-COMMENT_OR_STRING = re.compile(r'"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'|//[^\n]*|/\*.*?\*/', re.DOTALL)
 # a qualifier, the rest of the declaration (attributes such as __launch_bounds__(...) included), the name, the
 # parameters and the opening brace of the body
 DEFINITION_HEAD = re.compile(r"\b(__global__|__device__)\b[^{};=]*?\b(?!__launch_bounds__\b)([A-Za-z_]\w*)\s*"
@@ -53,11 +52,6 @@ class Definition:
     @property
     def kind(self) -> str:
         return "kernel" if self.qualifier == "__global__" else "device function"
-
-
-def without_comments(source: str) -> str:
-    """`source` with each comment blanked to spaces of its length, so positions in it are positions in `source`."""
-    return COMMENT_OR_STRING.sub(lambda m: m[0] if m[0][0] in "\"'" else " " * len(m[0]), source)
 
 
 def normalised(code: str) -> str:

@@ -73,7 +73,7 @@ def check_includes(source: str) -> None:
     if RAW_STRING.search(source) or RAW_STRING.search(_spliced(source)):
         raise HermeticBuildError("a raw string literal (R\"...\") in a kernel source: the replay does not compile "
                                  "them")
-    code = _code_only(_spliced(source))
+    code = without_comments(_spliced(source))
     for line in code.split("\n"):
         directive = re.match(r"\s*(?:#|%:)\s*(\w+)(.*)", line)
         if directive and directive.group(1) in INCLUDE_DIRECTIVES:
@@ -96,14 +96,12 @@ def _spliced(source: str) -> str:
     return re.sub(r"\\\r?\n", "", source)
 
 
-def _code_only(source: str) -> str:
-    """`source` with its comments blanked (a block comment's newlines kept), tokenized as the preprocessor does:
-    a `'` inside a number (1'000) separates digits, so it starts no character literal."""
-    pieces = []
-    for token in _TOKEN.finditer(source):
-        kind, text = token.lastgroup, token.group(0)
-        pieces.append(" " + "\n" * text.count("\n") if kind == "comment" else text)
-    return "".join(pieces)
+def without_comments(source: str) -> str:
+    """`source` with each comment blanked to spaces (its newlines kept), so positions in it are positions in
+    `source`; tokenized as the preprocessor does, string and character literals kept whole (a `//` inside one
+    starts no comment), and a `'` inside a number (1'000) separating digits, starting no character literal."""
+    return "".join(re.sub(r"[^\n]", " ", token.group(0)) if token.lastgroup == "comment" else token.group(0)
+                   for token in _TOKEN.finditer(source))
 
 
 _TOKEN = re.compile(r"""
