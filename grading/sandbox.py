@@ -206,7 +206,7 @@ def isolating(isolation: str, command: list[str], mounts: list[tuple[str, str]],
         plan = json.dumps({"mounts": mounts, "cwd": str(cwd), "drop": drop, "command": command})
         return ["unshare", "--mount", "--pid", "--fork", "--mount-proc", "--kill-child",
                 sys.executable, "-I", "-S", namespace.__file__, plan]
-    options = {"hide": "--tmpfs", "read": "--ro-bind", "write": "--bind"}
+    binds = {"read": "--ro-bind", "write": "--bind"}
     wrapper = ["bwrap", "--ro-bind", "/", "/", "--dev-bind", "/dev", "/dev", "--proc", "/proc", "--unshare-pid",
                "--die-with-parent"]
     hidden = [Path(path) for kind, path in mounts if kind == "hide"]
@@ -217,7 +217,7 @@ def isolating(isolation: str, command: list[str], mounts: list[tuple[str, str]],
         made = [a for a in reversed(Path(path).parents) if any(a.is_relative_to(h) and a != h for h in hidden)]
         for ancestor in made:  # bwrap would make them 0700: nobody could reach what is bound there
             wrapper += ["--perms", "0755", "--dir", str(ancestor)]
-        wrapper += [options[kind], path, path]
+        wrapper += [binds[kind], path, path]
     wrapper += ["--chdir", str(cwd)]
     if drop:  # bwrap run by root keeps no capability but these two, which setpriv gives up with root
         wrapper += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--", "setpriv",
