@@ -71,9 +71,9 @@ class Recording:
 
     # ----------------------------------------------------------------------- buffers
 
-    def add_buffer(self, address: int, nbytes: int, name: str | None = None) -> int:
+    def add_buffer(self, address: int, nbytes: int, name: str | None = None, kept: bool = False) -> int:
         self._extents.append((address, nbytes))
-        self.tape.buffers.append(tapes.Buffer(nbytes, name))
+        self.tape.buffers.append(tapes.Buffer(nbytes, name, kept))
         return len(self._extents) - 1
 
     def allocated(self, address: int, nbytes: int) -> None:
@@ -99,7 +99,7 @@ class Recording:
         found = self.find(array.data.ptr, may_be_empty=array.nbytes == 0)
         if found is None:
             memory = array.data.mem
-            self.add_buffer(memory.ptr, memory.size)
+            self.add_buffer(memory.ptr, memory.size, kept=True)
             found = self.find(array.data.ptr)
         return found
 

@@ -10,6 +10,9 @@ allow-listed cupy.cublas function only if `permit` names its library (the caller
 item allows it, whatever the recording process claimed); otherwise the replay is
 refused, naming the step. A tape's scratch is bounded by the call's own arrays
 (scratch_limit), so a forged tape cannot ask for more memory than a call could need.
+`PreparedTape(tape, ...)` is the same replay built once and run on many calls' arrays
+(the leaderboard's model, whose every host-function call is a replay): its scratch is
+kept and filled with 0xFF bytes again at every run, and CUDA graphs can capture it.
 
 `count_instructions(tape, arrays, classes, permit)` replays the same way with every
 program's PTX (the very same PTX) instrumented: after each instruction of a class
@@ -49,24 +52,63 @@ def replay(tape: tapes.Tape, arrays: dict, functions: Callable | None = None, pe
     """Run `tape`'s steps on `arrays` (CuPy arrays by buffer name) and scratch of its own, its library steps
     only those of the libraries `permit` names (keys of kernel_runtime.recording.LIBRARIES).
     `functions(program) -> name -> function` builds a program (default: the trusted build, loaded once)."""
-    functions = functions or compiled_functions
-    _check_library_steps(tape, permit)
     _check_scratch(tape, arrays)
-    memory = [_buffer(buffer, arrays) for buffer in tape.buffers]
-    for step in tape.steps:
+    PreparedTape(tape, functions, permit).run(arrays)
+
+
+class PreparedTape:
+    """A tape made ready to run on the arrays of many calls: its library steps checked against `permit`, its
+    kernels built (by `functions`, as replay's) and loaded, its constants on the device. Every run queues its
+    steps on the current stream and starts its scratch (allocated at the first run, then kept) full of 0xFF
+    bytes again, so nothing one run leaves there reaches the next; after the first, a run allocates nothing,
+    so a CUDA graph can capture it."""
+
+    def __init__(self, tape: tapes.Tape, functions: Callable | None = None, permit: tuple[str, ...] = ()):
+        _check_library_steps(tape, permit)
+        functions = functions or compiled_functions
+        self.tape, self.scratch = tape, None
+        self.steps = [self._prepared(step, functions) for step in tape.steps]
+
+    def _prepared(self, step, functions: Callable):
         if isinstance(step, tapes.Launch):
-            program = tape.programs[step.program]
+            program = self.tape.programs[step.program]
             function = functions(program)(step.kernel)
             if step.shared_mem > STATIC_SHARED_LIMIT:
                 cupy.cuda.driver.funcSetAttribute(function.ptr, _MAX_DYNAMIC_SHARED_SIZE, step.shared_mem)
-            args = tuple(np.uint64(memory[a.buffer].data.ptr + a.offset) if isinstance(a, tapes.Pointer)
-                         else a.value() for a in step.args)
-            function(step.grid, step.block, args, shared_mem=step.shared_mem,
-                     enable_cooperative_groups=program.cooperative)
-        elif isinstance(step, tapes.Write):
-            _write(_view(step.region, memory), step)
+            args = [(a.buffer, a.offset) if isinstance(a, tapes.Pointer) else a.value() for a in step.args]
+            return functools.partial(self._launch, function, step, args, program.cooperative)
+        if isinstance(step, tapes.Write):
+            values = np.frombuffer(step.data, step.region.dtype)
+            constant = values[0] if step.repeated else cupy.asarray(values.reshape(step.region.shape))
+            return functools.partial(self._write, step.region, constant)
+        return functools.partial(_call_library, step)
+
+    def run(self, arrays: dict) -> None:
+        """The tape's steps on `arrays` (CuPy arrays by buffer name), on the current stream."""
+        if self.scratch is None:
+            self.scratch = [cupy.empty(max(b.nbytes, 1), np.uint8) if b.name is None else None
+                            for b in self.tape.buffers]
+        stream = cupy.cuda.get_current_stream().ptr
+        for scratch in self.scratch:
+            if scratch is not None:
+                cupy.cuda.runtime.memsetAsync(scratch.data.ptr, 0xFF, scratch.nbytes, stream)
+        memory = [scratch if scratch is not None else _named(buffer, arrays)
+                  for buffer, scratch in zip(self.tape.buffers, self.scratch)]
+        for step in self.steps:
+            step(memory)
+
+    @staticmethod
+    def _launch(function, step: tapes.Launch, args: list, cooperative: bool, memory: list) -> None:
+        values = tuple(np.uint64(memory[a[0]].data.ptr + a[1]) if isinstance(a, tuple) else a for a in args)
+        function(step.grid, step.block, values, shared_mem=step.shared_mem, enable_cooperative_groups=cooperative)
+
+    @staticmethod
+    def _write(region: tapes.Region, constant, memory: list) -> None:
+        view = _view(region, memory)
+        if isinstance(constant, np.generic):
+            view.fill(constant)
         else:
-            _call_library(step, memory)
+            view[...] = constant
 
 
 def scratch_limit(arrays: dict) -> int:
@@ -89,9 +131,7 @@ def _check_library_steps(tape: tapes.Tape, permit: tuple[str, ...]) -> None:
                                   f"; its own kernels must compute)")
 
 
-def _buffer(buffer: tapes.Buffer, arrays: dict):
-    if buffer.name is None:
-        return cupy.full(max(buffer.nbytes, 1), 0xFF, np.uint8)
+def _named(buffer: tapes.Buffer, arrays: dict):
     array = arrays.get(buffer.name)
     if array is None:
         raise tapes.TapeError(f"the tape names an array {buffer.name!r} that the call does not have")
@@ -102,16 +142,6 @@ def _buffer(buffer: tapes.Buffer, arrays: dict):
 
 def _view(region: tapes.Region, memory: list):
     return cupy.ndarray(region.shape, region.dtype, memory[region.buffer].data + region.offset, region.strides)
-
-
-def _write(view, step: tapes.Write) -> None:
-    values = np.frombuffer(step.data, view.dtype)
-    if step.repeated:
-        view.fill(values[0])
-    elif view.flags.c_contiguous:
-        view.set(values.reshape(view.shape))
-    else:
-        view[...] = cupy.asarray(values.reshape(view.shape))
 
 
 def _call_library(step: tapes.Library, memory: list) -> None:

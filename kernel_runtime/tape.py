@@ -4,9 +4,10 @@ A recording (kernel_runtime.recording) turns one call of a host function into a 
 
 * buffers: the device memory its steps touch. A buffer with a `name` is one of the
   call's own arrays (out, inp, ...): whoever replays the tape supplies it. A buffer
-  without one is scratch (memory the call allocated, or an array it kept from
-  elsewhere): only its size is on the tape, and a replay starts it full of 0xFF bytes
-  (NaN as float32), so nothing the call left there earlier comes along;
+  without one is scratch (memory the call allocated, or, marked `kept`, an array it
+  kept from elsewhere: an earlier call, its import): only its size is on the tape,
+  and a replay starts it full of 0xFF bytes (NaN as float32), so nothing the call
+  left there earlier comes along;
 * programs: each CUDA source exactly as it was compiled, with its compile options,
   name expressions and backend;
 * steps, in the order the call made them:
@@ -58,6 +59,7 @@ class TapeError(KitError):
 class Buffer:
     nbytes: int
     name: str | None = None  # one of the call's arrays; None: scratch
+    kept: bool = False       # scratch the call did not allocate: memory it kept from before the call
 
 
 @dataclasses.dataclass(frozen=True)
@@ -170,7 +172,7 @@ class Tape:
         return list(dict.fromkeys((self.programs[launch.program], launch.kernel) for launch in self.launches))
 
     def to_json(self) -> str:
-        return json.dumps({"buffers": [[b.nbytes, b.name] for b in self.buffers],
+        return json.dumps({"buffers": [[b.nbytes, b.name, b.kept] for b in self.buffers],
                            "programs": [dataclasses.asdict(p) for p in self.programs],
                            "steps": [_step_to_json(step) for step in self.steps],
                            "scalars": self.scalars})
@@ -211,8 +213,7 @@ def _step_to_json(step) -> dict:
 def _read_tape(raw: dict) -> Tape:
     if not isinstance(raw, dict):
         raise TapeError("unreadable tape: not a JSON object")
-    buffers = [Buffer(_integer(n, "buffer size", 0, MAX_BUFFER_BYTES), _name(name)) for n, name in
-               _entries(raw["buffers"], "buffers")]
+    buffers = [_read_buffer(entry) for entry in _entries(raw["buffers"], "buffers")]
     named = [b.name for b in buffers if b.name is not None]
     if len(set(named)) != len(named):
         raise TapeError("bad tape: two buffers with one name")
@@ -220,6 +221,13 @@ def _read_tape(raw: dict) -> Tape:
     tape = Tape(buffers, programs, [], _read_scalars(raw["scalars"]))
     tape.steps = [_read_step(step, tape) for step in _entries(raw["steps"], "steps")]
     return tape
+
+
+def _read_buffer(raw) -> Buffer:
+    nbytes, name, *kept = raw  # [nbytes, name] or [nbytes, name, kept]
+    if len(kept) > 1:
+        raise TapeError(f"bad tape: buffer {raw!r}")
+    return Buffer(_integer(nbytes, "buffer size", 0, MAX_BUFFER_BYTES), _name(name), bool(kept and kept[0]))
 
 
 def _entries(value, what: str) -> list:

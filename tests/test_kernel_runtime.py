@@ -282,7 +282,7 @@ def test_kept_arrays_that_touch_are_each_a_buffer_of_their_own_memory():
     assert taping.pointer_to(kept(1000, 4, 512)) == Pointer(0, 0)
     assert taping.pointer_to(kept(1512, 8, 512)) == Pointer(1, 0)
     assert taping.pointer_to(kept(2024, 0, 512)) == Pointer(1, 512)  # an empty view there: nothing to read
-    assert taping.tape.buffers == [Buffer(512), Buffer(512)]
+    assert taping.tape.buffers == [Buffer(512, kept=True), Buffer(512, kept=True)]
 
 
 def test_arrays_that_touch_are_each_a_buffer_and_an_in_place_one_is_one():
