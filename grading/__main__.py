@@ -137,7 +137,7 @@ def handout_main(argv) -> int:
 
 def leaderboard_main(argv) -> int:
     from grading import leaderboard
-    from grading.ranking import make_judge, rank_submission, worker_command
+    from grading.ranking import commands, make_judge, rank_submission
     from reference.variants import resolve_profile, variant_named
 
     parser = OneLineArgumentParser(prog="python -m grading leaderboard", description=leaderboard.__doc__,
@@ -164,7 +164,7 @@ def leaderboard_main(argv) -> int:
         print(f"[{number}/{len(args.submissions)}] timing {submission} ...", file=sys.stderr, flush=True)
         # each its own: reports show it, and --seed takes it back
         seed = args.seed if args.seed is not None else secrets.randbelow(SEED_LIMIT)
-        result = rank_submission(submission, worker_command(args.table, tuple(args.variant)), judge, seed,
+        result = rank_submission(submission, commands(args.table, tuple(args.variant)), judge, seed,
                                  progress=lambda m: print(m, file=sys.stderr, flush=True))
         reports.write_results_json(leaderboard.gradescope_fields(result),
                                    args.out / submission.resolve().name / "leaderboard.json")

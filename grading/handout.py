@@ -88,6 +88,7 @@ STAFF_FILES = ("grading/", "tests/grading/", "tests/kernels/wrong/", "tests/kern
 # what a grading worker (grading.worker, grading.leaderboard_worker) imports or reads beyond a handout
 WORKER_FILES = ("grading/__init__.py", "grading/worker.py", "grading/items.py", "grading/channel.py",
                 "grading/leaderboard_worker.py", "grading/leaderboard.py", "grading/leaderboard.toml",
+                "grading/taped_calls.py",
                 *(f"grading/{path.name}" for path in WEIGHTS_FILES.values()))
 SOLUTION = re.compile(r"^([ \t]*)(//|#) BEGIN SOLUTION\n.*?^[ \t]*\2 END SOLUTION\n", re.MULTILINE | re.DOTALL)
 LEFTOVER_MARKER = re.compile(r"^[ \t]*(//|#) (BEGIN|END) SOLUTION", re.MULTILINE)

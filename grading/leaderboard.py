@@ -1,19 +1,23 @@
 """The leaderboard: tokens per second of a submission's kernels in the whole model, behind a
-correctness gate, every timed token checked.
+correctness gate, every timed token checked, and none of the submission's code running
+while it is timed.
 
     python -m grading leaderboard SUBMISSION [SUBMISSION ...] [--variant NAME] [--seed N] [--out DIR]
 
 The workload is fixed in grading/leaderboard.toml: GPT-2 124M with seeded random
 weights, every batch size x count of new tokens x prompt length, sampled (temperature,
-top-k) or greedy. Per submission, a worker process (grading.leaderboard_worker, under
-the table's time limit) loads the submission's kernels and answers the ranking process
-(grading.ranking) over a pipe (grading.channel):
-1. the gate's outputs, which the ranking process judges against the float64 reference
-   it computes itself (gpt2.logits_check's allowance for the submission's profile);
-2. per configuration: warm-up on prompts of its shape, then "ready"; the ranking process
-   draws the run's prompts (random token ids, one prompt per row) and its sampling seed
-   from a secret seed, starts its clock, sends them, and stops the clock when the
-   generated token ids come back.
+top-k) or greedy. Per submission (grading.ranking):
+1. a worker process (grading.leaderboard_worker, sandboxed, under the table's time
+   limit) loads the submission's kernels and runs the gate's calls and two short
+   generations of every configuration's shape, taping the first call of each host
+   function at each shape (grading.taped_calls); the tapes are all it sends back, and it
+   ends;
+2. a trusted replayer (grading.leaderboard_replayer, the kit's own code) builds the tapes'
+   programs itself and runs the model on them: the gate's outputs, which the ranking
+   process judges against the float64 reference (gpt2.logits_check's allowance for the
+   submission's profile); then per configuration a warm-up, and a timed generation of
+   the prompts and sampling seed the ranking process draws from a secret seed (the
+   kit's grape executor and sampling kernels, its own buffers, its own clock).
 Then every returned token is checked by the trusted model (grading.token_check: the gold
 backend, teacher-forced, in the ranking process), and each configuration's tokens per
 second must stay under the device's memory-bandwidth roofline. A submission that passes
@@ -21,8 +25,8 @@ everything scores the geometric mean of its configurations' tokens per second, w
 row per configuration. Per submission: a console table and OUT/<name>/leaderboard.json,
 holding Gradescope's leaderboard fields.
 
-This module is the table, the records and the judging of the gate, with no oracle in it:
-the worker imports it too.
+This module is the table, the records, the model both sides build and the calls both
+run, and the judging of the gate, with no oracle in it: the worker imports it too.
 """
 
 from __future__ import annotations
@@ -37,15 +41,19 @@ import numpy as np
 
 from gpt2.checkpoint import Parameters, perturbed_parameters
 from gpt2.config import GPT2Config, preset
-from generation.generate import Sampling
+from gpt2.model import GPT2
+from generation.decoding import make_decoder
+from generation.generate import Sampling, decoder_kind
 from kernel_runtime import KitError
+from model_runtime.backends import Backend, uses_flash, uses_fused_decode
 from reference.numerics import element_errors
 
 TABLE_FILE = Path(__file__).with_name("leaderboard.toml")
+WARM_UP_TOKENS = 2
 
 
 class LeaderboardError(KitError):
-    """A workload table or a worker's output that cannot be used."""
+    """A workload table that cannot be used."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -124,6 +132,16 @@ def model_weights(workload: Workload) -> tuple[GPT2Config, Parameters]:
     return config, perturbed_parameters(config, workload.weights_seed)
 
 
+def leaderboard_model(workload: Workload, ops, variants: tuple[str, ...]) -> GPT2:
+    """The table's model on the GPU, its host functions `ops` (the worker's taping ones, the replayer's taped
+    ones), calling flash attention or the fused decode matmuls where `variants` choose them."""
+    import cupy
+
+    backend = Backend("kernels", cupy, np.float32, ops, flash_attention=uses_flash(variants),
+                      fused_decode=uses_fused_decode(variants))
+    return GPT2(*model_weights(workload), backend=backend)
+
+
 def configurations(workload: Workload) -> list[Configuration]:
     """Every batch size x count of new tokens x prompt length, batch sizes outermost."""
     return [Configuration(*c) for c in itertools.product(workload.batches, workload.new_tokens,
@@ -139,7 +157,7 @@ def geometric_mean(values) -> float:
 
 @dataclasses.dataclass(frozen=True)
 class GateOutputs:
-    """What the worker saw in the gate's calls, all from the submission's kernels."""
+    """What the gate's calls gave on the submission's tapes, in the replayer."""
     logits: np.ndarray              # (T, V): one forward pass over the gate prompt
     cached_logits: np.ndarray       # (steps + 1, V): the prefill's last row, then each cached decode step
     recomputed_logits: np.ndarray   # the same positions, every step a full forward pass
@@ -151,11 +169,41 @@ class GateOutputs:
 
     @classmethod
     def from_arrays(cls, arrays: dict[str, np.ndarray]) -> GateOutputs | None:
-        """The outputs from a worker's message, or None when one is missing or not numbers."""
+        """The outputs from the replayer's message, or None when one is missing or not numbers."""
         names = [f.name for f in dataclasses.fields(cls)]
         if not all(name in arrays and np.issubdtype(arrays[name].dtype, np.number) for name in names):
             return None
         return cls(**{name: arrays[name] for name in names})
+
+
+def gate_outputs(model: GPT2, prompt: list[int], steps: int) -> GateOutputs:
+    """The gate's calls: one forward pass over `prompt`; then `steps` greedy steps with the KV cache (the graphed
+    decoder), and the same steps recomputed, both paths fed the cached path's tokens so that their logits
+    compare."""
+    tokens = np.array([prompt], np.int32)
+    logits = model.backend.to_host(model(tokens))[0]
+    cached = make_decoder(model, decoder_kind(model, use_cache=True, use_graph=True), 1)
+    recomputed = make_decoder(model, "recompute", 1)
+    cached_rows, recomputed_rows = [cached.prefill(tokens)[0]], [recomputed.prefill(tokens)[0]]
+    cached_tokens, recomputed_tokens = [], []
+    for _ in range(steps):
+        cached_tokens.append(int(np.argmax(cached_rows[-1])))
+        recomputed_tokens.append(int(np.argmax(recomputed_rows[-1])))
+        step = np.array([cached_tokens[-1]], np.int32)
+        cached_rows.append(cached.step(step)[0].copy())  # a decoder's step may return its own buffer
+        recomputed_rows.append(recomputed.step(step)[0].copy())
+    return GateOutputs(logits, np.stack(cached_rows), np.stack(recomputed_rows), np.array(cached_tokens),
+                       np.array(recomputed_tokens))
+
+
+def warm_up(executor, workload: Workload, batch: int, prompt_length: int) -> None:
+    """Two generations of WARM_UP_TOKENS on prompts of this shape, of content of their own: the first runs
+    every call eagerly (in the worker, taping it), the second captures the executor's CUDA graphs."""
+    vocab_size = executor.model.config.vocab_size
+    prompts = [[(row * prompt_length + position) % vocab_size for position in range(prompt_length)]
+               for row in range(batch)]
+    for _ in range(2):
+        executor.generate(prompts, WARM_UP_TOKENS, workload.sampling(seed=0), stop_at_end_of_text=False)
 
 
 def gate_failure(outputs: GateOutputs | None, reference_logits: np.ndarray, allowed: float) -> str | None:
@@ -185,7 +233,7 @@ def _max_error(got: np.ndarray, want: np.ndarray) -> float:
 @dataclasses.dataclass(frozen=True)
 class Row:
     configuration: Configuration
-    seconds: float        # by the ranking process's clock: prompts sent to tokens received
+    seconds: float        # by the replayer's clock: the generation, from a synchronized device to tokens on the host
     tokens: int           # new tokens generated: batch x new_tokens
     refused: str | None = None  # why the run does not count: wrong tokens, or faster than the roofline
 
@@ -201,7 +249,7 @@ class Standing:
     reason: str
     rows: list[Row]
     seed: int | None = None             # the secret seed of the prompts, shown after the runs
-    wall_seconds: float | None = None   # the whole ranking of this submission: worker, gate, check
+    wall_seconds: float | None = None   # the whole ranking of this submission: worker, replayer, check
     isolation: str = ""                 # what its worker could read (grading.sandbox's summary line)
 
 

@@ -1,39 +1,43 @@
 """Ranking submissions for the leaderboard (grading.leaderboard): the side the submission never runs in.
 
-Per submission this process starts the worker (grading.leaderboard_worker) in a sandbox
-(grading.sandbox: the worker kit on its path, a directory of its own, and where the OS
-allows no view of the TA's checkout or of other submissions), in a process group of its
-own that is killed when it ends, under the table's time limit, and over its stdin and
-stdout (grading.channel):
-1. receives the gate's outputs and judges them against the float64 reference computed
-   here; a submission that fails stops there;
-2. per configuration: names the shape (batch, prompt length) and waits for "ready"
-   (the worker warms up on prompts of its own); then draws the run's prompts, one
-   random prompt per row, and its sampling seed from a secret seed of this submission's
-   own (never on the worker's command line, in its environment or in a file: they
-   exist here only, and the seed is shown in the report after the runs),
-   starts its clock, sends them, and stops the clock when the token ids are back.
-Then the worker is told "done", and each run is judged here: every token by the trusted
-model (grading.token_check, the gold backend, teacher-forced), and its tokens per second
-against the device's memory-bandwidth roofline (Roofline). A run that fails either
-scores nothing, and neither does its submission.
+Per submission this process
+1. starts the worker (grading.leaderboard_worker) in a sandbox (grading.sandbox: the
+   worker kit on its path, a directory of its own, and where the OS allows no view of
+   the TA's checkout or of other submissions), in a process group of its own, under the
+   table's time limit, and takes its tapes (grading.taped_calls); the worker has ended,
+   its whole group killed, before anything is judged or timed;
+2. starts the replayer (grading.leaderboard_replayer: the kit's code, -P -s, its
+   compiled kernels in memory only) in a process group of its own, under the same time
+   limit, and hands it the tapes; judges the gate's outputs it sends against the float64
+   reference computed here; then per configuration draws the run's prompts, one random
+   prompt per row, and its sampling seed from a secret seed of this submission's own
+   (shown in the report after the runs), and takes back the tokens and the seconds the
+   replayer's clock gave their generation.
+Each run is then judged here: every token by the trusted model (grading.token_check, the
+gold backend, teacher-forced), and its tokens per second against the device's
+memory-bandwidth roofline (Roofline). A run that fails either scores nothing, and
+neither does its submission.
 
 What this still trusts, and why it is bounded:
-* The worker's process is the submission's: it may compute the tokens with anything
-  (PyTorch, cuBLAS, another model library) and may undo the persisting-L2 reset. The
-  checks catch wrong tokens, not borrowed speed: that the speed comes from the
-  submission's own kernels rests on the gate's recorded pass and on reading the code.
-* Persisting L2 could keep part of the weights on chip between steps, but the weights
-  (about 500 MB in float32) are ten times any L2, and the roofline allows for a whole
-  L2 of them, so it buys nothing the roofline would let through unnoticed.
+* The programs on the tapes are the submission's own CUDA, built here and run on the
+  replayer's buffers: they may compute differently at different shapes (the token
+  check catches wrong tokens at every timed shape) and may keep state of their own
+  between calls only inside the buffers the model gives them, such as the KV cache's
+  slots past each row's length (scratch is poisoned at every call, and memory kept
+  from an earlier call is refused): the gate and the token check bound what such state
+  could change, and the roofline what it could gain.
+* Persisting L2 could keep part of the weights on chip between steps, but only a host
+  call can set it, and none of the submission's host code runs in the replayer.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -45,14 +49,14 @@ from gpt2.config import GPT2Config
 from gpt2.logits_check import allowed_logit_error
 from gpt2.model import GPT2
 from grading.channel import Channel, ChannelError
-from grading.grade import crash_reason, kill_group
+from grading.grade import REPO_ROOT, crash_reason, kill_group
 from grading.handout import MILESTONES
 from gpt2.tokenizer import bpe_path, get_tokenizer
 from grading.leaderboard import (Configuration, GateOutputs, Row, Standing, Workload, configurations, gate_failure,
                                  model_weights, standing)
 from grading.sandbox import Sandbox, WorkerDirectory, worker_sandbox
 from grading.token_check import check_run
-from kernel_runtime.device import keep_compiled_kernels_private
+from kernel_runtime.device import PRIVATE_KERNEL_CACHES, keep_compiled_kernels_private
 from reference.precision import Profile
 
 BANDWIDTH_HEADROOM = 1.5  # a device-to-device copy reaches 80-90% of the peak: 1.5x the copy is above any kernel
@@ -125,8 +129,8 @@ class Run:
     configuration: Configuration
     prompts: np.ndarray   # (batch, prompt_length), drawn here
     seed: int             # of the sampling, drawn here
-    tokens: np.ndarray    # what the worker returned
-    seconds: float        # by this process's clock
+    tokens: np.ndarray    # what the replayer generated
+    seconds: float        # by the replayer's clock: the generation, from a synchronized device to tokens on the host
 
 
 def run_inputs(seed: int, index: int, configuration: Configuration, vocab_size: int) -> tuple[np.ndarray, int]:
@@ -147,22 +151,29 @@ def make_judge(workload: Workload, profile: Profile) -> Judge:
                  config.vocab_size)
 
 
-def worker_command(table: Path, variants: tuple[str, ...]) -> Callable[[WorkerDirectory], list[str]]:
-    """The leaderboard worker's command in its directory: its copies of the submission and of `table`."""
-    return lambda place: [sys.executable, "-m", "grading.leaderboard_worker", "--submission", str(place.submission),
-                          "--table", str(place.copy_in(table)), *(f"--variant={v}" for v in variants)]
+@dataclasses.dataclass(frozen=True)
+class Commands:
+    worker: Callable[[WorkerDirectory], list[str]]  # the worker's command in its directory
+    replayer: list[str]                             # the replayer's command
 
 
-class Worker:
-    """A worker process started in `sandbox`, in `place`, in a process group of its own; its channel, its stderr
-    passed line by line to `progress`, and its time limit."""
+def commands(table: Path, variants: tuple[str, ...]) -> Commands:
+    """The worker's command (its copies of the submission and of `table`) and the replayer's (the kit's own
+    code only: -P, not the working directory on its path; -s, not the user's site-packages)."""
+    chosen = [f"--variant={v}" for v in variants]
+    return Commands(lambda place: [sys.executable, "-m", "grading.leaderboard_worker", "--submission",
+                                   str(place.submission), "--table", str(place.copy_in(table)), *chosen],
+                    [sys.executable, "-P", "-s", "-m", "grading.leaderboard_replayer", "--table",
+                     str(Path(table).resolve()), *chosen])
 
-    def __init__(self, command: list[str], sandbox: Sandbox, place: WorkerDirectory, time_limit: float,
-                 progress: Callable[[str], None]):
-        tokenizer = {"GPT2_BPE_FILE": bpe_path()} if bpe_path().is_file() else {}  # the gate prompt's, offline
-        self.sandbox = sandbox
-        self.process = sandbox.popen(command, place, tokenizer, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE)
+
+class Child:
+    """A process started in a group of its own, with `role` in the reports: its channel, its stderr passed line
+    by line to `progress`, and its time limit. `status` reads its exit status (a sandbox's, for a worker)."""
+
+    def __init__(self, process: subprocess.Popen, role: str, time_limit: float, progress: Callable[[str], None],
+                 status: Callable[[int], int] = lambda returncode: returncode):
+        self.process, self.role, self.status = process, role, status
         self.channel = Channel(self.process.stdout, self.process.stdin)
         self.time_limit, self.timed_out, self.lines = time_limit, threading.Event(), []
         self.timer = threading.Timer(time_limit, self._time_out)
@@ -181,7 +192,7 @@ class Worker:
             progress(line.rstrip())
 
     def stop(self, broke_off: str | None) -> str | None:
-        """Say "done" and wait for the worker to end (within its time limit); why it failed, or None.
+        """Say "done" and wait for the process to end (within its time limit); why it failed, or None.
         `broke_off`: why this side stopped talking to it early, if it did."""
         try:
             self.channel.send("done")
@@ -193,34 +204,47 @@ class Worker:
         self.timer.cancel()
         self.reader.join(timeout=10)
         if self.timed_out.is_set():
-            return f"timed out after {self.time_limit:g} s"
-        crash = crash_reason(self.sandbox.status(self.process.returncode), "".join(self.lines))
-        return crash or (f"the worker broke off the protocol: {broke_off}" if broke_off else None)
+            return f"{self.role} timed out after {self.time_limit:g} s"
+        crash = crash_reason(self.status(self.process.returncode), "".join(self.lines))
+        crash = crash and crash.replace("the worker process", self.role)
+        return crash or (f"the {self.role} broke off the protocol: {broke_off}" if broke_off else None)
 
 
-def rank_submission(submission: Path | None, command: Callable[[WorkerDirectory], list[str]], judge: Judge,
-                    seed: int, progress: Callable[[str], None] = lambda message: None,
-                    sandbox: Sandbox | None = None, name: str | None = None) -> Standing:
-    """Run the worker (`command`, given its directory) in `sandbox` (default: the last milestone's worker kit,
-    whose every variant module a table may name), with a copy of `submission`; judge its gate, time its runs,
-    check their tokens, and score it. `seed`: the secret of its runs' prompts and sampling seeds, this
-    submission's own (the report shows it, and a later worker could read a report). `name`: the standing's,
-    by default the submission's path."""
+class Refused(Exception):
+    """The replayer's one line on tapes it could not replay."""
+
+
+def expect(channel: Channel, kind: str):
+    """The replayer's next message, which must be `kind`; Refused where it says why it cannot go on."""
+    message = channel.receive(kind, "refused")
+    if message.kind == "refused":
+        raise Refused(str(message.fields.get("reason")))
+    return message
+
+
+def rank_submission(submission: Path | None, started_by: Commands, judge: Judge, seed: int,
+                    progress: Callable[[str], None] = lambda message: None, sandbox: Sandbox | None = None,
+                    name: str | None = None) -> Standing:
+    """Tape `submission` in the worker (run in `sandbox`, by default the last milestone's worker kit, whose every
+    variant module a table may name), replay and time its tapes in the replayer, judge the gate and the runs,
+    and score it. `seed`: the secret of its runs' prompts and sampling seeds, this submission's own (the report
+    shows it, and a later worker could read a report). `name`: the standing's, by default the submission's path."""
     started, workload = time.perf_counter(), judge.workload
     sandbox = sandbox or worker_sandbox(MILESTONES[-1])
-    gate_reason, runs, broke_off = None, [], None
+    tapes, broke_off = None, None
     with sandbox.directory(submission) as place:
-        worker = Worker(command(place), sandbox, place, workload.time_limit_seconds, progress)
+        tokenizer = {"GPT2_BPE_FILE": bpe_path()} if bpe_path().is_file() else {}  # the gate prompt's, offline
+        process = sandbox.popen(started_by.worker(place), place, tokenizer, stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        worker = Child(process, "the worker process", workload.time_limit_seconds, progress, sandbox.status)
         try:
-            outputs = GateOutputs.from_arrays(worker.channel.receive("gate").arrays)
-            gate_reason = gate_failure(outputs, judge.gate.reference_logits, judge.gate.allowed)
-            if gate_reason is None:
-                for index, configuration in enumerate(configurations(workload)):
-                    runs.append(timed_run(worker.channel, judge, seed, index, configuration))
-                    progress(f"  {configuration.name}: {configuration.tokens / runs[-1].seconds:.0f} tok/s")
+            tapes = worker.channel.receive("tapes")
         except ChannelError as err:
             broke_off = str(err)
         crash = worker.stop(broke_off)
+    gate_reason, runs = None, []
+    if crash is None:
+        gate_reason, runs, crash = replayed_runs(tapes, started_by.replayer, judge, seed, progress)
     if gate_reason is None and crash is None:
         rows = judged_rows(runs, judge, progress)
     else:
@@ -230,16 +254,38 @@ def rank_submission(submission: Path | None, command: Callable[[WorkerDirectory]
     return result
 
 
+def replayed_runs(tapes, command: list[str], judge: Judge, seed: int, progress: Callable[[str], None]
+                  ) -> tuple[str | None, list[Run], str | None]:
+    """The replayer's part: (why the gate failed, the timed runs, why the replay failed), Nones where nothing did."""
+    gate_reason, runs, broke_off, refused = None, [], None, None
+    environment = os.environ | {"PYTHONPATH": str(REPO_ROOT)} | PRIVATE_KERNEL_CACHES
+    with tempfile.TemporaryDirectory(prefix="leaderboard-replay-") as here:
+        process = subprocess.Popen(command, cwd=here, env=environment, start_new_session=True,
+                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        replayer = Child(process, "the replay", judge.workload.time_limit_seconds, progress)
+        try:
+            replayer.channel.send("tapes", tapes.arrays)
+            outputs = GateOutputs.from_arrays(expect(replayer.channel, "gate").arrays)
+            gate_reason = gate_failure(outputs, judge.gate.reference_logits, judge.gate.allowed)
+            if gate_reason is None:
+                for index, configuration in enumerate(configurations(judge.workload)):
+                    runs.append(timed_run(replayer.channel, judge, seed, index, configuration))
+                    progress(f"  {configuration.name}: {configuration.tokens / runs[-1].seconds:.0f} tok/s")
+        except Refused as err:
+            refused = f"its tapes were refused: {err}"
+        except ChannelError as err:
+            broke_off = str(err)
+        crash = replayer.stop(broke_off)
+    return gate_reason, runs, refused or crash
+
+
 def timed_run(channel: Channel, judge: Judge, seed: int, index: int, configuration: Configuration) -> Run:
-    """One configuration's run, timed here from sending the prompts to receiving the tokens."""
-    channel.send("prepare", batch=configuration.batch, prompt_length=configuration.prompt_length)
-    channel.receive("ready")
+    """One configuration's run: its prompts and sampling seed drawn here, generated and timed by the replayer."""
     prompts, sampling_seed = run_inputs(seed, index, configuration, judge.vocab_size)
-    started = time.perf_counter()
-    channel.send("run", {"prompts": prompts}, new_tokens=configuration.new_tokens, seed=sampling_seed)
-    tokens = channel.receive("tokens").arrays.get("tokens")
-    seconds = time.perf_counter() - started
-    return Run(configuration, prompts, sampling_seed, tokens, seconds)
+    channel.send("run", {"prompts": prompts}, batch=configuration.batch, prompt_length=configuration.prompt_length,
+                 new_tokens=configuration.new_tokens, seed=sampling_seed)
+    message = expect(channel, "tokens")
+    return Run(configuration, prompts, sampling_seed, message.arrays.get("tokens"), float(message.fields["seconds"]))
 
 
 def judged_rows(runs: list[Run], judge: Judge, progress: Callable[[str], None]) -> list[Row]:

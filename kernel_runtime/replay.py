@@ -52,7 +52,7 @@ def replay(tape: tapes.Tape, arrays: dict, functions: Callable | None = None, pe
     """Run `tape`'s steps on `arrays` (CuPy arrays by buffer name) and scratch of its own, its library steps
     only those of the libraries `permit` names (keys of kernel_runtime.recording.LIBRARIES).
     `functions(program) -> name -> function` builds a program (default: the trusted build, loaded once)."""
-    _check_scratch(tape, arrays)
+    check_scratch(tape, arrays)
     PreparedTape(tape, functions, permit).run(arrays)
 
 
@@ -116,7 +116,8 @@ def scratch_limit(arrays: dict) -> int:
     return SCRATCH_FLOOR + SCRATCH_PER_BYTE * sum(array.nbytes for array in arrays.values())
 
 
-def _check_scratch(tape: tapes.Tape, arrays: dict) -> None:
+def check_scratch(tape: tapes.Tape, arrays: dict) -> None:
+    """TapeError when `tape` asks for more scratch than a call on `arrays` may have (scratch_limit)."""
     asked, limit = sum(b.nbytes for b in tape.buffers if b.name is None), scratch_limit(arrays)
     if asked > limit:
         raise tapes.TapeError(f"the tape asks for {asked:,} bytes of scratch; a call on these arrays may have at "

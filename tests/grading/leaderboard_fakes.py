@@ -1,15 +1,21 @@
-"""Leaderboard workers for the CPU tests: the real worker's side of the protocol
-(grading.leaderboard_worker.serve) over TINY on the reference backend, honest or with
-one cheat, so that the ranking process can be tested without a GPU.
+"""Fake leaderboard processes for the CPU tests, so that the ranking process can be tested
+without a GPU:
 
-    python -m tests.grading.leaderboard_fakes BEHAVIOUR TABLE
+    python -m tests.grading.leaderboard_fakes worker BEHAVIOUR TABLE [SPY_FILE]
+    python -m tests.grading.leaderboard_fakes replayer BEHAVIOUR TABLE
+
+A fake worker sends no tapes at all (an empty set), or misbehaves. A fake replayer is
+the real one's side of the protocol (grading.leaderboard_replayer.serve) over TINY on the
+reference backend, honest or with a behaviour that stands for tapes that compute
+wrongly, or for a replay that fails.
 """
 
-import json
 import os
 import sys
 import time
 from pathlib import Path
+
+import numpy as np
 
 from gpt2.checkpoint import perturbed_parameters
 from generation.executors import make_executor
@@ -17,12 +23,11 @@ from generation.generate import GREEDY
 from gpt2.model import GPT2
 from gpt2.tokenizer import get_tokenizer
 from grading.channel import worker_channel
-from grading.leaderboard import load_workload
-from grading.leaderboard_worker import WARM_UP_TOKENS, gate_outputs, serve
+from grading.leaderboard import WARM_UP_TOKENS, load_workload
+from grading.leaderboard_replayer import refusing, serve
 from tests.model.helpers import TINY
 
 WEIGHTS_SEED = 3
-SLEEP_SECONDS = 0.25  # what the time-travelling fake spends in each run, by the real clock
 
 
 def tiny_model(seed: int = WEIGHTS_SEED) -> GPT2:
@@ -67,29 +72,6 @@ def one_token_short(cheat, prompts, n, sampling, run, **kwargs):
     return [row[:-1] for row in cheat.honest.generate(prompts, n, sampling, **kwargs)]
 
 
-def time_travel(cheat, prompts, n, sampling, run, **kwargs):
-    """Stops this process's clocks, then takes its time: the ranking process's clock still runs."""
-    for name in ("perf_counter", "monotonic", "time", "perf_counter_ns", "monotonic_ns"):
-        setattr(time, name, lambda: 0)
-    time.sleep(SLEEP_SECONDS)  # the C clock, which the patches do not reach
-    return cheat.honest.generate(prompts, n, sampling, **kwargs)
-
-
-def writes_results(cheat, prompts, n, sampling, run, **kwargs):
-    """Honest, but leaves results of its own where the worker runs, claiming a nanosecond a run."""
-    forged = json.dumps([{"batch": len(prompts), "new_tokens": n, "prompt": 0, "seconds": 1e-9,
-                          "tokens": len(prompts) * n}])
-    for name in ("rows.json", "leaderboard.json", "results.json"):
-        Path(name).write_text(forged)
-    return cheat.honest.generate(prompts, n, sampling, **kwargs)
-
-
-def chatty(cheat, prompts, n, sampling, run, **kwargs):
-    """Honest, printing what looks like a message to stdout (which is not the channel)."""
-    print('{"kind": "tokens", "fields": {}, "arrays": []}', flush=True)
-    return cheat.honest.generate(prompts, n, sampling, **kwargs)
-
-
 def crashes_in_second_run(cheat, prompts, n, sampling, run, **kwargs):
     if run == 1:
         raise RuntimeError("the submission crashed")
@@ -102,27 +84,54 @@ def hangs(cheat, prompts, n, sampling, run, **kwargs):
     return cheat.honest.generate(prompts, n, sampling, **kwargs)
 
 
-def spies(cheat, prompts, n, sampling, run, **kwargs):
-    """Writes down what this process could read before its first timed run: command line, environment, files."""
-    path = sys.argv[3] if len(sys.argv) > 3 else None  # where the test wants it written
-    if path and run is None:
-        files = [str(p) for p in Path(".").rglob("*")]
-        Path(path).write_text(repr((sys.argv, dict(os.environ), files)))
+def refuses(cheat, prompts, n, sampling, run, **kwargs):
+    if run == 1:
+        raise RuntimeError("a replay of the submission's tape failed")
     return cheat.honest.generate(prompts, n, sampling, **kwargs)
 
 
-BEHAVIOURS = {f.__name__: f for f in (honest, other_model_after_first_run, ignores_prompts, greedy_when_sampling,
-                                      one_token_short, time_travel, writes_results, chatty, crashes_in_second_run,
-                                      hangs, spies)}
+REPLAYS = {f.__name__: f for f in (honest, other_model_after_first_run, ignores_prompts, greedy_when_sampling,
+                                   one_token_short, crashes_in_second_run, hangs, refuses)}
 
 
-def main(behaviour: str, table: str, spy_file: str = "") -> int:
+def worker(behaviour: str, spy_file: str = "") -> None:
+    """honest: no tapes; crashes; hangs; silent: ends without a word; spies: after its tapes, writes down
+    everything it is sent (it should be told nothing but "done") and what it could read."""
     channel = worker_channel()
-    workload = load_workload(Path(table))
-    model = tiny_model()
-    gate = gate_outputs(model, get_tokenizer().encode(workload.gate_prompt), workload.gate_steps)
-    serve(channel, gate, Cheat(model, BEHAVIOURS[behaviour]), workload)
-    return 0
+    if behaviour == "crashes":
+        raise RuntimeError("the submission crashed")
+    if behaviour == "hangs":
+        time.sleep(3600)
+    if behaviour == "silent":
+        return
+    channel.send("tapes", {"tapes": np.frombuffer(b"{}", np.uint8)})
+    if behaviour == "spies":
+        received = []
+        try:
+            while True:
+                received.append(channel.receive("done", "run", "prompts").kind)
+        except Exception:  # the pipe closed
+            pass
+        files = [str(p) for p in Path(".").rglob("*")]
+        Path(spy_file).write_text(repr((received, sys.argv, dict(os.environ), files)))
+
+
+def replayer(behaviour: str, table: str) -> int:
+    channel = worker_channel()
+    workload, model = load_workload(Path(table)), tiny_model()
+    channel.receive("tapes")
+    cheat = Cheat(model, REPLAYS[behaviour])
+    if behaviour == "crashes_in_second_run":
+        serve(channel, workload, model, cheat)
+        return 0
+    return refusing(channel, lambda: serve(channel, workload, model, cheat))
+
+
+def main(role: str, behaviour: str, table: str, spy_file: str = "") -> int:
+    if role == "worker":
+        worker(behaviour, spy_file)
+        return 0
+    return replayer(behaviour, table)
 
 
 if __name__ == "__main__":

@@ -1,13 +1,16 @@
 """The leaderboard without a GPU: its table, configurations, the gate's judging, scoring,
-reports and command-line errors; the token check on the reference backend; and the
-ranking process's protocol against fake workers (tests/grading/leaderboard_fakes.py:
-the real worker's side over a tiny model), honest or cheating."""
+reports and command-line errors; the token check on the reference backend; the keys of
+taped calls; and the ranking process's protocol against fake workers and replayers
+(tests/grading/leaderboard_fakes.py: the real replayer's side over a tiny model), honest
+or standing for wrong tapes."""
 
 import ast
 import dataclasses
+import json
 import math
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import numpy as np
@@ -21,9 +24,11 @@ from gpt2.tokenizer import get_tokenizer
 from grading import leaderboard
 from grading.leaderboard import (Configuration, GateOutputs, LeaderboardError, Row, configurations, gate_failure,
                                  geometric_mean, load_workload, standing)
-from grading.ranking import Judge, Roofline, make_gate, rank_submission, run_inputs
+from grading.ranking import Commands, Judge, Roofline, make_gate, rank_submission, run_inputs
 from grading.sandbox import Sandbox
+from grading.taped_calls import TapedCallError, TapedOps, call_key, describe, read_tapes
 from grading.token_check import FALSE_ALARM, check_run, freedman_margin
+from kernel_runtime.tape import Buffer, Tape
 from reference.precision import FP32
 from tests.grading import leaderboard_fakes
 from tests.model.helpers import TINY
@@ -198,22 +203,23 @@ def tiny_table(directory: Path, temperature: float = 1.0, time_limit: float = 12
     return path
 
 
-def rank_fake(behaviour: str, table: Path, seed: int = 7, roofline: Roofline = Roofline(1e30, 1.0),
-              spy_file: Path | None = None):
-    """The fake worker `behaviour` ranked, judged by TINY on the reference backend (its own weights). The fakes
-    are this checkout's tests: they run with the checkout as their kit, unisolated."""
+def rank_fake(replay: str, table: Path, seed: int = 7, roofline: Roofline = Roofline(1e30, 1.0),
+              worker: str = "honest", spy_file: Path | None = None):
+    """A fake worker and a fake replayer (tests/grading/leaderboard_fakes.py, `worker` and `replay` their
+    behaviours) ranked, judged by TINY on the reference backend (its own weights). The fakes are this checkout's
+    tests: they run with the checkout as their kit, unisolated."""
     workload, model = load_workload(table), leaderboard_fakes.tiny_model()
     params = perturbed_parameters(TINY, seed=leaderboard_fakes.WEIGHTS_SEED)
     gate = make_gate(TINY, params, get_tokenizer().encode(workload.gate_prompt), FP32)
     judge = Judge(workload, gate, roofline, lambda: model, TINY.vocab_size)
-    command = [sys.executable, "-m", "tests.grading.leaderboard_fakes", behaviour, str(table),
-               *([str(spy_file)] if spy_file else [])]
-    return rank_submission(None, lambda place: command, judge, seed, sandbox=Sandbox(ROOT, "none", ""),
-                           name=behaviour)
+    fake = [sys.executable, "-m", "tests.grading.leaderboard_fakes"]
+    started_by = Commands(lambda place: [*fake, "worker", worker, str(table), *([str(spy_file)] if spy_file else [])],
+                          [*fake, "replayer", replay, str(table)])
+    return rank_submission(None, started_by, judge, seed, sandbox=Sandbox(ROOT, "none", ""), name=replay)
 
 
 @pytest.mark.parametrize("temperature", [1.0, 0.0], ids=["sampled", "greedy"])
-def test_an_honest_worker_scores_by_this_process_s_clock(tmp_path, temperature):
+def test_an_honest_replay_scores_by_the_replayer_s_clock(tmp_path, temperature):
     result = rank_fake("honest", tiny_table(tmp_path, temperature))
     print("\n" + leaderboard.console_table(result))
     assert result.reason == "geometric mean of 8 configurations, every token checked"
@@ -227,34 +233,38 @@ def test_an_honest_worker_scores_by_this_process_s_clock(tmp_path, temperature):
     ("ignores_prompts", "B1 new5 prompt4: wrong tokens: row 0, new token "),
     ("greedy_when_sampling", ": wrong tokens: their mean log-probability under the trusted model is"),
     ("one_token_short", "B1 new5 prompt4: wrong tokens: expected 1 rows of 5 token ids, got (1, 4)"),
-    ("crashes_in_second_run", "the worker process failed (exit 1): RuntimeError: the submission crashed"),
+    ("crashes_in_second_run", "the replay failed (exit 1): RuntimeError: the submission crashed"),
+    ("refuses", "its tapes were refused: RuntimeError: a replay of the submission's tape failed"),
 ])
-def test_a_cheating_or_broken_worker_loses_its_score_with_the_reason(tmp_path, behaviour, reason):
+def test_tokens_that_are_not_the_model_s_or_a_failed_replay_lose_the_score_with_the_reason(tmp_path, behaviour,
+                                                                                           reason):
     result = rank_fake(behaviour, tiny_table(tmp_path))
     assert result.score is None and reason in result.reason, result.reason
 
 
-def test_a_worker_past_the_time_limit_is_stopped(tmp_path):
-    result = rank_fake("hangs", tiny_table(tmp_path, time_limit=15))
-    assert result.score is None and result.reason == "timed out after 15 s", result.reason
+@pytest.mark.parametrize("worker, reason", [
+    ("crashes", "the worker process failed (exit 1): RuntimeError: the submission crashed"),
+    ("silent", "the worker process broke off the protocol: "),
+])
+def test_a_broken_worker_loses_its_score_with_the_reason(tmp_path, worker, reason):
+    result = rank_fake("honest", tiny_table(tmp_path), worker=worker)
+    assert result.score is None and reason in result.reason and not result.rows, result.reason
 
 
-@pytest.mark.parametrize("behaviour", ["time_travel", "writes_results", "chatty"])
-def test_a_worker_s_clocks_files_and_prints_do_not_count(tmp_path, behaviour):
-    result = rank_fake(behaviour, tiny_table(tmp_path))
-    assert result.score is not None, result.reason
-    if behaviour == "time_travel":
-        assert all(r.seconds >= leaderboard_fakes.SLEEP_SECONDS for r in result.rows)
-    assert all(r.seconds > 1e-5 for r in result.rows)  # the forged rows claim a nanosecond
+@pytest.mark.parametrize("worker, replay, reason", [("hangs", "honest", "the worker process timed out after 15 s"),
+                                                    ("honest", "hangs", "the replay timed out after 15 s")])
+def test_a_worker_or_replay_past_the_time_limit_is_stopped(tmp_path, worker, replay, reason):
+    result = rank_fake(replay, tiny_table(tmp_path, time_limit=15), worker=worker)
+    assert result.score is None and result.reason == reason, result.reason
 
 
-def test_the_worker_cannot_see_the_prompts_before_its_runs(tmp_path):
+def test_the_worker_is_told_nothing_of_the_runs(tmp_path):
     spied = tmp_path / "spied.txt"
     seed = 123_456_789_012
-    result = rank_fake("spies", tiny_table(tmp_path), seed=seed, spy_file=spied)
+    result = rank_fake("honest", tiny_table(tmp_path), seed=seed, worker="spies", spy_file=spied)
     assert result.score is not None, result.reason
-    argv, environment, files = ast.literal_eval(spied.read_text())
-    assert str(seed) not in repr((argv, environment)) and files == []
+    received, argv, environment, files = ast.literal_eval(spied.read_text())
+    assert received == ["done"] and str(seed) not in repr((argv, environment)) and files == []
     first = run_inputs(seed, 0, Configuration(1, 5, 4), TINY.vocab_size)
     assert run_inputs(seed + 1, 0, Configuration(1, 5, 4), TINY.vocab_size)[0].tolist() != first[0].tolist()
 
@@ -284,3 +294,49 @@ def test_the_leaderboard_worker_loads_no_oracle():
             "print(sorted(set(sys.modules) & {'reference.cpu', 'reference.gold', 'reference.judging'}))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert done.returncode == 0 and done.stdout.strip() == "[]", done.stderr
+
+
+# ---------------------------------------------------------------- taped calls' keys and refusals
+
+
+class DeviceArray:
+    """What a call's key reads of a CuPy array: its address, shape, dtype, size and layout."""
+
+    def __init__(self, address: int, shape: tuple, dtype: str = "float32", contiguous: bool = True):
+        self.data, self.shape, self.dtype = types.SimpleNamespace(ptr=address), shape, np.dtype(dtype)
+        self.nbytes = math.prod(shape) * self.dtype.itemsize
+        self.flags = types.SimpleNamespace(c_contiguous=contiguous)
+
+
+def test_a_call_s_key_is_its_function_shapes_and_numbers_an_array_given_twice_named_once():
+    out, other = DeviceArray(1000, (2, 3)), DeviceArray(2000, (2, 3))
+    key = call_key("residual_forward", (out, out, other, 6))
+    shape = {"shape": [2, 3], "dtype": "float32"}
+    assert json.loads(key) == ["residual_forward", [["out", shape], ["inp1", {"same_as": "out"}], ["inp2", shape],
+                                                    ["N", 6]]]
+    assert call_key("residual_forward", (out, other, DeviceArray(3000, (2, 3)), 6)) != key
+    assert call_key("residual_forward", (out, out, DeviceArray(3000, (2, 3), "float16"), 6)) != key
+    assert describe(key) == "residual_forward(N=6)"
+    with pytest.raises(TapedCallError, match="^residual_forward: arguments out and inp1 overlap$"):
+        call_key("residual_forward", (out, DeviceArray(1004, (2, 3)), other, 6))
+    with pytest.raises(TapedCallError, match="^residual_forward: argument inp2 is not contiguous$"):
+        call_key("residual_forward", (out, other, DeviceArray(3000, (2, 3), contiguous=False), 6))
+
+
+def test_the_replayer_refuses_a_call_no_tape_answers_and_a_tape_of_kept_memory():
+    arrays = (DeviceArray(1000, (4,)), DeviceArray(2000, (4,)), DeviceArray(3000, (4,)), 4)
+    with pytest.raises(TapedCallError, match=r"^residual_forward\(N=4\): the worker taped no such call$"):
+        TapedOps({}, {}).ops().residual_forward(*arrays)
+    kept = Tape([Buffer(16, "out"), Buffer(16, kept=True)])
+    with pytest.raises(TapedCallError, match=r"^residual_forward\(N=4\): its kernels read memory the call was not "
+                                             r"given \(an array kept from an earlier call or from import\)"):
+        TapedOps({call_key("residual_forward", arrays): kept}, {}).ops().residual_forward(*arrays)
+
+
+@pytest.mark.parametrize("text, message", [
+    ("not json", "^unreadable tapes: "), ("[]", "^unreadable tapes: not an object of key -> tape$"),
+    ('{"k": "{\\"buffers\\": 1}"}', "^k: bad tape: buffers must be a list"), ('{"k": "[]"}', "^k: unreadable tape: not a JSON object")])
+def test_unreadable_tapes_are_one_line_naming_the_key(text, message):
+    with pytest.raises(TapedCallError, match=message):
+        read_tapes(text)
+    assert Tape.from_json(Tape([Buffer(8, kept=True)]).to_json()).buffers == [Buffer(8, kept=True)]

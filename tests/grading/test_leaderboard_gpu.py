@@ -1,11 +1,13 @@
 """The leaderboard on the GPU. Over a small table: the kit's kernels pass the gate, every
 token checks and they get a score (in float32, and with the TF32 matmul under the tf32
 profile); a fast but wrong submission (a matmul that drops its bias) is stopped by the
-gate; the cheats of tests/kernels/wrong/leaderboard/ lose their score (wrong after the
-gate, work on a side stream) or gain nothing (clocks slowed in the worker, results
-written by the submission). Over the course's table: the kit's milestone-1 and
-milestone-3 kernels score within 10% of grading/README.md's H200 numbers (on an H200, in a
-pytest run of one process: other processes on the GPU would slow them)."""
+gate; the cheats of tests/kernels/wrong/leaderboard/ lose their score with the reason
+(wrong after the gate, float16 weights kept after the gate, cuBLAS granted after the
+gate) or gain nothing (work on a side stream, clocks slowed in the worker, results
+written by the submission: none of the worker's code runs while the replayer times).
+Over the course's table: the kit's milestone-1 and milestone-3 kernels score within 10%
+of grading/README.md's H200 numbers (on an H200, in a pytest run of one process: other
+processes on the GPU would slow them)."""
 
 import os
 import shutil
@@ -15,7 +17,7 @@ import pytest
 
 from grading import leaderboard
 from grading.leaderboard import load_workload
-from grading.ranking import make_judge, rank_submission, worker_command
+from grading.ranking import commands, make_judge, rank_submission
 from reference.variants import resolve_profile, variant_named
 from tests.grading.carried import carrying
 
@@ -49,7 +51,7 @@ def submission(directory: Path, wrong: str | None = None) -> Path:
 
 def rank(submission_dir: Path, table: Path, variants: tuple[str, ...] = (), seed: int = 0):
     judge = make_judge(load_workload(table), resolve_profile(None, [variant_named(v) for v in variants], environ={}))
-    result = rank_submission(submission_dir, worker_command(table, variants), judge, seed, progress=print)
+    result = rank_submission(submission_dir, commands(table, variants), judge, seed, progress=print)
     print("\n" + leaderboard.console_table(result))
     return result
 
@@ -68,20 +70,29 @@ def test_a_fast_wrong_submission_fails_the_gate(tmp_path):
     assert result.reason.startswith("failed the correctness gate: logits on the gate prompt off by"), result.reason
 
 
-@pytest.mark.parametrize("cheat", ["matmul_wrong_after_gate", "matmul_side_stream"])
-def test_a_submission_wrong_after_the_gate_loses_its_score(tmp_path, cheat):
-    # batches past 1 and well past the 1,500th matmul call: the gate and B1's runs take about 1,300
-    result = rank(submission(tmp_path / cheat, f"leaderboard.{cheat}"), small_table(tmp_path, "[1, 4, 8]"))
-    assert result.score is None
-    assert "wrong tokens: " in result.reason or "the worker process failed" in result.reason, result.reason
+def test_a_submission_wrong_after_the_gate_loses_its_score(tmp_path):
+    # the worker tapes B4's calls past the 1,500th matmul call: the gate and B1's warm-ups make about 1,500
+    result = rank(submission(tmp_path / "wrong", "leaderboard.matmul_wrong_after_gate"), small_table(tmp_path))
+    assert result.score is None and ": wrong tokens: " in result.reason, result.reason
 
 
-@pytest.mark.parametrize("cheat", ["clock_time_travel", "writes_results"])
-def test_a_submission_s_own_clocks_and_files_do_not_count(tmp_path, cheat):
+@pytest.mark.parametrize("cheat, reason", [
+    ("matmul_float16_after_gate", "its tapes were refused: matmul_forward(B=4, T=1, C=768, OC=2304): its kernels read "
+                                  "memory the call was not given (an array kept from an earlier call or from import)"),
+    ("matmul_cublas_after_gate", "its tapes were refused: matmul_forward(B=4, T=7, C=768, OC=2304): refused: the tape "
+                                 "calls cupy.cublas.gemm, which this call may not use (it permits no library"),
+])
+def test_cheaper_arithmetic_or_a_library_after_the_gate_loses_its_score_naming_it(tmp_path, cheat, reason):
+    result = rank(submission(tmp_path / cheat, f"leaderboard.{cheat}"), small_table(tmp_path))
+    assert result.score is None and result.reason.startswith(reason), result.reason
+
+
+@pytest.mark.parametrize("cheat", ["matmul_side_stream", "clock_time_travel", "writes_results"])
+def test_a_submission_s_streams_clocks_and_files_gain_nothing(tmp_path, cheat):
     table = small_table(tmp_path)
     result = rank(submission(tmp_path / cheat, f"leaderboard.{cheat}"), table)
     assert result.score is not None and result.score < PLAUSIBLE, result.reason
-    assert all(r.seconds > 1e-4 for r in result.rows)  # the forged rows claim a nanosecond
+    assert all(r.seconds > 1e-4 and r.refused is None for r in result.rows)  # the forged rows claim a nanosecond
 
 
 @pytest.mark.parametrize("variants", list(README_H200_SCORES), ids=["milestone1", "milestone3"])
