@@ -21,7 +21,6 @@ from gpt2.checkpoint import perturbed_parameters
 from generation.executors import make_executor
 from generation.generate import GREEDY
 from gpt2.model import GPT2
-from gpt2.tokenizer import get_tokenizer
 from grading.channel import worker_channel
 from grading.leaderboard import WARM_UP_TOKENS, load_workload
 from grading.leaderboard_replayer import refusing, serve
