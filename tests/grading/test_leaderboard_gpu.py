@@ -71,7 +71,7 @@ def test_a_fast_wrong_submission_fails_the_gate(tmp_path):
 
 
 def test_a_submission_wrong_after_the_gate_loses_its_score(tmp_path):
-    # the worker tapes B4's calls past the 1,500th matmul call: the gate and B1's warm-ups make about 1,500
+    # the worker tapes the calls of a prompt of 15 tokens past the 1,000th matmul call (the gate makes about 930)
     result = rank(submission(tmp_path / "wrong", "leaderboard.matmul_wrong_after_gate"), small_table(tmp_path))
     assert result.score is None and ": wrong tokens: " in result.reason, result.reason
 
