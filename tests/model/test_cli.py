@@ -11,7 +11,8 @@ import pytest
 import gpt2.__main__ as cli
 from gpt2 import profile
 from gpt2.checkpoint import perturbed_parameters, write_hf
-from tests.model.helpers import TINY, interruptible
+from tests.interrupting import interruptible
+from tests.model.helpers import TINY
 
 ROOT = Path(__file__).parents[2]
 
