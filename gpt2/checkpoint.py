@@ -126,7 +126,7 @@ def write_llmc(path: str | Path, config: GPT2Config, params: Parameters, dtype: 
     versions = {v: k for k, v in LLMC_VERSIONS.items()}
     if dtype not in versions:
         raise ValueError(f"write_llmc: dtype must be float32 or bfloat16, got {dtype!r}")
-    _check_parameters(config, params, str(path))
+    check_parameters(config, params, str(path))
     header = np.zeros(LLMC_HEADER_INTS, dtype="<i4")
     header[:8] = [LLMC_MAGIC, versions[dtype], config.max_T, config.vocab_size, config.num_layers,
                   config.num_heads, config.channels, config.padded_vocab_size]
@@ -205,7 +205,7 @@ def write_hf(directory: str | Path, config: GPT2Config, params: Parameters,
              max_shard_bytes: int | None = None) -> None:
     """A directory transformers' GPT2LMHeadModel.from_pretrained reads (sharded when
     max_shard_bytes is given and the weights exceed it)."""
-    _check_parameters(config, params, str(directory))
+    check_parameters(config, params, str(directory))
     directory = Path(directory)
     with os_errors(directory, "write"):
         directory.mkdir(parents=True, exist_ok=True)
@@ -285,7 +285,8 @@ def _preset_or_error(name: str) -> GPT2Config:
         raise CheckpointError(str(err)) from None
 
 
-def _check_parameters(config: GPT2Config, params: Parameters, where: str) -> None:
+def check_parameters(config: GPT2Config, params: Parameters, where: str) -> None:
+    """CheckpointError naming `where` unless `params` holds every tensor of `config`, each of its shape."""
     for name, shape in config.parameter_shapes().items():
         if name not in params:
             raise CheckpointError(f"{where}: parameters lack {name}")

@@ -105,3 +105,33 @@ def raise_lost_interrupt() -> None:
         return
     if signal.SIGINT in received:
         raise KeyboardInterrupt
+
+
+def forget_interrupts() -> None:
+    """Drop the Ctrl-Cs recorded so far: for a command that has answered one (training saves its state before it
+    stops), so that only a new Ctrl-C stops that answer."""
+    while _recorded:
+        try:
+            if not os.read(_recorded[-1], 512):
+                return
+        except BlockingIOError:
+            return
+
+
+@contextlib.contextmanager
+def interrupts_deferred():
+    """Hold a Ctrl-C back while the block runs, and raise it once the block is done: for short work that must be
+    done whole or not at all (an optimizer's update of every parameter). Where Ctrl-C is not Python's
+    KeyboardInterrupt (ignored, as in a background job, or handled otherwise), nothing changes."""
+    if (threading.current_thread() is not threading.main_thread()
+            or signal.getsignal(signal.SIGINT) is not signal.default_int_handler):
+        yield
+        return
+    received = []
+    signal.signal(signal.SIGINT, lambda number, frame: received.append(number))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    if received:
+        raise KeyboardInterrupt

@@ -5,10 +5,13 @@
 
 The command runs in a child process, with SIGINT at its default (as a terminal's foreground process has it), and
 gets SIGINT as soon as it prints a line that `when` matches (a progress line, a step): what it was doing then is
-what the Ctrl-C interrupts. PAUSING makes the moment any function's call: the child runs the command with that
-function made to pause first, saying so in a line `pausing in NAME`, as long work would, until the Ctrl-C. With
-"raise" the KeyboardInterrupt goes on from there as from any Python code; with "swallow" it is dropped, as NumPy's
-C code sometimes drops one (kernel_runtime.commands), and the command must stop at its next check.
+what the Ctrl-C interrupts. pausing() makes the moment a function's call: the child runs the command with that
+function made to pause first (in its first call, or its Nth with "module:function@N"), saying so in a line
+`pausing in NAME`, as long work would:
+- "raise": until the Ctrl-C, whose KeyboardInterrupt goes on from there as from any Python code;
+- "swallow": until the Ctrl-C, whose KeyboardInterrupt is dropped, as NumPy's C code sometimes drops one
+  (kernel_runtime.commands): the command must stop at its next check;
+- "hold": for HOLD_SECONDS whatever comes, as work the command holds Ctrl-C back from would.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from pathlib import Path
 from typing import Callable
 
 ROOT = Path(__file__).parents[1]
-PAUSING = [sys.executable, "-m", "tests.interrupting"]  # + MODULE:FUNCTION raise|swallow COMMAND ARG...
+HOLD_SECONDS = 1.0
 
 
 @dataclasses.dataclass
@@ -73,27 +76,31 @@ def interrupted(command: list[str], when: str | Callable[[str], bool], cwd: Path
 
 
 def pausing(target: str, mode: str) -> list[str]:
-    """The start of a command line that runs a kit command with `target` ("module:function") pausing in its first
-    call; `mode` "raise" or "swallow" says what becomes of the Ctrl-C that ends the pause."""
-    return [*PAUSING, target, mode]
+    """The start of a command line that runs a kit command (its module and arguments follow) with `target`
+    ("module:function", or "module:function@N" for its Nth call) pausing in `mode` (see above)."""
+    return [sys.executable, "-m", "tests.interrupting", target, mode]
 
 
 def _run_pausing() -> None:
     target, mode, command, *arguments = sys.argv[1:]
-    module_name, name = target.split(":")
+    function, _, call = target.partition("@")
+    module_name, name = function.split(":")
     module = importlib.import_module(module_name)
     original, calls = getattr(module, name), []
 
     @functools.wraps(original)
     def paused(*args, **kwargs):
-        if not calls:
-            calls.append(args)
+        calls.append(args)
+        if len(calls) == int(call or 1):
             print(f"pausing in {name}", file=sys.stderr, flush=True)
-            try:
-                time.sleep(120)
-            except KeyboardInterrupt:
-                if mode == "raise":
-                    raise
+            if mode == "hold":
+                time.sleep(HOLD_SECONDS)
+            else:
+                try:
+                    time.sleep(120)
+                except KeyboardInterrupt:
+                    if mode == "raise":
+                        raise
         return original(*args, **kwargs)
 
     setattr(module, name, paused)
