@@ -21,7 +21,7 @@ from generation.decoding import kv_cache_stubs
 from model_runtime.ops import KV_CACHE_FUNCTIONS, MODEL_FUNCTIONS
 from grading import reports
 from grading.grade import ItemGrade, Replayed, SubmissionGrade, grade_submission, replay, replayer_command, score_item
-from grading.handout import LEFTOVER_MARKER, MILESTONE_FILES, HandoutError, make_handout, strip_solutions
+from grading.handout import LEFTOVER_MARKER, MILESTONE_FILES, HandoutError, kit_files, make_handout, strip_solutions
 from grading.items import SchemeError, load_scheme, scheme_for
 from grading.sandbox import Sandbox
 from kernel_runtime.device import gpu_unavailable_reason, nvrtc_unavailable_reason
@@ -666,10 +666,26 @@ def readme_commands(readme: str) -> list[str]:
 
 
 def kit_paths_mentioned(readme: str, kit: Path) -> set[str]:
-    """Every `quoted` name in the README that is a file or directory of `kit` (by path, or by file name)."""
+    """Every `quoted` name in the README that is a file or directory of `kit` (by path, or by file name). The files
+    of a git checkout are those git tracks: what running the kit leaves there (results/, gpt2_124M.bin) is none."""
     quoted = {q.rstrip("/") for q in re.findall(r"`([\w./-]+)`", readme)} - {".", ".venv"}  # the reader's own
-    names = {p.name for p in kit.rglob("*")}
-    return {q for q in quoted if (kit / q).exists() or ("/" not in q and "." in q.strip(".") and q in names)}
+    files = kit_files(kit) if (kit / ".git").exists() else [p.relative_to(kit) for p in kit.rglob("*")]
+    held = {path for file in files for path in (file, *file.parents[:-1])}  # each file and the directories above it
+    names = {path.name for path in held}
+    return {q for q in quoted if Path(q) in held or ("/" not in q and "." in q.strip(".") and q in names)}
+
+
+def test_what_running_the_kit_leaves_in_its_checkout_is_not_taken_for_a_file_of_the_kit(tmp_path):
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    (tmp_path / "README.md").write_text("# kit\n")
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_kit.py").write_text("")
+    subprocess.run(["git", "add", "README.md", "tests"], cwd=tmp_path, check=True)
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / "gpt2_trained.bin").write_bytes(b"")
+    (tmp_path / "gpt2_124M.bin").write_bytes(b"")
+    readme = "`README.md`, `tests/`, `test_kit.py`, `results/gpt2_trained.bin`, `results/` and `gpt2_124M.bin`"
+    assert kit_paths_mentioned(readme, tmp_path) == {"README.md", "tests", "test_kit.py"}
 
 
 def test_handout_readme_mentions_only_what_the_handout_holds(handout):
