@@ -46,7 +46,7 @@ from gpt2.tokenizer import get_tokenizer
 from kernel_runtime import KitError
 from kernel_runtime.commands import (POSITIVE_INT, OneLineArgumentParser, checked, forget_interrupts,
                                      interrupts_deferred, raise_lost_interrupt, run_command)
-from kernel_runtime.files import check_writable_directory, check_writable_file
+from kernel_runtime.files import check_writable_file
 from model_runtime.backends import make_backend
 from model_runtime.checkpoint_files import CheckpointError
 from training.data import TextBatches
@@ -154,10 +154,9 @@ def train(args) -> None:
     if family_of(args.model) != "gpt2":  # said before a model loads
         raise KitError(f"{args.model}: training runs GPT-2 models only (the kit has GPT-2's backward pass)")
     out = args.out or DEFAULT_OUT
-    if args.out is None:  # the default's directory is made; a given one must be there
-        check_writable_directory(out.parent, f"--out {out}")
-        out.parent.mkdir(exist_ok=True)
-    check_writable_file(out, f"--out {out}")
+    check_writable_file(out, f"--out {out}", parents_made=args.out is None)  # a given directory must be there
+    if args.out is None:
+        out.parent.mkdir(parents=True, exist_ok=True)
     check_writable_file(state_path(out), f"the training state {state_path(out)}")
     resumed = read_state(args.resume) if args.resume else None
     tokens = read_texts(args.text or kit_texts())

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.util
 import os
 import signal
 import sys
@@ -47,6 +48,14 @@ POSITIVE_INT = checked(int, lambda n: n >= 1, "an integer >= 1")
 # into each case's seed mod 2**31, so a larger seed would repeat a smaller one's inputs.
 SEED_LIMIT = 2**31
 SEED = checked(int, lambda n: 0 <= n < SEED_LIMIT, "a seed, an integer from 0 to 2**31 - 1")
+
+
+def check_installed(needed: dict[str, str]) -> None:
+    """KitError naming the first module of `needed` (import name -> what needs it and how to install it) that this
+    Python cannot import: said before a command's long work rather than after it."""
+    for module, why in needed.items():
+        if importlib.util.find_spec(module) is None:
+            raise KitError(f"{module} is not installed: {why}")
 
 
 def run_command(program: str, body: Callable[[], int | None], error_status: int = 1) -> int:

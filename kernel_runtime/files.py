@@ -63,24 +63,27 @@ def replacing(path: str | Path, directory: bool = False) -> Iterator[Path]:
         raise
 
 
-def check_writable_file(path: str | Path, label: str | None = None) -> None:
+def check_writable_file(path: str | Path, label: str | None = None, parents_made: bool = False) -> None:
     """OutputPathError, one line starting with `label` (default: the path), unless replacing(path) can write a
-    file there: `path` is not a directory, and its directory exists and takes new files."""
+    file there: `path` is not a directory, and its directory exists and takes new files (with `parents_made`, a
+    directory the writer makes with its missing parents: as check_writable_directory)."""
     path = Path(path)
     label = label or str(path)
     if path.is_dir():
         raise OutputPathError(f"{label}: is a directory; name a file to write")
-    parent = path.parent
-    if not parent.exists():
-        raise OutputPathError(f"{label}: no directory {parent} to write it in")
-    _check_takes_files(parent, label)
+    if parents_made:
+        check_writable_directory(path.parent, label)
+        return
+    if not path.parent.exists():
+        raise OutputPathError(f"{label}: no directory {path.parent} to write it in")
+    _check_takes_files(path.parent, label)
 
 
 def check_writable_directory(path: str | Path, label: str | None = None) -> None:
     """OutputPathError, one line starting with `label` (default: the path), unless files can be written in the
     directory `path`, which is made with its missing parents when it is written (nothing is made here)."""
     path = Path(path)
-    existing = next(p for p in (path, *path.absolute().parents) if p.exists())
+    existing = next(p for p in (path, *path.parents) if p.exists())  # a relative path's parents end at "."
     _check_takes_files(existing, label or str(path))
 
 
