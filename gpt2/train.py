@@ -14,13 +14,14 @@ the loss and tokens per second. At the end the weights are written to --out as
 an llm.c checkpoint (float32), which `python -m gpt2 --model` reads: by default
 results/gpt2_trained.bin, in a directory git ignores.
 
-Beside --out goes the training state (NAME.state.npz for --out NAME.bin; training.state): the weights
-and AdamW's moments as the backend holds them, and the steps done. It is saved at the
-end, every --save-every steps, and on Ctrl-C, which stops the step at once (the
-optimizer's update, which must change every parameter or none, first finishes: a
-blink on a GPU). `--resume STATE` goes on from it, with the options it was started
-with (each is checked), to --steps in all: the same weights, bit for bit on the CPU,
-as a run never stopped. Ctrl-C again while the state is saved stops without it.
+Beside --out goes the training state (NAME.state.npz for --out NAME.bin; see
+training.state): the weights and AdamW's moments as the backend holds them, and the
+steps done. It is saved at the end, every --save-every steps, and on Ctrl-C, which
+stops the step at once (the optimizer's update, which must change every parameter or
+none, first finishes: a blink on a GPU, seconds for gpt2-mini on the CPU). Ctrl-C
+again while the state is saved stops without it. `--resume STATE` goes on from it,
+with the options it was started with (each is checked), to --steps in all: the same
+weights, bit for bit on the CPU, as a run never stopped.
 
 --model starts from any GPT-2 source python -m gpt2 takes: random:<size> (gpt2-mini,
 30M parameters, is the default: minutes on a GPU), or a checkpoint to go on training.

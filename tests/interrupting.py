@@ -1,7 +1,7 @@
 """Ctrl-C as a user presses it, sent to a kit command at a moment the test knows.
 
     stopped = interrupted([sys.executable, "-m", "gpt2.checkpoint", "convert", ...], when="writing ")
-    assert stopped.status == 130 and stopped.seconds < 1
+    assert stopped.status == 130 and stopped.seconds < PROMPTLY
 
 The command runs in a child process, with SIGINT at its default (as a terminal's foreground process has it), and
 gets SIGINT as soon as it prints a line that `when` matches (a progress line, a step): what it was doing then is
@@ -30,6 +30,9 @@ from typing import Callable
 
 ROOT = Path(__file__).parents[1]
 HOLD_SECONDS = 1.0
+# A command stops within a second of Ctrl-C on an idle machine (a tenth of that for most); the tests allow a busy
+# one more, the suite's other processes beside them: what they prove is that it stops, not how fast the machine is.
+PROMPTLY = 5.0
 
 
 @dataclasses.dataclass
