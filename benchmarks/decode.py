@@ -31,6 +31,7 @@ from model_runtime.ops import FUSED_DECODE_FUNCTIONS
 from kernel_runtime import overlap
 from kernel_runtime.commands import POSITIVE_INT, OneLineArgumentParser, run_command
 from kernel_runtime.device import exit_without_gpu
+from reference.variants import variant_argument
 
 TIMING = dict(batches=2, per_batch=12, warmup=3)  # a call is microseconds; ~150 calls per step
 
@@ -39,7 +40,8 @@ def main(argv=None) -> int:
     parser = OneLineArgumentParser(prog="python -m benchmarks.decode", description=__doc__.splitlines()[0])
     parser.add_argument("--batch", type=POSITIVE_INT, nargs="+", default=[1, 8], help="rows (default: 1 8)")
     parser.add_argument("--length", type=POSITIVE_INT, default=256, help="tokens in the cache (default %(default)s)")
-    parser.add_argument("--variant", nargs="*", default=[], help="solution variants to run the model on")
+    parser.add_argument("--variant", nargs="*", default=[], type=variant_argument,
+                        help="solution variants to run the model on")
     args = parser.parse_args(argv)
     if args.length + 100 > preset("gpt2").max_T:
         parser.error(f"--length {args.length}: the graph's replays need 100 more positions of GPT-2's "

@@ -27,6 +27,7 @@ from generation.generate import GREEDY, generate
 from gpt2.families import FAMILIES, check_sources, family_of
 from kernel_runtime.commands import OneLineArgumentParser, run_command
 from kernel_runtime.device import exit_without_gpu, first_line
+from reference.variants import variant_argument
 
 PROMPT_TOKENS, NEW_TOKENS = 32, 128
 
@@ -92,7 +93,8 @@ def main(argv=None) -> int:
     parser = OneLineArgumentParser(prog="python -m benchmarks.generation", description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="random")
     parser.add_argument("--backend", default="kernels", choices=("kernels", "gold"))
-    parser.add_argument("--variant", nargs="*", default=[], help="solution variants to run the kernels on")
+    parser.add_argument("--variant", nargs="*", default=[], type=variant_argument,
+                        help="solution variants to run the kernels on")
     parser.add_argument("--hf", action="store_true",
                         help="also time transformers' generate, eager and static+compiled")
     parser.add_argument("--no-recompute", action="store_true", help="leave out generating by full recomputation")

@@ -49,16 +49,18 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.grape_tables import (Breakdown, GraphMemory, Timing, write_breakdown, write_graph_memory,
+from benchmarks.grape_tables import (FIGURES, Breakdown, GraphMemory, Timing, write_breakdown, write_graph_memory,
                                      write_speedometer)
-from benchmarks.transformers_model import hf_model as transformers_model
+from benchmarks.transformers_model import TRANSFORMERS, hf_model as transformers_model
 from generation.beam_search import BeamSearch
 from generation.executors import EXECUTORS, StageClock, make_executor
 from generation.generate import GREEDY
 from gpt2.families import FAMILIES, check_sources, family_of
-from kernel_runtime.commands import POSITIVE_INT, OneLineArgumentParser, checked, run_command
+from kernel_runtime.commands import POSITIVE_INT, OneLineArgumentParser, check_installed, checked, run_command
 from kernel_runtime.device import exit_without_gpu, give_back_memory
+from kernel_runtime.files import check_writable_directory
 from model_runtime.backends import make_backend
+from reference.variants import variant_argument
 
 EXPERIMENTS = ("runtime", "breakdown", "graph-memory")
 
@@ -269,8 +271,8 @@ def main(argv=None) -> int:
                         type=checked(lambda s: s.split(","), lambda names: set(names) <= set(EXECUTORS),
                                      f"a comma-separated list of {', '.join(EXECUTORS)}"))
     parser.add_argument("--no-hf", action="store_true", help="leave out transformers' reference rows")
-    parser.add_argument("--variant", nargs="*", default=[], help="solution variants to run the kit's kernels on "
-                                                                 "(the fused decode step's, for instance)")
+    parser.add_argument("--variant", nargs="*", default=[], type=variant_argument,
+                        help="solution variants to run the kit's kernels on (the fused decode step's, for instance)")
     parser.add_argument("--batch", type=POSITIVE_INT, default=4, help="wav2vec2: utterances a batch (default 4)")
     parser.add_argument("--steps", type=POSITIVE_INT, default=20, help="wav2vec2: training steps a run (default 20)")
     args = parser.parse_args(argv)
@@ -279,17 +281,20 @@ def main(argv=None) -> int:
         from model_runtime.checkpoint_files import CheckpointError
 
         experiments = EXPERIMENTS if args.experiment == "all" else (args.experiment,)
+        # what can be checked at once, before hours on a GPU: the paths, then what must be installed
+        check_writable_directory(args.out, f"--out {args.out}")
+        if args.model != "wav2vec2":
+            check_sources(args.model)
+        check_installed(FIGURES | (TRANSFORMERS if "runtime" in experiments and not args.no_hf else {}))
+        exit_without_gpu("benchmarks.grape_study", "cannot run")
         if args.model == "wav2vec2":
-            exit_without_gpu("benchmarks.grape_study", "cannot run")
             from benchmarks.speech_study import run_study
 
             written = run_study(experiments, args.out, args.runs, args.executors, not args.no_hf, args.batch,
                                 args.steps)
             print("wrote " + ", ".join(str(p) for p in written))
             return 0
-        check_sources(args.model)
         family = family_of(args.model)
-        exit_without_gpu("benchmarks.grape_study", "cannot run")
         import cupy  # after the GPU check: a machine without a GPU may have no CuPy either
 
         backend = make_backend("kernels", variants=tuple(args.variant))  # a variant unknown: refused before loading

@@ -31,6 +31,7 @@ SPEEDOMETER_COLUMNS = ("Name", "Attrs", "Avg", "Std", "min", "Median", "MAX")
 BREAKDOWN_COLUMNS = ("Name", "InputPrep", "Model", "BeamSearch")
 TRAINING_BREAKDOWN_COLUMNS = ("Name", "InputPrep", "Model", "Optimizer")
 GRAPH_MEMORY_COLUMNS = ("Model", "Original Size", "Compressed Size (MB)")
+FIGURES = {"matplotlib": "the figures are drawn with it: pip install -e '.[experiments]'"}  # for check_installed
 
 
 @dataclasses.dataclass

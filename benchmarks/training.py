@@ -30,12 +30,14 @@ import time
 from pathlib import Path
 
 
-from benchmarks.grape_tables import pyplot, read_csv, save_figure, write_csv
+from benchmarks.grape_tables import FIGURES, pyplot, read_csv, save_figure, write_csv
+from benchmarks.transformers_model import TRANSFORMERS
 from gpt2.checkpoint import load as load_gpt2
 from gpt2.model import GPT2
 from gpt2.train import kit_texts, read_texts
-from kernel_runtime.commands import POSITIVE_INT, OneLineArgumentParser, run_command
+from kernel_runtime.commands import POSITIVE_INT, OneLineArgumentParser, check_installed, run_command
 from kernel_runtime.device import exit_without_gpu, first_line
+from kernel_runtime.files import check_writable_directory
 from model_runtime.backends import make_backend
 from training.data import TextBatches
 from training.step import AdamW, GraphTrainingStep, TrainingStep
@@ -145,6 +147,8 @@ def main(argv=None) -> int:
 
 
 def benchmark(args) -> int:
+    check_writable_directory(args.out, f"--out {args.out}")
+    check_installed(TRANSFORMERS | (FIGURES if args.curve_steps > 0 else {}))
     exit_without_gpu("benchmarks.training", "cannot run")
     config, params = load_gpt2(args.model, lambda line: print(line, flush=True))
     B, T = args.batch, min(args.tokens, config.max_T)

@@ -5,6 +5,10 @@ import tempfile
 
 import numpy as np
 
+# what the comparison imports, for kernel_runtime.commands.check_installed
+TRANSFORMERS = {"torch": "the comparison with transformers needs PyTorch: the README's Setup says how to add it",
+                "transformers": "the comparison with transformers needs it: pip install -e '.[hf]'"}
+
 
 def hf_model(config, params, device: str = "cuda"):
     """transformers' model of config's family holding `params`, float32, in eval mode on `device` (the GPU)."""

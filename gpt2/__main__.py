@@ -24,6 +24,7 @@ from gpt2.tokenizer import get_tokenizer
 from kernel_runtime import GPUUnavailableError, gpu_unavailable_reason
 from kernel_runtime.commands import (NON_NEGATIVE_INT, SEED, OneLineArgumentParser, checked, raise_lost_interrupt,
                                      run_command)
+from reference.variants import variant_argument
 
 COURSE_CHECKPOINT = "gpt2_124M.bin"
 
@@ -88,7 +89,7 @@ def build_parser() -> OneLineArgumentParser:
                                                             "on the CPU (default: kernels with a GPU, else reference)")
     parser.add_argument("--kernels", metavar="DIR", help="a kernels/ directory to run on the kernels backend "
                                                          "(default: this kit's kernels/)")
-    parser.add_argument("--variant", action="append", default=[], metavar="NAME",
+    parser.add_argument("--variant", action="append", default=[], metavar="NAME", type=variant_argument,
                         help="a milestone variant to run on the kernels backend, e.g. attention_flash "
                              "(reference/variants.py; repeat for several; default: none, the kit's kernels)")
     parser.add_argument("--max-new-tokens", type=NEW_TOKENS, default=64,

@@ -40,7 +40,7 @@ import numpy as np
 
 from gpt2.config import PRESET_ALIASES, PRESETS, ConfigError, GPT2Config, preset
 from kernel_runtime.commands import OneLineArgumentParser, run_command
-from kernel_runtime.files import replacing
+from kernel_runtime.files import check_writable_file, replacing
 from model_runtime import checkpoint_files
 from model_runtime.checkpoint_files import (HF_PREFIX, CheckpointError, Parameters, Progress, Tenths,
                                             bfloat16_to_float32, download_from_hub, expect_shape, float32_to_bfloat16,
@@ -50,6 +50,7 @@ from model_runtime.checkpoint_files import (HF_PREFIX, CheckpointError, Paramete
 LLMC_MAGIC = 20240326
 LLMC_VERSIONS = {3: "float32", 5: "bfloat16"}
 LLMC_HEADER_INTS = 256
+WRITE_CHUNK = 2**22  # values a write: 16 MB in float32, so that Ctrl-C stops a writing within milliseconds
 
 
 
@@ -125,7 +126,7 @@ def write_llmc(path: str | Path, config: GPT2Config, params: Parameters, dtype: 
     versions = {v: k for k, v in LLMC_VERSIONS.items()}
     if dtype not in versions:
         raise ValueError(f"write_llmc: dtype must be float32 or bfloat16, got {dtype!r}")
-    _check_parameters(config, params, str(path))
+    check_parameters(config, params, str(path))
     header = np.zeros(LLMC_HEADER_INTS, dtype="<i4")
     header[:8] = [LLMC_MAGIC, versions[dtype], config.max_T, config.vocab_size, config.num_layers,
                   config.num_heads, config.channels, config.padded_vocab_size]
@@ -135,10 +136,12 @@ def write_llmc(path: str | Path, config: GPT2Config, params: Parameters, dtype: 
         header.tofile(f)
         tenths.add(header.nbytes)
         for name in config.parameter_shapes():
-            for piece in params[name] if name in _HF_LAYER_TENSORS else [params[name]]:  # a layer at a time
-                piece = np.ascontiguousarray(piece, dtype="<f4")
-                (piece if dtype == "float32" else float32_to_bfloat16(piece)).tofile(f)
-                tenths.add(piece.size * item)
+            for layer in params[name] if name in _HF_LAYER_TENSORS else [params[name]]:  # a layer at a time
+                values = np.ascontiguousarray(layer, dtype="<f4").reshape(-1)
+                for start in range(0, values.size, WRITE_CHUNK):
+                    piece = values[start:start + WRITE_CHUNK]
+                    (piece if dtype == "float32" else float32_to_bfloat16(piece)).tofile(f)
+                    tenths.add(piece.size * item)
 
 
 # --------------------------------------------------------------------------- Hugging Face
@@ -202,7 +205,7 @@ def write_hf(directory: str | Path, config: GPT2Config, params: Parameters,
              max_shard_bytes: int | None = None) -> None:
     """A directory transformers' GPT2LMHeadModel.from_pretrained reads (sharded when
     max_shard_bytes is given and the weights exceed it)."""
-    _check_parameters(config, params, str(directory))
+    check_parameters(config, params, str(directory))
     directory = Path(directory)
     with os_errors(directory, "write"):
         directory.mkdir(parents=True, exist_ok=True)
@@ -282,7 +285,8 @@ def _preset_or_error(name: str) -> GPT2Config:
         raise CheckpointError(str(err)) from None
 
 
-def _check_parameters(config: GPT2Config, params: Parameters, where: str) -> None:
+def check_parameters(config: GPT2Config, params: Parameters, where: str) -> None:
+    """CheckpointError naming `where` unless `params` holds every tensor of `config`, each of its shape."""
     for name, shape in config.parameter_shapes().items():
         if name not in params:
             raise CheckpointError(f"{where}: parameters lack {name}")
@@ -311,6 +315,7 @@ def convert_to_llmc(source, out) -> None:
     def progress(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
 
+    check_writable_file(out)  # before a minute of reading or drawing
     config, params = load(source, progress)
     write_llmc(out, config, params, progress=progress)
     print(f"wrote {out}: GPT-2 of {config.num_parameters() / 1e6:.0f}M parameters (L={config.num_layers} "

@@ -38,7 +38,7 @@ from reference.judging import rounding_bounds
 from reference.numerics import element_errors, rms, worst_fraction
 from reference.precision import COURSE, COURSE_ELEMENT, COURSE_RMSE, Profile, course_errors
 from reference.registry import spec
-from reference.variants import resolve_profile, variant_named
+from reference.variants import resolve_profile, variant_argument, variant_named
 
 
 @functools.cache
@@ -154,7 +154,7 @@ def main(argv=None) -> int:
     parser = OneLineArgumentParser(prog="python -m gpt2.step_check", description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="random", help="weights (default: random 124M)")
     parser.add_argument("--kernels", help="kernels/ directory to check (default: this repo's)")
-    parser.add_argument("--variant", action="append", default=[], metavar="NAME",
+    parser.add_argument("--variant", action="append", default=[], metavar="NAME", type=variant_argument,
                         help="a milestone variant in its host function's place, e.g. matmul_tf32 (repeatable)")
     parser.add_argument("--profile", help="how steps are judged: fp32, tf32 or course "
                                           "(default: $KIT_PROFILE, else the variants' profile, else fp32)")

@@ -10,7 +10,9 @@ The BPE table is tiktoken's r50k_base file (GPT-2's 50257 tokens, <|endoftext|> 
 openai-whisper (whisper/assets/gpt2.tiktoken is the same file), checks its sha256
 against the one tiktoken expects, and stores it in the kit's cache directory:
 $GPT2_KIT_CACHE, else ~/.cache/gpt2-cuda-kit. $GPT2_BPE_FILE points at a copy
-elsewhere. When neither exists, tiktoken's own download is tried (needs the network).
+elsewhere (either, set but empty, counts as unset). When neither exists, tiktoken's
+own download is tried (needs the network). Where the file cannot be stored is one
+line before anything is downloaded.
 """
 
 from __future__ import annotations
@@ -25,8 +27,8 @@ import tempfile
 from pathlib import Path
 
 from kernel_runtime import KitError
-from kernel_runtime.commands import OneLineArgumentParser
-from kernel_runtime.files import replacing
+from kernel_runtime.commands import OneLineArgumentParser, run_command
+from kernel_runtime.files import OutputPathError, check_writable_file, replacing
 
 END_OF_TEXT = 50256
 BPE_SHA256 = "306cd27f03c1a714eca7108e03d66b7dc042abe8c258b44c199a7ed9838dd930"  # tiktoken's r50k_base
@@ -41,11 +43,11 @@ class TokenizerMissing(KitError):
 
 
 def cache_dir() -> Path:
-    return Path(os.environ.get("GPT2_KIT_CACHE", Path.home() / ".cache" / "gpt2-cuda-kit"))
+    return Path(os.environ.get("GPT2_KIT_CACHE") or Path.home() / ".cache" / "gpt2-cuda-kit")
 
 
 def bpe_path() -> Path:
-    return Path(os.environ["GPT2_BPE_FILE"]) if "GPT2_BPE_FILE" in os.environ else cache_dir() / "gpt2.tiktoken"
+    return Path(os.environ.get("GPT2_BPE_FILE") or cache_dir() / "gpt2.tiktoken")
 
 
 class Tokenizer:
@@ -94,9 +96,20 @@ def get_tokenizer() -> Tokenizer:
                                f"(needs PyPI) or set GPT2_BPE_FILE to a copy of gpt2.tiktoken") from None
 
 
+def check_storable(destination: Path) -> None:
+    """TokenizerMissing, one line, unless fetch can store the BPE file at `destination` (its missing directories
+    made): said before the download."""
+    try:
+        check_writable_file(destination, parents_made=True)
+    except OutputPathError as err:
+        raise TokenizerMissing(f"cannot store GPT-2's BPE file: {err}; choose a place for it with $GPT2_KIT_CACHE "
+                               "(a directory) or $GPT2_BPE_FILE") from None
+
+
 def fetch(destination: Path | None = None) -> Path:
     """Download openai-whisper's sdist from PyPI, take gpt2.tiktoken out, verify, store."""
     destination = destination or bpe_path()
+    check_storable(destination)
     with tempfile.TemporaryDirectory() as tmp:
         command = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--no-binary", ":all:",
                    "--dest", tmp, WHISPER_SDIST]
@@ -126,19 +139,20 @@ def main(argv=None) -> int:
     encode = commands.add_parser("encode", help="print the token ids of a text")
     encode.add_argument("text")
     args = parser.parse_args(argv)
-    try:
-        if args.command == "fetch":
-            if bpe_path().is_file() and hashlib.sha256(bpe_path().read_bytes()).hexdigest() == BPE_SHA256:
-                print(f"GPT-2 BPE file already present: {bpe_path()}")
-                return 0
-            print(f"fetching GPT-2's BPE file from PyPI ({WHISPER_SDIST} sdist) ...", flush=True)
-            print(f"verified sha256 and stored {fetch()}")
-        else:
-            print(get_tokenizer().encode(args.text))
-    except TokenizerMissing as err:
-        print(f"gpt2.tokenizer: {err}", file=sys.stderr)
-        return 1
-    return 0
+    if args.command == "encode":
+        return run_command("gpt2.tokenizer", lambda: print(get_tokenizer().encode(args.text)))
+    return run_command("gpt2.tokenizer", fetch_once)
+
+
+def fetch_once() -> None:
+    """`fetch`, unless GPT-2's BPE file is where bpe_path() says already."""
+    path = bpe_path()
+    if path.is_file() and hashlib.sha256(path.read_bytes()).hexdigest() == BPE_SHA256:
+        print(f"GPT-2 BPE file already present: {path}")
+        return
+    check_storable(path)
+    print(f"fetching GPT-2's BPE file from PyPI ({WHISPER_SDIST} sdist) ...", flush=True)
+    print(f"verified sha256 and stored {fetch(path)}")
 
 
 if __name__ == "__main__":

@@ -1,18 +1,20 @@
 """Grade kernel submissions, or write the students' handout.
 
-    python -m grading SUBMISSION [SUBMISSION ...] [--milestone 1|2|3] [--seed N] [--out DIR] [--results-json PATH]
+    python -m grading SUBMISSION [SUBMISSION ...] [--milestone N] [--seed N] [--out DIR] [--results-json PATH]
     python -m grading --class-list FILE [--out DIR]       # one submission directory per line
-    python -m grading gather DIR [--milestone 1|2|3]        # gradebook.csv from DIR/*/results.json, of their milestone
-    python -m grading handout OUT_DIR [--milestone 1|2|3]   # the starter kit, solutions stubbed
+    python -m grading gather DIR [--milestone N]          # gradebook.csv from DIR/*/results.json, of their milestone
+    python -m grading handout OUT_DIR [--milestone N]     # the starter kit, solutions stubbed
     python -m grading leaderboard SUBMISSION [...] [--variant NAME] [--seed N] [--out DIR]   # checked tok/s
 
 A submission is a directory holding a student's kernels/ (or a kernels/ directory
-itself). Each item of the milestone's weights file (grading/weights.toml, or
-grading/weights_m2.toml and weights_m3.toml for later milestones' variants) runs in its own process, under a
-time limit: a worker records the submission's calls, and a replayer that never
-imports it replays them on inputs from a secret seed, fresh for each submission
-(printed in its report so a regrade can repeat it). Per submission: a console table and OUT/<name>/results.json in
-Gradescope's format; for several, OUT/gradebook.csv too.
+itself). Each item of the milestone's weights file (grading/weights.toml for milestone
+1, grading/weights_mN.toml for milestone N: --milestone's choices below are those
+there are) runs in its own process, under a time limit: a worker records the
+submission's calls, and a replayer that never imports it replays them on inputs from
+a secret seed, fresh for each submission (printed in its report so a regrade can
+repeat it). Per submission: a console table and OUT/<name>/results.json in
+Gradescope's format; for several, OUT/gradebook.csv too. Where the reports go is
+checked before the grading starts.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from grading.items import WEIGHTS_FILES, scheme_for
 from kernel_runtime import KitError
 from kernel_runtime.commands import SEED, SEED_LIMIT, OneLineArgumentParser, run_command
 from kernel_runtime.device import exit_without_gpu, keep_compiled_kernels_private
+from kernel_runtime.files import check_writable_directory, check_writable_file
 
 
 def grade_main(argv) -> int:
@@ -50,6 +53,9 @@ def grade_main(argv) -> int:
     if not submissions:
         parser.error("name at least one submission directory (or --class-list)")
     check_submissions(submissions)
+    check_writable_directory(args.out, f"--out {args.out}")
+    if args.results_json:
+        check_writable_file(args.results_json, f"--results-json {args.results_json}", parents_made=True)
     scheme = scheme_for(args.milestone)
     exit_without_gpu("grading", "cannot grade without a GPU")
     rows = []
@@ -153,6 +159,7 @@ def leaderboard_main(argv) -> int:
                         help="where reports go (default: leaderboard-results)")
     args = parser.parse_args(argv)
     check_submissions(args.submissions)
+    check_writable_directory(args.out, f"--out {args.out}")
     workload = leaderboard.load_workload(args.table)
     # the variants' own profile, whatever the TA's shell holds: a standing must not depend on it
     profile = resolve_profile(None, [variant_named(name) for name in args.variant], environ={})

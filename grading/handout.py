@@ -47,6 +47,7 @@ from pathlib import Path
 
 from grading.items import WEIGHTS_FILES
 from kernel_runtime import KitError
+from kernel_runtime.commands import raise_lost_interrupt
 from kernel_runtime.files import replacing
 from kernel_runtime.stubs import STUB_LINES
 from reference.registry import SPEC_FILES, SPECS
@@ -190,6 +191,7 @@ def _write_handout(destination: Path, root: Path, files: list[Path], milestone: 
                    kept: tuple[str, ...]) -> list[str]:
     stubbed, leave_out = [], left_out(milestone)
     for relative in files:
+        raise_lost_interrupt()  # a file at a time: a Ctrl-C swallowed anywhere stops the kit here
         name = relative.as_posix()
         staff_or_later = name not in kept and any(name == left or name.startswith(left) for left in leave_out)
         if staff_or_later or not (root / relative).exists():

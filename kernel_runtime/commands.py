@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.util
 import os
 import signal
 import sys
@@ -47,6 +48,14 @@ POSITIVE_INT = checked(int, lambda n: n >= 1, "an integer >= 1")
 # into each case's seed mod 2**31, so a larger seed would repeat a smaller one's inputs.
 SEED_LIMIT = 2**31
 SEED = checked(int, lambda n: 0 <= n < SEED_LIMIT, "a seed, an integer from 0 to 2**31 - 1")
+
+
+def check_installed(needed: dict[str, str]) -> None:
+    """KitError naming the first module of `needed` (import name -> what needs it and how to install it) that this
+    Python cannot import: said before a command's long work rather than after it."""
+    for module, why in needed.items():
+        if importlib.util.find_spec(module) is None:
+            raise KitError(f"{module} is not installed: {why}")
 
 
 def run_command(program: str, body: Callable[[], int | None], error_status: int = 1) -> int:
@@ -104,4 +113,34 @@ def raise_lost_interrupt() -> None:
     except BlockingIOError:
         return
     if signal.SIGINT in received:
+        raise KeyboardInterrupt
+
+
+def forget_interrupts() -> None:
+    """Drop the Ctrl-Cs recorded so far: for a command that has answered one (training saves its state before it
+    stops), so that only a new Ctrl-C stops that answer."""
+    while _recorded:
+        try:
+            if not os.read(_recorded[-1], 512):
+                return
+        except BlockingIOError:
+            return
+
+
+@contextlib.contextmanager
+def interrupts_deferred():
+    """Hold a Ctrl-C back while the block runs, and raise it once the block is done: for short work that must be
+    done whole or not at all (an optimizer's update of every parameter). Where Ctrl-C is not Python's
+    KeyboardInterrupt (ignored, as in a background job, or handled otherwise), nothing changes."""
+    if (threading.current_thread() is not threading.main_thread()
+            or signal.getsignal(signal.SIGINT) is not signal.default_int_handler):
+        yield
+        return
+    received = []
+    signal.signal(signal.SIGINT, lambda number, frame: received.append(number))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    if received:
         raise KeyboardInterrupt

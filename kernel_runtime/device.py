@@ -3,10 +3,14 @@ that says why not."""
 
 from __future__ import annotations
 
+import atexit
 import functools
 import gc
+import importlib.util
 import os
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 from kernel_runtime.errors import GPUUnavailableError
@@ -19,6 +23,22 @@ def first_line(err: BaseException) -> str:
 
 INSTALL_CUPY = "pip install -e '.[cuda13]', or '.[cuda12]' for a CUDA 12 driver"
 
+
+def _cupy_kernel_cache_or_memory() -> None:
+    """CuPy makes its kernel cache's directory ($CUPY_CACHE_DIR, else ~/.cupy/kernel_cache) as it is imported,
+    and the import fails where it cannot (a read-only home). There, compiled kernels stay in memory instead, and
+    CuPy is given an empty directory of its own, removed at exit."""
+    cache = os.environ.get("CUPY_CACHE_DIR") or os.path.expanduser("~/.cupy/kernel_cache")
+    try:
+        os.makedirs(cache, exist_ok=True)
+    except OSError:
+        placeholder = tempfile.mkdtemp(prefix="kit-cupy-cache-")
+        atexit.register(shutil.rmtree, placeholder, ignore_errors=True)
+        os.environ.update(CUPY_CACHE_DIR=placeholder, CUPY_CACHE_IN_MEMORY="1")
+
+
+if importlib.util.find_spec("cupy") is not None:
+    _cupy_kernel_cache_or_memory()
 try:
     import cupy
     CUPY_MISSING = None

@@ -32,13 +32,16 @@ class CheckpointError(KitError):
 
 
 class Tenths:
-    """Counts a job's bytes and gives `progress` (if any) one line each time the job passes another tenth."""
+    """Counts a job's bytes and gives `progress` (if any) one line each time the job passes another tenth. Every
+    long read, write and draw counts its pieces here, so this is also where a Ctrl-C that NumPy swallowed in a
+    piece takes effect (kernel_runtime.commands.raise_lost_interrupt)."""
 
     def __init__(self, progress: Progress | None, what: str, total_bytes: int):
         self.progress, self.what, self.total = progress, what, total_bytes
         self.done = self.said = 0
 
     def add(self, nbytes: int) -> None:
+        raise_lost_interrupt()
         self.done += nbytes
         tenths = self.done * 10 // max(self.total, 1)
         if self.progress is not None and tenths > self.said:
@@ -344,7 +347,6 @@ def random_parameters(shapes: dict, stacked: Collection[str], seed: int, progres
             params[name] = np.empty(shape, np.float32)
             for piece in params[name] if name in stacked else [params[name]]:
                 rng.standard_normal(dtype=np.float32, out=piece)
-                raise_lost_interrupt()  # a Ctrl-C it swallowed
                 piece *= std
                 tenths.add(piece.nbytes)
             continue

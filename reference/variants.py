@@ -45,6 +45,7 @@ judged under the variants' own profiles, whatever the TA's shell holds.
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import os
 from pathlib import Path
@@ -139,6 +140,15 @@ def variant_named(name: str) -> Variant:
     if name not in VARIANTS:
         raise VariantError(f"no variant {name!r}; the variants are {', '.join(VARIANTS)}")
     return VARIANTS[name]
+
+
+def variant_argument(name: str) -> str:
+    """A command line's --variant (an argparse type): a name variant_named knows, else its line, at parsing, so
+    that a command names an unknown variant before anything else (a missing GPU)."""
+    try:
+        return variant_named(name).name
+    except VariantError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
 
 
 PROFILE_VARIABLE = "KIT_PROFILE"

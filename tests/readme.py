@@ -1,5 +1,5 @@
-"""What the tests read from the kit's READMEs: which they are, the text of their ```bash code blocks, and their
-pip install lines."""
+"""What the tests read from the kit's READMEs: which they are, the text of their code blocks, and their pip install
+lines."""
 
 import re
 from pathlib import Path
@@ -8,12 +8,16 @@ ROOT = Path(__file__).parents[1]
 # One per audience: students (the kit's, which each handout trims to its milestone), research, course staff.
 READMES = {"students": ROOT / "README.md", "research": ROOT / "benchmarks" / "README.md",
            "staff": ROOT / "grading" / "README.md"}
-BASH_BLOCK = re.compile(r"^```bash\n(.*?)^```", re.MULTILINE | re.DOTALL)
 INSTALL = re.compile(r"\.venv/bin/pip install (?P<arguments>[^&#\n]+)")
 
 
+def code_blocks(readme: str, language: str) -> list[str]:
+    """The text of every ```language code block of the README, in order."""
+    return re.findall(rf"^```{language}\n(.*?)^```", readme, re.MULTILINE | re.DOTALL)
+
+
 def bash_blocks(readme: str) -> list[str]:
-    return BASH_BLOCK.findall(readme)
+    return code_blocks(readme, "bash")
 
 
 def install_lines(readme: str) -> list[str]:

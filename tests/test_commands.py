@@ -108,12 +108,48 @@ def test_pytest_s_seed_out_of_range_is_one_usage_line(flag, env, source):
     (("benchmarks.generation", "--model", "/no/such/model.bin"), "benchmarks.generation: /no/such/model.bin: no "),
     (("benchmarks.grape_study", "runtime", "--model", "/no/such/model.bin"),
      "python -m benchmarks.grape_study: /no/such/model.bin: no such file"),
+    (("benchmarks.grape_study", "runtime", "--out", "README.md"),
+     "python -m benchmarks.grape_study: --out README.md: README.md is not a directory"),
+    (("benchmarks.training", "--out", "README.md/training"),
+     "benchmarks.training: --out README.md/training: README.md is not a directory"),
 ], ids=["verify-kernels", "step_check-kernels", "step_check-model", "profile-kernels", "profile-model",
-        "benchmarks.kernels", "benchmarks.generation", "grape_study"])
+        "benchmarks.kernels", "benchmarks.generation", "grape_study-model", "grape_study-out", "training-out"])
 def test_a_missing_path_is_named_before_a_missing_gpu(command, message, run_kit):
     done = run_kit(*command)
     lines = done.stderr.splitlines()
     assert done.returncode in (1, 2) and len(lines) == 1 and lines[0].startswith(message), done.stderr
+
+
+@pytest.mark.parametrize("command", [("gpt2", "hi"), ("gpt2.step_check",), ("benchmarks.grape_study", "runtime"),
+                                     ("benchmarks.generation",), ("benchmarks.decode",)], ids=" ".join)
+def test_an_unknown_variant_is_named_at_parsing(command, run_kit):
+    from reference.variants import VARIANTS
+
+    done = run_kit(*command, "--variant", "bogus")
+    prog = " ".join(part for part in command if part not in ("hi", "runtime"))
+    assert (done.returncode, done.stderr.splitlines()) == (2, [
+        f"python -m {prog}: argument --variant: no variant 'bogus'; the variants are {', '.join(VARIANTS)} "
+        "(see --help)"]), done.stderr
+
+
+@pytest.mark.parametrize("command, hidden, message", [
+    (("benchmarks.grape_study", "breakdown"), "matplotlib",
+     "matplotlib is not installed: the figures are drawn with it: pip install -e '.[experiments]'"),
+    (("benchmarks.grape_study", "runtime"), "transformers",
+     "transformers is not installed: the comparison with transformers needs it: pip install -e '.[hf]'"),
+    (("benchmarks.training",), "torch",
+     "torch is not installed: the comparison with transformers needs PyTorch: the README's Setup says how to add it"),
+], ids=["study-figures", "study-transformers", "training-torch"])
+def test_a_benchmark_names_what_to_install_before_a_missing_gpu(command, hidden, message, run_kit, monkeypatch):
+    import importlib.util
+
+    find_spec = importlib.util.find_spec
+    installed = ("matplotlib", "torch", "transformers")  # as if: only `hidden` is missing
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *args: (
+        None if name == hidden else object() if name in installed else find_spec(name, *args)))
+    done = run_kit(*command)
+    prog = "python -m benchmarks.grape_study" if command[0] == "benchmarks.grape_study" else command[0]
+    assert done.returncode in (1, 2) and done.stderr.splitlines() == [f"{prog}: {message}"], done.stderr
 
 
 @pytest.mark.parametrize("flag, env, message", [

@@ -167,6 +167,15 @@ class TrainingStep:
             grad.fill(0)
         zero_activations(self.activation_grads, self.model.ACCUMULATED_GRADIENTS)
 
+    def go_on_from(self, moments: dict, steps: int) -> None:
+        """Take up a run saved after `steps` steps (its parameters the model's): AdamW's moments (name -> (m, v))
+        and step count, so that the next step updates as that run's next one would have."""
+        upload = self.model.backend.upload
+        for name, (m, v) in self.moments.items():
+            saved_m, saved_v = moments[name]
+            m[...], v[...] = upload(saved_m), upload(saved_v)
+        self.steps = steps
+
     def update(self) -> None:
         """AdamW on every parameter tensor, step count self.steps + 1."""
         self.steps += 1
@@ -203,3 +212,4 @@ class GraphTrainingStep(TrainingStep):
     def update(self) -> None:
         with self.stream:
             super().update()
+        self.stream.synchronize()  # the host reads the weights on another stream (to save them), which waits for none

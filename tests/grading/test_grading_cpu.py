@@ -21,8 +21,8 @@ from generation.decoding import kv_cache_stubs
 from model_runtime.ops import KV_CACHE_FUNCTIONS, MODEL_FUNCTIONS
 from grading import reports
 from grading.grade import ItemGrade, Replayed, SubmissionGrade, grade_submission, replay, replayer_command, score_item
-from grading.handout import LEFTOVER_MARKER, MILESTONE_FILES, HandoutError, make_handout, strip_solutions
-from grading.items import SchemeError, load_scheme, scheme_for
+from grading.handout import LEFTOVER_MARKER, MILESTONE_FILES, HandoutError, kit_files, make_handout, strip_solutions
+from grading.items import WEIGHTS_FILES, SchemeError, load_scheme, scheme_for
 from grading.sandbox import Sandbox
 from kernel_runtime.device import gpu_unavailable_reason, nvrtc_unavailable_reason
 from kernel_runtime.stubs import STUB_LINES, cuda_body, function_holds_stub, reached
@@ -34,6 +34,7 @@ from reference.execution import Execution, execute, save_records
 from reference.registry import SPECS, build, cases, unwritten
 from reference.techniques import TECHNIQUES
 from reference.variants import DECLARED, VARIANTS
+from tests.interrupting import PROMPTLY, interrupted, pausing
 from tests.readme import READMES, bash_blocks, install_lines
 from tests.reference.test_techniques import SAMPLES
 
@@ -507,10 +508,49 @@ def test_a_file_given_as_a_submission_is_named_as_a_file(tmp_path):
                                         f"a directory first); no such submission directory: {tmp_path / 'bob'}"]
 
 
-def test_help_names_every_command():
+def test_help_names_every_command_and_every_milestone():
     done = grading("--help")
     assert done.returncode == 0
     assert "python -m grading gather DIR" in done.stdout and "python -m grading handout OUT_DIR" in done.stdout
+    every = "{" + ",".join(map(str, WEIGHTS_FILES)) + "}"
+    assert set(re.findall(r"--milestone (\S+?)\]", done.stdout)) == {"N", every}
+
+
+@pytest.mark.parametrize("args, message", [
+    (("{submission}", "--out", "{file}"), "--out {file}: {file} is not a directory"),
+    (("{submission}", "--out", "{file}/reports"), "--out {file}/reports: {file} is not a directory"),
+    (("{submission}", "--results-json", "{submission}"), "--results-json {submission}: is a directory; name a file "
+                                                         "to write"),
+    (("leaderboard", "{submission}", "--out", "{file}"), "--out {file}: {file} is not a directory"),
+], ids=["out", "out-under-a-file", "results-json", "leaderboard-out"])
+def test_where_reports_cannot_go_is_one_line_before_the_grading_starts(tmp_path, args, message):
+    paths = {"submission": tmp_path / "alice", "file": tmp_path / "a-file"}
+    paths["submission"].mkdir()
+    paths["file"].write_text("")
+    done = grading(*(arg.format(**paths) for arg in args))
+    assert (done.returncode, done.stderr.splitlines()) == (2, [f"grading: {message.format(**paths)}"])
+
+
+@pytest.mark.parametrize("target, mode", [("grading.handout:kit_files", "raise"), ("shutil:copy2", "raise"),
+                                          ("shutil:copy2", "swallow")],
+                         ids=["listing", "writing", "writing-swallowed"])
+def test_ctrl_c_stops_a_handout_at_once_and_leaves_no_half_kit(tmp_path, target, mode):
+    stopped = interrupted([*pausing(target, mode), "grading", "handout", str(tmp_path / "kit")], "pausing in ")
+    assert stopped.status == 130 and stopped.seconds < PROMPTLY, stopped
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("target, mode", [("grading.reports:read_results", "raise"),
+                                          ("kernel_runtime.files:_flush_to_disk", "raise"),
+                                          ("kernel_runtime.files:_flush_to_disk", "swallow")],
+                         ids=["reading", "writing", "writing-swallowed"])
+def test_ctrl_c_stops_gather_at_once_and_keeps_the_previous_gradebook(tmp_path, target, mode):
+    write_results(tmp_path, [full_marks(1, "alice"), full_marks(1, "bob")])
+    (tmp_path / "gradebook.csv").write_text("the previous gradebook\n")
+    stopped = interrupted([*pausing(target, mode), "grading", "gather", str(tmp_path)], "pausing in ")
+    assert stopped.status == 130 and stopped.seconds < PROMPTLY, stopped
+    assert (tmp_path / "gradebook.csv").read_text() == "the previous gradebook\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["alice", "bob", "gradebook.csv"]
 
 
 def test_strip_solutions_keeps_indentation_and_counts():
@@ -666,10 +706,26 @@ def readme_commands(readme: str) -> list[str]:
 
 
 def kit_paths_mentioned(readme: str, kit: Path) -> set[str]:
-    """Every `quoted` name in the README that is a file or directory of `kit` (by path, or by file name)."""
+    """Every `quoted` name in the README that is a file or directory of `kit` (by path, or by file name). The files
+    of a git checkout are those git tracks: what running the kit leaves there (results/, gpt2_124M.bin) is none."""
     quoted = {q.rstrip("/") for q in re.findall(r"`([\w./-]+)`", readme)} - {".", ".venv"}  # the reader's own
-    names = {p.name for p in kit.rglob("*")}
-    return {q for q in quoted if (kit / q).exists() or ("/" not in q and "." in q.strip(".") and q in names)}
+    files = kit_files(kit) if (kit / ".git").exists() else [p.relative_to(kit) for p in kit.rglob("*")]
+    held = {path for file in files for path in (file, *file.parents[:-1])}  # each file and the directories above it
+    names = {path.name for path in held}
+    return {q for q in quoted if Path(q) in held or ("/" not in q and "." in q.strip(".") and q in names)}
+
+
+def test_what_running_the_kit_leaves_in_its_checkout_is_not_taken_for_a_file_of_the_kit(tmp_path):
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    (tmp_path / "README.md").write_text("# kit\n")
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_kit.py").write_text("")
+    subprocess.run(["git", "add", "README.md", "tests"], cwd=tmp_path, check=True)
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / "gpt2_trained.bin").write_bytes(b"")
+    (tmp_path / "gpt2_124M.bin").write_bytes(b"")
+    readme = "`README.md`, `tests/`, `test_kit.py`, `results/gpt2_trained.bin`, `results/` and `gpt2_124M.bin`"
+    assert kit_paths_mentioned(readme, tmp_path) == {"README.md", "tests", "test_kit.py"}
 
 
 def test_handout_readme_mentions_only_what_the_handout_holds(handout):

@@ -1,7 +1,5 @@
 """Small models for the model tests: random GPT-2 weights with every parameter non-trivial."""
 
-import signal
-
 import numpy as np
 
 from gpt2.checkpoint import perturbed_parameters  # noqa: F401 (the model tests' weights)
@@ -17,10 +15,3 @@ def eos_leaning_parameters(seed: int, lean: float) -> dict:
     eos = params["wte"][50256].astype(np.float64)
     params["lnfb"] = (params["lnfb"] + lean * eos / (eos @ eos)).astype(np.float32)
     return params
-
-
-def interruptible() -> None:
-    """A child's preexec_fn where a test sends it Ctrl-C: SIGINT at its default, as a terminal's foreground process
-    has it. A suite started in the background (`pytest &`, nohup) hands its children SIGINT ignored, and Python then
-    never raises KeyboardInterrupt."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)

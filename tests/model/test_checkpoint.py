@@ -17,7 +17,8 @@ from gpt2.checkpoint import (LLMC_HEADER_INTS, CheckpointError, hub_repo_id, loa
                              random_parameters, read_hf, read_llmc, write_hf, write_llmc)
 from gpt2.config import GPT2Config, preset
 from gpt2.model import GPT2
-from tests.model.helpers import TINY, interruptible
+from tests.interrupting import PROMPTLY, interrupted, pausing
+from tests.model.helpers import TINY
 
 ROOT = Path(__file__).parents[2]
 
@@ -275,8 +276,6 @@ def test_convert_writes_llmc_float32(tmp_path, params, capsys):
 @pytest.mark.parametrize("args, status, message", [
     (("{tmp}/nope", "{tmp}/out.bin"), 1, ("gpt2.checkpoint: {tmp}/nope: no such file or directory, and not a "
                                           "model name (gpt2, gpt2-medium, gpt2-large, gpt2-xl or random)")),
-    (("{tmp}/model.bin", "{tmp}/no/such/dir/out.bin"), 1,
-     "gpt2.checkpoint: {tmp}/no/such/dir/out.bin: cannot write (No such file or directory)"),
     (("{tmp}/model.bin",), 2, ("python -m gpt2.checkpoint convert: the following arguments are required: "
                                "OUT.bin (see --help)")),
 ])
@@ -286,6 +285,18 @@ def test_convert_errors_are_one_line(tmp_path, params, capsys, args, status, mes
     *progress, last = err.splitlines()
     assert (result, out, last) == (status, "", message.format(tmp=tmp_path))
     assert_progress("\n".join(progress))  # reading went as far as it did
+
+
+@pytest.mark.parametrize("out, message", [
+    ("{tmp}/no/such/dir/out.bin", "{tmp}/no/such/dir/out.bin: no directory {tmp}/no/such/dir to write it in"),
+    ("{tmp}", "{tmp}: is a directory; name a file to write"),
+    ("{tmp}/model.bin/out.bin", "{tmp}/model.bin/out.bin: {tmp}/model.bin is not a directory"),
+], ids=["no-directory", "a-directory", "under-a-file"])
+def test_an_output_convert_cannot_write_is_refused_before_the_weights_are_made(tmp_path, params, capsys, out,
+                                                                               message):
+    write_llmc(tmp_path / "model.bin", TINY, params)
+    status, printed, err = convert(capsys, "random:gpt2-medium", out.format(tmp=tmp_path))
+    assert (status, printed, err) == (1, "", f"gpt2.checkpoint: {message.format(tmp=tmp_path)}\n")
 
 
 def test_convert_runs_as_a_module(tmp_path, params):
@@ -346,27 +357,59 @@ def test_an_interrupted_write_keeps_the_previous_checkpoint(tmp_path, params, mo
     assert leftovers(tmp_path, {"m.bin"}) == []
 
 
-def test_ctrl_c_during_convert_keeps_the_previous_checkpoint_and_progress_is_shown(tmp_path, params):
-    """Ctrl-C as a user presses it, while a 1.4 GB model is being made: the command stops (130) and leaves the
-    previous checkpoint and nothing beside it. (Ctrl-C in the middle of the write itself is the test above: a
-    signal timed against a disk's speed would make this one flaky.)"""
+@pytest.fixture(scope="module")
+def zeros_124M(tmp_path_factory) -> Path:
+    """An llm.c checkpoint of GPT-2 124M's sizes holding zeros, made sparse: at once, and read back fast, while its
+    conversion writes 500 MB, long enough to be interrupted at a progress line."""
+    config, path = preset("gpt2"), tmp_path_factory.mktemp("zeros") / "zeros_124M.bin"
+    header = np.zeros(LLMC_HEADER_INTS, "<i4")
+    header[:8] = [20240326, 3, config.max_T, config.vocab_size, config.num_layers, config.num_heads, config.channels,
+                  config.padded_vocab_size]
+    with open(path, "wb") as f:
+        header.tofile(f)
+        f.truncate(header.nbytes + 4 * config.num_parameters())
+    return path
+
+
+def progress_reached(step: str, percent: int):
+    """A test of a line: the progress line of `step` ("writing") at `percent` or past it."""
+    def matches(line: str) -> bool:
+        found = re.match(rf"{step} .*: (\d+)% ", line)
+        return found is not None and int(found.group(1)) >= percent
+    return matches
+
+
+@pytest.mark.parametrize("source, moment", [
+    ("random:gpt2-medium", progress_reached("initialising", 10)),
+    ("zeros", progress_reached("reading", 50)),
+    ("zeros", progress_reached("writing", 10)),
+    ("zeros", progress_reached("writing", 50)),
+], ids=["drawing", "reading", "writing-10%", "writing-50%"])
+def test_ctrl_c_stops_convert_at_once_and_keeps_the_previous_checkpoint(tmp_path, params, zeros_124M, source,
+                                                                         moment):
+    """Ctrl-C as a user presses it, whatever convert is doing: it stops at once (130) and leaves the
+    previous checkpoint and nothing beside it; until then its progress lines are all it printed."""
     out = tmp_path / "out.bin"
     write_llmc(out, TINY, params)
     before = out.read_bytes()
-    process = subprocess.Popen([sys.executable, "-m", "gpt2.checkpoint", "convert", "random:gpt2-medium", str(out)],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
-                               preexec_fn=interruptible)
-    try:
-        lines = []
-        for line in process.stderr:  # each progress line as it is printed
-            lines.append(line.rstrip("\n"))
-            if line.startswith("initialising random weights: "):
-                process.send_signal(signal.SIGINT)
-                break
-        status = process.wait(timeout=120)
-    finally:
-        process.kill()
-    assert lines and all(PROGRESS_LINE.match(line) for line in lines), lines
-    assert status == 130 and process.stdout.read() == ""
+    source = zeros_124M if source == "zeros" else source
+    stopped = interrupted([sys.executable, "-m", "gpt2.checkpoint", "convert", str(source), str(out)], moment)
+    assert stopped.status == 130 and stopped.seconds < PROMPTLY, stopped
+    assert all(PROGRESS_LINE.match(line) for line in stopped.lines if line), stopped.lines
     assert out.read_bytes() == before
     assert leftovers(tmp_path, {"out.bin"}) == []
+
+
+@pytest.mark.parametrize("mode", ["raise", "swallow"])
+def test_ctrl_c_as_the_written_checkpoint_goes_to_disk_keeps_the_previous_one(tmp_path, params, mode):
+    """The last moment before the rename: every byte written, the file being flushed to disk. A Ctrl-C there stops
+    the rename, even one that was swallowed (the C handler ran, no KeyboardInterrupt came)."""
+    source, out = tmp_path / "source.bin", tmp_path / "out.bin"
+    write_llmc(source, TINY, params)
+    write_llmc(out, TINY, perturbed_parameters(TINY, seed=6))
+    before = out.read_bytes()
+    stopped = interrupted([*pausing("kernel_runtime.files:_flush_to_disk", mode), "gpt2.checkpoint", "convert",
+                           str(source), str(out)], "pausing in ")
+    assert stopped.status == 130 and stopped.seconds < PROMPTLY, stopped
+    assert out.read_bytes() == before
+    assert leftovers(tmp_path, {"source.bin", "out.bin"}) == []

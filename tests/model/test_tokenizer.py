@@ -1,5 +1,10 @@
 """GPT-2's tokenizer, from the BPE file the README's setup fetches."""
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from gpt2.tokenizer import END_OF_TEXT, TokenizerMissing, get_tokenizer
@@ -57,3 +62,26 @@ def test_a_corrupt_file_is_refused(tmp_path, monkeypatch):
             get_tokenizer()
     finally:
         get_tokenizer.cache_clear()
+
+
+@pytest.mark.parametrize("environment, path, why", [
+    ({"GPT2_KIT_CACHE": "/proc/kit"}, "/proc/kit/gpt2.tiktoken", "cannot write in /proc ("),
+    ({"GPT2_KIT_CACHE": "{tmp}/a-file"}, "{tmp}/a-file/gpt2.tiktoken", "{tmp}/a-file is not a directory"),
+    ({"HOME": "/proc/self"}, "/proc/self/.cache/gpt2-cuda-kit/gpt2.tiktoken", "cannot write in /proc/self ("),
+    ({"HOME": "{tmp}/read-only"}, "{tmp}/read-only/.cache/gpt2-cuda-kit/gpt2.tiktoken",
+     "cannot write in {tmp}/read-only (Permission denied)"),
+], ids=["cache-in-proc", "cache-is-a-file", "home-in-proc", "home-read-only"])
+def test_fetch_names_a_place_it_cannot_store_the_file_before_downloading(tmp_path, environment, path, why):
+    """One line, nothing downloaded (nothing said of fetching), also where the home takes no file at all (CuPy's
+    kernel cache is made there as it is imported)."""
+    (tmp_path / "a-file").write_text("")
+    (tmp_path / "read-only").mkdir(mode=0o555)
+    if environment.get("HOME", "").endswith("read-only") and os.geteuid() == 0:
+        pytest.skip("root writes in a read-only directory (the /proc cases stand for it)")
+    environ = {k: v for k, v in os.environ.items() if k not in ("GPT2_KIT_CACHE", "GPT2_BPE_FILE")}
+    environ |= {name: value.format(tmp=tmp_path) for name, value in environment.items()}
+    done = subprocess.run([sys.executable, "-m", "gpt2.tokenizer", "fetch"], capture_output=True, text=True,
+                          cwd=Path(__file__).parents[2], env=environ, timeout=120)
+    message = (f"gpt2.tokenizer: cannot store GPT-2's BPE file: {path}: {why}").format(tmp=tmp_path)
+    assert (done.returncode, done.stdout) == (1, "") and done.stderr.startswith(message), done.stderr
+    assert len(done.stderr.splitlines()) == 1, done.stderr
