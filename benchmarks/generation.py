@@ -98,7 +98,7 @@ def main(argv=None) -> int:
     parser.add_argument("--hf", action="store_true",
                         help="also time transformers' generate, eager and static+compiled")
     parser.add_argument("--no-recompute", action="store_true", help="leave out generating by full recomputation")
-    parser.add_argument("--profile", action="store_true", help="print where the host's time goes (cProfile)")
+    parser.add_argument("--cprofile", action="store_true", help="print where the host's time goes (Python's cProfile)")
     args = parser.parse_args(argv)
     return run_command("benchmarks.generation", lambda: benchmark(args), error_status=2)
 
@@ -127,7 +127,7 @@ def benchmark(args) -> int:
         grape = make_executor(model, "grape")
         timed_grape(grape, prompt)  # warm-up: captures its graphs
         print(f"{'grape executor':22s} {'':12s} {timed_grape(grape, prompt):16.0f}", flush=True)
-    if args.profile:
+    if args.cprofile:
         import cProfile
         import pstats
 

@@ -39,7 +39,7 @@ from kernel_runtime.loader import use_kernels
 from reference.execution import call_arguments
 from reference.registry import SPECS, build, host_function, not_written_yet
 from reference.precision import TF32
-from reference.variants import VARIANTS, resolve_profile
+from reference.variants import VARIANTS, add_profile_option, resolve_profile
 
 SPIN_SOURCE = r"""
 extern "C" __global__ void spin(long long nanoseconds) {
@@ -114,8 +114,7 @@ def main(argv=None) -> int:
     parser = OneLineArgumentParser(prog="python -m benchmarks.kernels", description=__doc__.splitlines()[0])
     parser.add_argument("--kernels", help="kernels/ directory to time (default: this repo's)")
     parser.add_argument("--only", default="", help="time only the host functions whose name contains this")
-    parser.add_argument("--profile", help="precision whose cuBLAS is a matmul's ceiling: fp32, tf32 or course "
-                                          "(default: $KIT_PROFILE, else the variant's own, else fp32)")
+    add_profile_option(parser.add_argument, "whose cuBLAS is a matmul's ceiling")
     parser.add_argument("--csv", help="also write the table to this CSV file")
     args = parser.parse_args(argv)
     return run_command("benchmarks.kernels", lambda: benchmark(args), error_status=2)

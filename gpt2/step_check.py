@@ -38,7 +38,7 @@ from reference.judging import rounding_bounds
 from reference.numerics import element_errors, rms, worst_fraction
 from reference.precision import COURSE, COURSE_ELEMENT, COURSE_RMSE, Profile, course_errors
 from reference.registry import spec
-from reference.variants import resolve_profile, variant_argument, variant_named
+from reference.variants import add_profile_option, resolve_profile, variant_argument, variant_named
 
 
 @functools.cache
@@ -156,8 +156,7 @@ def main(argv=None) -> int:
     parser.add_argument("--kernels", help="kernels/ directory to check (default: this repo's)")
     parser.add_argument("--variant", action="append", default=[], metavar="NAME", type=variant_argument,
                         help="a milestone variant in its host function's place, e.g. matmul_tf32 (repeatable)")
-    parser.add_argument("--profile", help="how steps are judged: fp32, tf32 or course "
-                                          "(default: $KIT_PROFILE, else the variants' profile, else fp32)")
+    add_profile_option(parser.add_argument, "the steps are judged by")
     parser.add_argument("--backward", action="store_true",
                         help="check a training step: the forward pass, the loss and the backward pass (milestone 4)")
     parser.add_argument("--batch", type=int, default=4)

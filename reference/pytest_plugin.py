@@ -27,7 +27,7 @@ from kernel_runtime.commands import SEED
 from kernel_runtime.errors import KernelLoadError
 from kernel_runtime.loader import use_kernels
 from reference.precision import ProfileError
-from reference.variants import resolve_profile
+from reference.variants import add_profile_option, resolve_profile
 
 
 def pytest_addoption(parser):
@@ -35,9 +35,7 @@ def pytest_addoption(parser):
                      help="base seed of the random test inputs, from 0 to 2**31 - 1 (default: $KIT_SEED or 0)")
     parser.addoption("--kernels", default=None,
                      help="a kernels/ directory (or a kit holding one) to test instead of this kit's")
-    parser.addoption("--profile", default=None,
-                     help="precision profile the kernel checks judge by: fp32, tf32 or course "
-                          "(default: $KIT_PROFILE, else a variant's own, else fp32)")
+    add_profile_option(parser.addoption, "the kernel checks judge by", "a variant's own, else fp32")
 
 
 def pytest_configure(config):

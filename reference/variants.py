@@ -49,11 +49,11 @@ import argparse
 import dataclasses
 import os
 from pathlib import Path
-from typing import Iterable, Mapping
+from typing import Callable, Iterable, Mapping
 
 from kernel_runtime import KitError
 from kernel_runtime.loader import KIT_KERNELS
-from reference.precision import Profile, ProfileError, profile_named
+from reference.precision import PROFILES, Profile, ProfileError, profile_named
 from reference.registry import SPECS, not_written_yet
 from reference.techniques import TECHNIQUES
 
@@ -152,6 +152,15 @@ def variant_argument(name: str) -> str:
 
 
 PROFILE_VARIABLE = "KIT_PROFILE"
+
+
+def add_profile_option(add_option: Callable, judged: str, fallback: str = "the variants' own, else fp32") -> None:
+    """Declare --profile, the precision profile resolve_profile reads, with `add_option` (argparse's add_argument or
+    pytest's addoption); `judged`: what the profile decides in this command, `fallback`: its default after
+    $KIT_PROFILE."""
+    add_option("--profile", default=None, metavar="NAME",
+               help=f"the precision profile {judged}: {', '.join(PROFILES)} (default: ${PROFILE_VARIABLE}, else "
+                    f"{fallback})")
 
 
 def resolve_profile(name: str | None, variants: Iterable[Variant] = (),

@@ -23,7 +23,7 @@ from kernel_runtime.errors import KitError
 from kernel_runtime.loader import use_kernels
 from reference.judging import run_case
 from reference.registry import SPECS, host_function, not_written_yet
-from reference.variants import resolve_profile
+from reference.variants import add_profile_option, resolve_profile
 
 
 def quick_cases(seed: int) -> list:
@@ -35,8 +35,7 @@ def main(argv=None) -> int:
     parser = OneLineArgumentParser(prog="python -m reference.verify", description=__doc__.splitlines()[0])
     parser.add_argument("--kernels", help="kernels/ directory to check (default: this kit's)")
     parser.add_argument("--seed", type=SEED, help="base seed, from 0 to 2**31 - 1 (default: a fresh one, printed)")
-    parser.add_argument("--profile", help="precision profile the checks judge by: fp32, tf32 or course "
-                                          "(default: $KIT_PROFILE, else fp32)")
+    add_profile_option(parser.add_argument, "the checks judge by", "fp32")
     args = parser.parse_args(argv)
     return run_command("reference.verify", lambda: verify(args), error_status=2)
 

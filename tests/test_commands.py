@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).parents[1]
-COMMANDS = ["gpt2", "gpt2.checkpoint", "gpt2.profile", "gpt2.step_check", "gpt2.tokenizer", "reference.verify",
+COMMANDS = ["gpt2", "gpt2.checkpoint", "gpt2.nsight", "gpt2.step_check", "gpt2.tokenizer", "reference.verify",
             "benchmarks.kernels", "benchmarks.generation", "benchmarks.grape_study", "benchmarks.speech_profile"]
 if (ROOT / "grading").exists():  # a student's kit has no grader
     COMMANDS.append("grading")
@@ -102,8 +102,8 @@ def test_pytest_s_seed_out_of_range_is_one_usage_line(flag, env, source):
     (("reference.verify", "--kernels", "/no/such/kernels"), "reference.verify: no kernels directory at "),
     (("gpt2.step_check", "--kernels", "/no/such/kernels"), "gpt2.step_check: no kernels directory at "),
     (("gpt2.step_check", "--model", "/no/such/model.bin"), "gpt2.step_check: /no/such/model.bin: no such file"),
-    (("gpt2.profile", "--kernels", "/no/such/kernels"), "gpt2.profile: no kernels directory at "),
-    (("gpt2.profile", "--model", "/no/such/model.bin"), "gpt2.profile: /no/such/model.bin: no such file"),
+    (("gpt2.nsight", "--kernels", "/no/such/kernels"), "gpt2.nsight: no kernels directory at "),
+    (("gpt2.nsight", "--model", "/no/such/model.bin"), "gpt2.nsight: /no/such/model.bin: no such file"),
     (("benchmarks.kernels", "--kernels", "/no/such/kernels"), "benchmarks.kernels: no kernels directory at "),
     (("benchmarks.generation", "--model", "/no/such/model.bin"), "benchmarks.generation: /no/such/model.bin: no "),
     (("benchmarks.grape_study", "runtime", "--model", "/no/such/model.bin"),
@@ -112,7 +112,7 @@ def test_pytest_s_seed_out_of_range_is_one_usage_line(flag, env, source):
      "python -m benchmarks.grape_study: --out README.md: README.md is not a directory"),
     (("benchmarks.training", "--out", "README.md/training"),
      "benchmarks.training: --out README.md/training: README.md is not a directory"),
-], ids=["verify-kernels", "step_check-kernels", "step_check-model", "profile-kernels", "profile-model",
+], ids=["verify-kernels", "step_check-kernels", "step_check-model", "nsight-kernels", "nsight-model",
         "benchmarks.kernels", "benchmarks.generation", "grape_study-model", "grape_study-out", "training-out"])
 def test_a_missing_path_is_named_before_a_missing_gpu(command, message, run_kit):
     done = run_kit(*command)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import gpt2.__main__ as cli
-from gpt2 import profile
+from gpt2 import nsight
 from gpt2.checkpoint import perturbed_parameters, write_hf
 from tests.interrupting import interruptible
 from tests.model.helpers import TINY
@@ -218,8 +218,8 @@ def test_help_shows_every_default(capsys):
         assert action.dest == "help" or "default" in action.help, action.dest
 
 
-def test_profile_help_describes_itself_in_whole_sentences(capsys):
+def test_nsight_help_describes_itself_in_whole_sentences(capsys):
     with pytest.raises(SystemExit):
-        profile.main(["--help"])
+        nsight.main(["--help"])
     description = capsys.readouterr().out.split("\n\n")[1]
     assert description.startswith("Profile one forward pass") and description.endswith(".")

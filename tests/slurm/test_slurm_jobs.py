@@ -113,10 +113,10 @@ def test_generate_tokens_completes_the_prompt(tmp_path):
     assert "using a random 124M model" in text  # no weights on the CI node
 
 
-def test_profile_skips_without_a_gpu(tmp_path):
-    code, _, text, _ = submit("profile.slurm", tmp_path)
+def test_the_nsight_job_skips_without_a_gpu(tmp_path):
+    code, _, text, _ = submit("nsight.slurm", tmp_path)
     assert code == 0, text
-    assert "profile: skipped: no NVIDIA GPU or driver on this machine" in text
+    assert "nsight: skipped: no NVIDIA GPU or driver on this machine" in text
 
 
 def test_grade_class_array_then_gather(tmp_path):

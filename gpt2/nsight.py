@@ -4,8 +4,8 @@ The pass is marked for the profilers: NVTX ranges around the pass, each layer an
 each kernel call (named after its step: ln1, qkv, attention, ...), inside a
 cudaProfilerStart/Stop window so that nsys and ncu see that pass alone.
 
-    nsys profile -t cuda,nvtx --capture-range=cudaProfilerApi -o forward python -m gpt2.profile
-    ncu --nvtx --profile-from-start off -o forward python -m gpt2.profile
+    nsys profile -t cuda,nvtx --capture-range=cudaProfilerApi -o forward python -m gpt2.nsight
+    ncu --nvtx --profile-from-start off -o forward python -m gpt2.nsight
 
 A warm-up pass first compiles every kernel outside the window.
 """
@@ -20,21 +20,21 @@ from kernel_runtime.device import exit_without_gpu
 
 
 def main(argv=None) -> int:
-    parser = OneLineArgumentParser(prog="python -m gpt2.profile", description=__doc__.splitlines()[0])
+    parser = OneLineArgumentParser(prog="python -m gpt2.nsight", description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="random", help="weights (default: random 124M)")
     parser.add_argument("--kernels", metavar="DIR", help="kernels/ directory to profile (default: this kit's)")
     parser.add_argument("--batch", type=POSITIVE_INT, default=4, help="rows of tokens (default %(default)s)")
     parser.add_argument("--tokens", type=POSITIVE_INT, default=64, help="tokens per row (default %(default)s)")
     args = parser.parse_args(argv)
-    return run_command("gpt2.profile", lambda: profile(args), error_status=2)
+    return run_command("gpt2.nsight", lambda: profile_one_pass(args), error_status=2)
 
 
-def profile(args) -> int:
+def profile_one_pass(args) -> int:
     from gpt2.families import check_sources, load_model
     from model_runtime.backends import make_backend
 
     check_sources(args.model, args.kernels)
-    exit_without_gpu("gpt2.profile")
+    exit_without_gpu("gpt2.nsight")
     import cupy  # after the GPU check: a machine without a GPU may have no CuPy either
 
     model = load_model(args.model, make_backend("kernels", args.kernels))
