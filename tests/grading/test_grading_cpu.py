@@ -893,6 +893,20 @@ def test_a_fresh_kit_s_quick_check_and_benchmark_name_each_stub_on_a_gpu(handout
     assert timed.stdout.splitlines()[-1] == "nothing was timed: every row's function is still a stub"
 
 
+@pytest.mark.parametrize("kit", ["handout_m2", "handout_m3", "handout_m4"])
+def test_a_fresh_kit_s_model_checks_skip_where_its_variants_are_stubs(kit, request):
+    """The model's checks on the CPU in a fresh kit with milestone 2's variants: the one that builds the kernels
+    backend with the TF32 matmul skips with the line naming that stub, instead of failing on the backend's refusal
+    of the kit's stubs (a traceback in the README's whole-suite pytest)."""
+    destination, _ = request.getfixturevalue(kit)
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rfs",
+                           "tests/model/test_step_check.py"], capture_output=True, text=True, cwd=destination,
+                          timeout=300, env=fresh_kit_environment())
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    skipped = re.findall(r"^SKIPPED \[1\] tests/model/test_step_check.py:\d+: (.*)$", done.stdout, flags=re.MULTILINE)
+    assert stub_line("matmul_forward", "matmul_tf32") in skipped, done.stdout[-3000:]
+
+
 @pytest.mark.parametrize("kit", ["handout", "handout_m2"])
 def test_earlier_kits_leave_out_later_milestones_host_functions(kit, request):
     destination, _ = request.getfixturevalue(kit)
