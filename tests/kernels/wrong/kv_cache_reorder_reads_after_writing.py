@@ -9,12 +9,12 @@ from tests.kernels.wrong import mutate
 FUNCTION = "kv_cache_reorder_forward"
 
 ROW_BY_ROW = r"""template <typename Element>
-__device__ void reorder_elements(Element* cache, const int* parent_of, const int* filled_of, int group0, int group,
-                                 int NH, int h, int row_elements, int first, int count, int per_position) {
+__device__ void reorder_elements(Element* cache, const Group& group, int NH, int h, int row_elements, int first,
+                                 int count, int per_position) {
     for (int i = first + threadIdx.x; i < first + count; i += blockDim.x) {
-        for (int g = 0; g < group; g++) {
-            int b = group0 + g, parent = parent_of[g];
-            if (parent != b && i / per_position < filled_of[g]) {
+        for (int g = 0; g < group.size; g++) {
+            int b = group.first_row + g, parent = group.parent(g);
+            if (parent != b && i / per_position < group.filled(g)) {
                 const Element value = cache[((long long)parent * NH + h) * row_elements + i];
                 cache[((long long)b * NH + h) * row_elements + i] = value;
             }
