@@ -12,7 +12,10 @@ tests cleanly (the outputs stay NaN). Everything else is kept, except what only 
 staff use: the grader and its tests, the known-wrong implementations and the tests
 that run them, the Slurm job tests, the CI setup and the tests of the kit's own build
 (which a student's work cannot change, and which would double their suite's time);
-and what belongs to later
+the host functions the kit provides to its staff alone (Spec.handed_out: Wav2Vec2's
+layers, whose kernels hold a tiled product and reductions that milestone 2 grades and
+backward passes that milestone 4 grades; the kits run Wav2Vec2 on the gold and
+reference backends); and what belongs to later
 milestones (a later milestone's variant modules, such as milestone 2's TF32 matmul or
 milestone 3's split-K one, and milestone 2's test of variants; a later milestone's
 host functions, their spec and kernel module).
@@ -75,6 +78,17 @@ def _milestone_files() -> dict[int, tuple[str, ...]]:
     return {milestone: tuple(dict.fromkeys(paths)) for milestone, paths in files.items()}  # each path once
 
 
+def _staff_host_function_files() -> tuple[str, ...]:
+    """The kernel modules and specs of the host functions no kit holds (Spec.handed_out): provided ones whose kernels
+    hold what the milestones grade. TypeError where such a module also defines a host function a kit holds."""
+    handed_out = {spec.module for spec in SPECS.values() if spec.handed_out}
+    kept = [spec for spec in SPECS.values() if not spec.handed_out]
+    mixed = sorted({spec.module for spec in kept} & handed_out)
+    if mixed:
+        raise TypeError(f"kernels/{mixed[0]}.py defines host functions both handed out and not")
+    return tuple(dict.fromkeys(path for spec in kept for path in (f"kernels/{spec.module}.py", SPEC_FILES[spec.function])))
+
+
 MILESTONE_FILES = _milestone_files()
 STAFF_FILES = ("grading/", "tests/grading/", "tests/kernels/wrong/", "tests/kernels/wrong_technique/",
                "tests/kernels/test_known_wrong.py", "tests/kernels/test_wrong_techniques.py", "tests/slurm/",
@@ -85,7 +99,9 @@ STAFF_FILES = ("grading/", "tests/grading/", "tests/kernels/wrong/", "tests/kern
                # the study's own checks (transformers' compiled generate, its tables, its commands), which no
                # kernel changes
                "tests/benchmarks/test_generation_hf.py", "tests/benchmarks/test_grape_tables.py",
-               "tests/benchmarks/test_grape_study_gpu.py")
+               "tests/benchmarks/test_grape_study_gpu.py",
+               # Wav2Vec2's kernels, which hold what milestones 2 and 4 grade (the docstring above)
+               *_staff_host_function_files())
 # what a grading worker (grading.worker, grading.leaderboard_worker) imports or reads beyond a handout
 WORKER_FILES = ("grading/__init__.py", "grading/worker.py", "grading/items.py", "grading/channel.py",
                 "grading/leaderboard_worker.py", "grading/leaderboard.py", "grading/leaderboard.toml",

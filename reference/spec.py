@@ -89,8 +89,11 @@ class Spec:
                                                   # once, each output written once), for GB/s
     flops: Callable[[dict], int] | None = None    # useful floating-point operations, for TFLOP/s
     graded: bool = True                 # students write it, and grading/weights.toml must score it
-    provided: bool = False              # the kit gives it whole, in every kit: no solution block, so never a
-                                        # stub (the study's choosing and reordering kernels); never graded
+    provided: bool = False              # the kit gives it whole: no solution block, so never a stub (the study's
+                                        # choosing and reordering kernels, Wav2Vec2's layers); never graded
+    handed_out: bool = True             # in the starter kits; False: the staff's alone, spec and kernel module (a
+                                        # provided module holding what a milestone grades: a tiled product, a
+                                        # reduction, a backward pass; grading.handout)
     milestone: int = 1                  # the course milestone that asks for it: earlier milestones' kits leave
                                         # out its spec and kernel module (grading.handout)
     products: Callable[[dict], dict] | None = None  # (float64 inputs) -> per output, the sum of |a * b| over
@@ -99,6 +102,8 @@ class Spec:
     def __post_init__(self):
         if self.provided and self.graded:
             raise TypeError(f"{self.function}: a spec the kit provides whole is not graded (graded=False)")
+        if not (self.handed_out or self.provided):
+            raise TypeError(f"{self.function}: a host function students write is handed out (handed_out=True)")
         if not set(self.updates) <= set(self.outputs):
             raise TypeError(f"{self.function}: updates {self.updates} must be among its outputs {self.outputs}")
 

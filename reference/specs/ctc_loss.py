@@ -86,5 +86,5 @@ SPEC = Spec(
     quick=dict(B=4, T=200, V=32, S=60),
     benchmark=(WAV2VEC2,),
     traffic=traffic,
-    graded=False, provided=True,
+    graded=False, provided=True, handed_out=False,
 )

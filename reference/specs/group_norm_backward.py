@@ -81,5 +81,5 @@ SPEC = Spec(
     quick=dict(B=1, T=16000, C=512, G=512),
     benchmark=(WAV2VEC2,),
     traffic=traffic,
-    graded=False, provided=True,
+    graded=False, provided=True, handed_out=False,
 )

@@ -55,5 +55,5 @@ SPEC = Spec(
     quick=WAV2VEC2,
     benchmark=(WAV2VEC2,),
     traffic=traffic,
-    graded=False, provided=True,
+    graded=False, provided=True, handed_out=False,
 )
