@@ -91,6 +91,8 @@ def flushing_gelu_erf_backward(dinp, inp, dout, N):
     dinp[...] = flushed(slope * dout)
 
 
+@pytest.mark.skipif("gelu_erf_forward" not in SPECS, reason="Wav2Vec2's exact GELU is the course staff's, not in "
+                                                             "this kit")
 @pytest.mark.parametrize("seed", [None, 1, 2], ids=lambda s: f"seed{s}")  # None: each case's own (flushed on a GPU)
 @pytest.mark.parametrize("function", ["gelu_erf_forward", "gelu_erf_backward"])
 def test_gelu_erf_s_bounds_admit_flushed_subnormal_numbers(function, seed):
