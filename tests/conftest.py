@@ -11,9 +11,9 @@ processes work beside them.
 its spec's module, or all in `module`): while one of them is still a handout's TODO
 stub in the kernels directory under test, the test skips with the line that names it
 ("gelu_forward: not written yet (kernels/gelu.py)"), the line that function's own
-test_is_written fails with, instead of failing somewhere inside the stub; while one
-is not in the kit at all (a later milestone's, or one the course staff keep: Wav2Vec2's
-layers), it skips saying so.
+test_is_written fails with, instead of failing somewhere inside the stub; while one,
+or `module`, is not in the kit at all (a later milestone's, or one the course staff
+keep: Wav2Vec2's layers), it skips saying so.
 
 The options (--seed, --kernels) and the choice of kernels directory live in
 reference/pytest_plugin.py, which pyproject.toml loads before the command line is read.
@@ -67,18 +67,28 @@ def pytest_collection_modifyitems(config, items):
             if marker in item.keywords:
                 item.add_marker(skip)
     # after those: a test this machine cannot run says why first (the first skip marker is the one reported)
-    from reference.registry import SPECS, not_written_yet
+    from reference.registry import not_written_yet
 
     stubs = {}
     for item in items:
         for calls in item.iter_markers("calls"):
             key = (calls.args, calls.kwargs.get("module"))
-            absent = [] if calls.kwargs.get("module") else [name for name in calls.args if name not in SPECS]
             if key not in stubs:
-                stubs[key] = (f"{', '.join(absent)}: not in this kit (a later milestone's, or the course staff's)"
-                              if absent else not_written_yet(*key))
+                stubs[key] = not_in_this_kit(config, *key) or not_written_yet(*key)
             if stubs[key]:
                 item.add_marker(pytest.mark.skip(reason=stubs[key]))
+
+
+def not_in_this_kit(config, functions, module) -> str | None:
+    """One line naming what a `calls` marker's host functions need that the kit under test lacks: `module`'s file,
+    or (without one) the spec of a function; None when nothing is missing."""
+    from reference.registry import SPECS
+
+    if module is not None:
+        absent = [] if (config.kernels_directory / f"{module}.py").exists() else [f"kernels/{module}.py"]
+    else:
+        absent = [name for name in functions if name not in SPECS]
+    return f"{', '.join(absent)}: not in this kit (a later milestone's, or the course staff's)" if absent else None
 
 
 def pytest_sessionfinish(session):

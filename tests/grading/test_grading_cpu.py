@@ -908,6 +908,32 @@ def test_a_fresh_kit_s_model_checks_skip_where_its_variants_are_stubs(kit, reque
     assert stub_line("matmul_forward", "matmul_tf32") in skipped, done.stdout[-3000:]
 
 
+VARIANT_PROBE = """
+import pytest
+
+
+@pytest.mark.calls("matmul_forward", module="matmul_tf32")
+def test_the_tf32_matmul_stands_in_for_matmul_forward():
+    from model_runtime.backends import kernel_ops
+
+    kernel_ops(variants=("matmul_tf32",))
+"""
+
+
+def test_a_test_of_a_variant_whose_module_the_kit_lacks_skips_saying_so(handout, tmp_path):
+    """A test marked as calling a variant's module (the TF32 matmul) in a kit of an earlier milestone skips, naming
+    the module it lacks, instead of failing on the unknown variant (as the model's GPU tests would, kernels written)."""
+    kit = tmp_path / "kit"
+    shutil.copytree(handout[0], kit)
+    (kit / "tests" / "test_variant_probe.py").write_text(VARIANT_PROBE)
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rfs",
+                           "tests/test_variant_probe.py"], capture_output=True, text=True, cwd=kit, timeout=300,
+                          env=fresh_kit_environment())
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert re.search(r"^SKIPPED \[1\] tests/test_variant_probe.py:\d+: kernels/matmul_tf32.py: not in this kit",
+                     done.stdout, flags=re.MULTILINE), done.stdout[-3000:]
+
+
 @pytest.mark.parametrize("kit", ["handout", "handout_m2"])
 def test_earlier_kits_leave_out_later_milestones_host_functions(kit, request):
     destination, _ = request.getfixturevalue(kit)

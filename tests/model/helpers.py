@@ -1,9 +1,11 @@
 """Small models for the model tests: random GPT-2 weights with every parameter non-trivial."""
 
 import numpy as np
+import pytest
 
 from gpt2.checkpoint import perturbed_parameters  # noqa: F401 (the model tests' weights)
 from gpt2.config import GPT2Config
+from reference.variants import DECLARED
 
 TINY = GPT2Config.sized(2, 4, 64, max_T=64)  # the real vocabulary, so the tokenizer fits
 
@@ -15,3 +17,10 @@ def eos_leaning_parameters(seed: int, lean: float) -> dict:
     eos = params["wte"][50256].astype(np.float64)
     params["lnfb"] = (params["lnfb"] + lean * eos / (eos @ eos)).astype(np.float32)
     return params
+
+
+def variants_called(*names: str) -> list:
+    """The `calls` markers of running the variants `names` (reference.variants): each one's host function in its
+    module, so that a test of them skips while one is a stub, or not in this kit (tests/conftest.py)."""
+    declared = {variant.name: variant for variant in DECLARED}
+    return [pytest.mark.calls(declared[name].function, module=declared[name].module) for name in names]

@@ -25,6 +25,7 @@ from gptj.model import GPTJ  # noqa: E402
 from model_runtime.backends import make_backend  # noqa: E402
 from model_runtime.ops import MODEL_FUNCTIONS  # noqa: E402
 from reference.variants import FUSED_DECODE_VARIANTS  # noqa: E402
+from tests.model.helpers import variants_called  # noqa: E402
 from tests.model.hf_gptj import VOCAB, hf_gptj  # noqa: E402
 
 pytestmark = [pytest.mark.gpu, pytest.mark.calls(*MODEL_FUNCTIONS, "rotary_forward")]
@@ -50,7 +51,8 @@ def on(weights, backend: str) -> GPTJ:
     return GPTJ(*weights, backend=make_backend(name, variants=BACKENDS[backend]))
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("backend", [pytest.param(name, marks=variants_called(*variants))
+                                     for name, variants in BACKENDS.items()])
 def test_logits_match_the_reference(weights, reference, backend):
     tokens = np.random.default_rng(1).integers(0, VOCAB, (2, 70)).astype(np.int32)
     want = reference(tokens)
@@ -61,8 +63,8 @@ def test_logits_match_the_reference(weights, reference, backend):
 
 
 @pytest.mark.parametrize("backend, decoder", [  # a CUDA graph captures the kit's kernels, not gold's CuPy
-    (backend, decoder) for backend in BACKENDS for decoder in KINDS
-    if decoder != "recompute" and not (decoder.startswith("graph") and backend == "gold")])
+    pytest.param(backend, decoder, marks=variants_called(*variants)) for backend, variants in BACKENDS.items()
+    for decoder in KINDS if decoder != "recompute" and not (decoder.startswith("graph") and backend == "gold")])
 def test_greedy_past_position_1024_equals_the_reference(weights, reference, backend, decoder):
     """A prompt of 1,030 tokens and 12 greedy tokens after it, through each cached decoder."""
     prompt = list(np.random.default_rng(2).integers(0, VOCAB, 1030))

@@ -22,6 +22,7 @@ from model_runtime.ops import MODEL_FUNCTIONS
 from gpt2.logits_check import LOGITS_TOLERANCE, allowed_logit_error, tf32_reference_backend
 from reference.precision import COURSE, FP32, TF32
 from reference.variants import FUSED_DECODE_VARIANTS
+from tests.model.helpers import variants_called
 
 pytestmark = [pytest.mark.gpu, pytest.mark.calls(*MODEL_FUNCTIONS)]  # the kit's kernels, or beside them
 
@@ -42,14 +43,22 @@ def reference_logits(weights, tokens):
     return GPT2(*weights, backend="reference")(tokens)
 
 
+BACKEND_VARIANTS = {"kernels+flash": ("attention_flash",), "kernels+fused": FUSED_DECODE_VARIANTS}
+
+
 def backend_named(name: str):
     """"kernels", "gold", "kernels+flash" (the kit's kernels with flash attention, the attention_flash variant)
     or "kernels+fused" (decode steps on the fused matmuls of fused_gemv.py)."""
-    variants = {"kernels+flash": ("attention_flash",), "kernels+fused": FUSED_DECODE_VARIANTS}.get(name)
+    variants = BACKEND_VARIANTS.get(name)
     return make_backend("kernels", variants=variants) if variants else make_backend(name)
 
 
-@pytest.mark.parametrize("backend", ["kernels", "gold", "kernels+flash"])
+def backends(*names: str) -> list:
+    """The backends `names` as parameters, each marked with the variants it runs."""
+    return [pytest.param(name, marks=variants_called(*BACKEND_VARIANTS.get(name, ()))) for name in names]
+
+
+@pytest.mark.parametrize("backend", backends("kernels", "gold", "kernels+flash"))
 def test_124M_logits_match_the_reference(weights, tokens, reference_logits, backend):
     model = GPT2(*weights, backend=backend_named(backend))
     logits = model.backend.to_host(model(tokens))
@@ -65,6 +74,7 @@ def test_step_check_passes_with_the_kits_kernels(weights, tokens):
     assert checker.first_failure() is None, checker.first_failure()
 
 
+@pytest.mark.calls("matmul_forward", module="matmul_tf32")
 def test_124M_logits_with_the_tf32_matmul_match_the_reference_within_tf32_s_error(weights, tokens,
                                                                                  reference_logits):
     emulated = GPT2(*weights, backend=tf32_reference_backend())(tokens)
@@ -77,8 +87,10 @@ def test_124M_logits_with_the_tf32_matmul_match_the_reference_within_tf32_s_erro
     assert error <= allowed, f"max logit error {error:.3g}"
 
 
-@pytest.mark.parametrize("variants, profile", [((), FP32), (("matmul_tf32",), TF32), (("attention_flash",), FP32)],
-                         ids=["fp32", "tf32", "flash"])
+@pytest.mark.parametrize("variants, profile", [
+    pytest.param(variants, profile, marks=variants_called(*variants), id=name)
+    for name, variants, profile in (("fp32", (), FP32), ("tf32", ("matmul_tf32",), TF32),
+                                    ("flash", ("attention_flash",), FP32))])
 def test_step_check_passes_under_the_rounding_bounds_of_the_profile(weights, tokens, variants, profile):
     model = GPT2(*weights, backend="gold")
     model.flash_attention = uses_flash(variants)  # gold then calls its flash_attention_forward for the check
@@ -86,6 +98,7 @@ def test_step_check_passes_under_the_rounding_bounds_of_the_profile(weights, tok
     assert checker.first_failure() is None, checker.first_failure()
 
 
+@pytest.mark.calls("matmul_forward", module="matmul_tf32")
 def test_step_check_under_fp32_rejects_the_tf32_matmul(weights, tokens):
     model = GPT2(*weights, backend="gold")
     failure = step_check.run(model, tokens, kernel_ops(variants=("matmul_tf32",)), FP32).first_failure()
@@ -108,7 +121,7 @@ def test_step_check_names_the_first_wrong_step(weights, tokens):
     assert following.where == "layer 0 attention" and following.passed
 
 
-@pytest.mark.parametrize("backend", ["kernels", "gold", "kernels+flash", "kernels+fused"])
+@pytest.mark.parametrize("backend", backends("kernels", "gold", "kernels+flash", "kernels+fused"))
 def test_kv_cache_greedy_tokens_equal_full_recompute(weights, backend):
     model = GPT2(*weights, backend=backend_named(backend))
     prompt = list(np.random.default_rng(3).integers(0, 50257, 8))
@@ -161,7 +174,7 @@ def test_a_graph_owns_its_buffers_through_other_work(weights, seed, kind):
         assert all(bool((array == 7.0).all()) for array in arrays), "a replay wrote into another array"
 
 
-@pytest.mark.parametrize("backend", ["kernels", "kernels+fused"])
+@pytest.mark.parametrize("backend", backends("kernels", "kernels+fused"))
 def test_decode_step_logits_match_the_reference(weights, backend):
     prompt = np.random.default_rng(5).integers(0, 50257, (2, 10)).astype(np.int32)
     results = []
