@@ -86,7 +86,8 @@ def _staff_host_function_files() -> tuple[str, ...]:
     mixed = sorted({spec.module for spec in kept} & handed_out)
     if mixed:
         raise TypeError(f"kernels/{mixed[0]}.py defines host functions both handed out and not")
-    return tuple(dict.fromkeys(path for spec in kept for path in (f"kernels/{spec.module}.py", SPEC_FILES[spec.function])))
+    return tuple(dict.fromkeys(path for spec in kept
+                               for path in (f"kernels/{spec.module}.py", SPEC_FILES[spec.function])))
 
 
 MILESTONE_FILES = _milestone_files()
