@@ -1,5 +1,6 @@
 """The suite spread over processes (tests/spreading.py, tests/conftest.py): only the whole suite on a
-machine without a GPU, the compile report whole, and the slow tests first and named in the README."""
+machine without a GPU, the compile report whole, each program compiled once in a run (tests/compile_reports.py),
+and the slow tests first and named in the README."""
 
 import importlib.util
 import re
@@ -9,6 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from kernel_runtime.compiler import CudaKernel
+from kernel_runtime.errors import KernelCompileError
+from tests import compile_reports
 from tests.readme import READMES
 from tests.spreading import MAX_WORKERS, suite_workers
 
@@ -50,6 +54,27 @@ def test_a_spread_run_reports_every_kernel_it_compiled():
     assert spread.returncode == 0 and alone.returncode == 0, spread.stdout[-3000:] + alone.stdout[-3000:]
     assert "bringing up nodes" in spread.stdout and "bringing up nodes" not in alone.stdout
     assert kernel_rows(spread.stdout) == kernel_rows(alone.stdout) != []
+
+
+@pytest.mark.nvrtc
+def test_a_run_compiles_each_program_once_and_keeps_no_compile_error(tmp_path, monkeypatch):
+    """The run's directory holds each program's report once compiled: another process of the run (here a second
+    call) reads it, a changed define is another program, and a program that fails to compile fails every time."""
+    monkeypatch.setenv(compile_reports.RUN_DIRECTORY, str(tmp_path))
+    compiled, compile_report = [], compile_reports.compile_report
+    monkeypatch.setattr(compile_reports, "compile_report",
+                        lambda program, arch: compiled.append(program.program) or compile_report(program, arch))
+    kernel = CudaKernel('extern "C" __global__ void sized(float* out) { out[threadIdx.x] = SIZE; }', "sized",
+                        defines={"SIZE": 1})
+    first, again = (compile_reports.compile_report_once(kernel, "sm_86") for _ in range(2))
+    assert first == again and first[0].name == "sized" and compiled == [kernel.program]
+    compile_reports.compile_report_once(kernel.with_defines(SIZE=2), "sm_86")
+    assert len(compiled) == 2 and len(list(tmp_path.iterdir())) == 2
+    broken = kernel.with_defines(SIZE="undefined_name")
+    for _ in range(2):
+        with pytest.raises(KernelCompileError, match="undefined_name"):
+            compile_reports.compile_report_once(broken, "sm_86")
+    assert len(compiled) == 4 and len(list(tmp_path.iterdir())) == 2
 
 
 # The suite's order of collection, each test marked slow or not: one collection of the whole suite.

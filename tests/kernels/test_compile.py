@@ -17,10 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from kernel_runtime.compiler import compile_report, programs_in
+from kernel_runtime.compiler import programs_in
 from kernel_runtime.errors import KernelCompileError
 from kernel_runtime.loader import PACKAGE, bound_directory
 from kernel_runtime.stubs import holds_stub
+from tests.compile_reports import compile_report_once
 
 ARCHES = ("sm_86", "sm_90")
 MODULES = sorted(info.name for info in pkgutil.iter_modules([str(bound_directory())]))
@@ -44,7 +45,7 @@ def distinct_programs(module_name):
 def test_compiles_without_spills(module_name, arch, pytestconfig):
     for program in distinct_programs(module_name):
         try:
-            resources = compile_report(program, arch)
+            resources = compile_report_once(program, arch)
         except KernelCompileError as err:
             if program.as_written:  # made when first called, with options this check cannot know
                 pytest.skip(f"{program.origin.path} makes its kernels when first called, and a source of it does not "
