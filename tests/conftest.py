@@ -27,19 +27,23 @@ import pytest
 
 from kernel_runtime.device import gpu_unavailable_reason, nvrtc_unavailable_reason
 from tests.compile_reports import end_of_run, share_in_this_run
-from tests.spreading import suite_workers
+from tests.spreading import ONE_THREAD, suite_workers
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_cmdline_main(config):
-    """Before pytest-xdist reads -n: the default number of processes, where -n was not given."""
-    if not config.pluginmanager.has_plugin("xdist") or config.option.numprocesses is not None:
+    """Before pytest-xdist reads -n: the default number of processes, where -n was not given; a spread run's
+    processes, started after this, each compute with one thread."""
+    if not config.pluginmanager.has_plugin("xdist"):
         return
-    workers = suite_workers(whole_suite=config.args_source is pytest.Config.ArgsSource.TESTPATHS,
-                            gpu_reason=gpu_unavailable_reason(), nested="PYTEST_XDIST_WORKER" in os.environ,
-                            cpus=len(os.sched_getaffinity(0)))
-    if workers:
-        config.option.numprocesses, config.option.dist = workers, "worksteal"
+    if config.option.numprocesses is None:
+        workers = suite_workers(whole_suite=config.args_source is pytest.Config.ArgsSource.TESTPATHS,
+                                gpu_reason=gpu_unavailable_reason(), nested="PYTEST_XDIST_WORKER" in os.environ,
+                                cpus=len(os.sched_getaffinity(0)))
+        if workers:
+            config.option.numprocesses, config.option.dist = workers, "worksteal"
+    if config.option.numprocesses:  # a number, or "auto"
+        os.environ.update(ONE_THREAD)
 
 
 def pytest_configure(config):

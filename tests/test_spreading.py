@@ -3,6 +3,7 @@ machine without a GPU, the compile report whole, each program compiled once in a
 and the slow tests first and named in the README."""
 
 import importlib.util
+import os
 import re
 import subprocess
 import sys
@@ -14,7 +15,7 @@ from kernel_runtime.compiler import CudaKernel
 from kernel_runtime.errors import KernelCompileError
 from tests import compile_reports
 from tests.readme import READMES
-from tests.spreading import MAX_WORKERS, suite_workers
+from tests.spreading import MAX_WORKERS, ONE_THREAD, suite_workers
 
 ROOT = Path(__file__).parents[1]
 EXTRAS = ("torch", "transformers")  # what the hf extra's tests import
@@ -35,6 +36,16 @@ def pytest_run(*args: str) -> subprocess.CompletedProcess:
 ])
 def test_only_the_whole_suite_without_a_gpu_is_spread(whole_suite, gpu_reason, nested, cpus, workers):
     assert suite_workers(whole_suite, gpu_reason, nested, cpus) == workers
+
+
+def test_each_process_of_a_spread_run_computes_with_one_thread():
+    """Spread, as the whole suite is without a GPU, this test looks at its own process; run alone, it runs itself
+    again in a spread run."""
+    if "PYTEST_XDIST_WORKER" in os.environ:
+        assert {name: os.environ.get(name) for name in ONE_THREAD} == ONE_THREAD
+        return
+    done = pytest_run("-q", "-n", "2", f"{__file__}::test_each_process_of_a_spread_run_computes_with_one_thread")
+    assert done.returncode == 0 and "bringing up nodes" in done.stdout, done.stdout[-3000:]
 
 
 REPORT_ROW = re.compile(r"^\w+ +sm_\d+( +\d+){5}$", re.MULTILINE)
