@@ -5,6 +5,7 @@ test (a fresh handout's commands, a copy of the kit given with --kernels), compi
 is given for sm_86 and sm_90. A program's report for an architecture follows from the program alone (NVRTC and
 the headers are the run's), so the first process to compile it leaves the report in the run's directory,
 $KIT_COMPILE_REPORTS, and the others read it there. A compile error is never kept: each process meets it anew.
+Within a process, Compiling compiles on several threads at once: NVRTC runs outside the GIL.
 """
 
 import dataclasses
@@ -13,6 +14,8 @@ import json
 import os
 import shutil
 import tempfile
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 from kernel_runtime.compiler import KernelResources, ModuleProgram, compile_report
@@ -46,7 +49,7 @@ def compile_report_once(program: ModuleProgram, arch: str) -> list[KernelResourc
     if path.exists():
         return [KernelResources(**fields) for fields in json.loads(path.read_text())]
     resources = compile_report(program, arch)
-    written = path.with_name(f"{path.name}.{os.getpid()}")
+    written = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}")
     written.write_text(json.dumps([dataclasses.asdict(r) for r in resources]))
     os.replace(written, path)  # whole or absent to a process reading it
     return resources
@@ -60,3 +63,24 @@ def report_key(program: ModuleProgram, arch: str) -> str:
 
     compiled = (arch, dataclasses.astuple(program.program), nvrtc.getVersion(), cupy.__version__)
     return hashlib.sha256(repr(compiled).encode()).hexdigest()
+
+
+class Compiling:
+    """Compile reports made on `threads` threads: start() a program early, report() waits for it. Each program
+    is compiled once for an architecture."""
+
+    def __init__(self, threads: int):
+        self.pool = ThreadPoolExecutor(threads)
+        self.started: dict[tuple[ModuleProgram, str], Future] = {}
+
+    def start(self, program: ModuleProgram, arch: str) -> Future:
+        if (program, arch) not in self.started:
+            self.started[program, arch] = self.pool.submit(compile_report_once, program, arch)
+        return self.started[program, arch]
+
+    def report(self, program: ModuleProgram, arch: str) -> list[KernelResources]:
+        """compile_report(program, arch): raises what it raises."""
+        return self.start(program, arch).result()
+
+    def close(self) -> None:
+        self.pool.shutdown(cancel_futures=True)

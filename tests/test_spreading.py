@@ -14,6 +14,7 @@ import pytest
 from kernel_runtime.compiler import CudaKernel
 from kernel_runtime.errors import KernelCompileError
 from tests import compile_reports
+from tests.compile_reports import Compiling
 from tests.readme import READMES
 from tests.spreading import MAX_WORKERS, ONE_THREAD, suite_workers
 
@@ -69,22 +70,26 @@ def test_a_spread_run_reports_every_kernel_it_compiled():
 
 @pytest.mark.nvrtc
 def test_a_run_compiles_each_program_once_and_keeps_no_compile_error(tmp_path, monkeypatch):
-    """The run's directory holds each program's report once compiled: another process of the run (here a second
-    call) reads it, a changed define is another program, and a program that fails to compile fails every time."""
+    """A process compiles each program once, on its Compiling's threads, and leaves the report in the run's
+    directory, where another process of the run (here another Compiling) reads it. A changed define is another
+    program; a program that fails to compile fails every time."""
     monkeypatch.setenv(compile_reports.RUN_DIRECTORY, str(tmp_path))
     compiled, compile_report = [], compile_reports.compile_report
     monkeypatch.setattr(compile_reports, "compile_report",
                         lambda program, arch: compiled.append(program.program) or compile_report(program, arch))
     kernel = CudaKernel('extern "C" __global__ void sized(float* out) { out[threadIdx.x] = SIZE; }', "sized",
                         defines={"SIZE": 1})
-    first, again = (compile_reports.compile_report_once(kernel, "sm_86") for _ in range(2))
-    assert first == again and first[0].name == "sized" and compiled == [kernel.program]
-    compile_reports.compile_report_once(kernel.with_defines(SIZE=2), "sm_86")
+    programs, broken = [kernel, kernel.with_defines(SIZE=2)], kernel.with_defines(SIZE="undefined_name")
+    here, elsewhere = Compiling(threads=2), Compiling(threads=2)
+    for program in programs * 2:
+        here.start(program, "sm_86")
+    reports = [here.report(program, "sm_86") for program in programs]
+    assert [elsewhere.report(program, "sm_86") for program in programs] == reports and reports[0][0].name == "sized"
     assert len(compiled) == 2 and len(list(tmp_path.iterdir())) == 2
-    broken = kernel.with_defines(SIZE="undefined_name")
-    for _ in range(2):
+    for process in (here, elsewhere):
         with pytest.raises(KernelCompileError, match="undefined_name"):
-            compile_reports.compile_report_once(broken, "sm_86")
+            process.report(broken, "sm_86")
+        process.close()
     assert len(compiled) == 4 and len(list(tmp_path.iterdir())) == 2
 
 
