@@ -179,20 +179,22 @@ def compare(case: Case, actual: dict, expected: dict, bounds: dict) -> Result:
         if unusable:
             failures.append(unusable)
             continue
-        got = actual[name].astype(np.float64)
-        want, allowed = expected[name], np.broadcast_to(bounds[name], expected[name].shape)
+        got, want = actual[name], expected[name]
+        allowed = np.broadcast_to(bounds[name], want.shape)
         error = element_errors(got, want)
         bad = ~(error <= allowed)
         max_abs = max(max_abs, float(error.max()))
-        significant = np.abs(want) >= 1e-3 * max(float(np.abs(want).max()), TINY)
-        max_rel = max(max_rel, float((error[significant] / np.abs(want[significant])).max(initial=0.0)))
+        magnitude = np.abs(want).astype(np.float64, copy=False)  # token ids are integers
+        significant = magnitude >= 1e-3 * max(float(magnitude.max()), TINY)
+        relative = np.divide(error, magnitude, out=magnitude, where=significant)  # in place: outputs can be large
+        max_rel = max(max_rel, float(relative.max(initial=0.0, where=significant)))
         worst_ratio = max(worst_ratio, worst_fraction(error, allowed))
         if bad.any():
             where = np.unravel_index(int(np.argmax(np.where(bad, error / np.maximum(allowed, TINY), -1))), want.shape)
             unwritten = int(np.isnan(got).sum())
             failures.append(
                 f"{name}: {int(bad.sum())} of {want.size} elements wrong; worst at {tuple(int(i) for i in where)}: "
-                f"got {got[where]:.7g}, expected {want[where]:.7g} (allowed error {allowed[where]:.2g})"
+                f"got {float(got[where]):.7g}, expected {want[where]:.7g} (allowed error {allowed[where]:.2g})"
                 + (f"; {unwritten} NaN (never written, or computed as NaN)" if unwritten else ""))
     message = "; ".join(failures) if failures else "ok"
     return Result(case, not failures, message, max_abs, max_rel, worst_ratio)

@@ -1,5 +1,7 @@
 """Shared pytest setup: skipping what this machine cannot run, the compile report, and
-spreading the whole suite over processes on a machine without a GPU.
+spreading the whole suite over processes on a machine without a GPU. A run's processes
+(its spread workers, the pytest runs its tests start) share their compile reports: each
+program is compiled once per run and architecture (tests/compile_reports.py).
 
 Markers: `gpu` (needs a CUDA GPU) and `nvrtc` (needs only NVRTC, which compiles
 without a GPU); without one, the test skips with one line saying why and what to
@@ -26,19 +28,24 @@ import os
 import pytest
 
 from kernel_runtime.device import gpu_unavailable_reason, nvrtc_unavailable_reason
-from tests.spreading import suite_workers
+from tests.compile_reports import end_of_run, share_in_this_run
+from tests.spreading import ONE_THREAD, suite_workers
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_cmdline_main(config):
-    """Before pytest-xdist reads -n: the default number of processes, where -n was not given."""
-    if not config.pluginmanager.has_plugin("xdist") or config.option.numprocesses is not None:
+    """Before pytest-xdist reads -n: the default number of processes, where -n was not given; a spread run's
+    processes, started after this, each compute with one thread."""
+    if not config.pluginmanager.has_plugin("xdist"):
         return
-    workers = suite_workers(whole_suite=config.args_source is pytest.Config.ArgsSource.TESTPATHS,
-                            gpu_reason=gpu_unavailable_reason(), nested="PYTEST_XDIST_WORKER" in os.environ,
-                            cpus=len(os.sched_getaffinity(0)))
-    if workers:
-        config.option.numprocesses, config.option.dist = workers, "worksteal"
+    if config.option.numprocesses is None:
+        workers = suite_workers(whole_suite=config.args_source is pytest.Config.ArgsSource.TESTPATHS,
+                                gpu_reason=gpu_unavailable_reason(), nested="PYTEST_XDIST_WORKER" in os.environ,
+                                cpus=len(os.sched_getaffinity(0)))
+        if workers:
+            config.option.numprocesses, config.option.dist = workers, "worksteal"
+    if config.option.numprocesses:  # a number, or "auto"
+        os.environ.update(ONE_THREAD)
 
 
 def pytest_configure(config):
@@ -49,11 +56,16 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "slow: runs a suite or the 124M model again in child processes, as what it "
                                        "proves needs (README, Tests); run first")
     config.compile_reports = []
+    config.compile_reports_directory = share_in_this_run()
     if os.environ.get("KIT_NO_MEMORY_POOL") == "1" and gpu_unavailable_reason() is None:
         # Every array its own cudaMalloc: compute-sanitizer then sees an out-of-bounds
         # access as one, instead of a read of the pool's neighbouring block.
         import cupy
         cupy.cuda.set_allocator(None)
+
+
+def pytest_unconfigure(config):
+    end_of_run(config.compile_reports_directory)
 
 
 def pytest_collection_modifyitems(config, items):

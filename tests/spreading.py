@@ -1,6 +1,9 @@
 """How many processes a pytest run is spread over (pytest-xdist), where -n does not say."""
 
 MAX_WORKERS = 4  # the slow tests bound the run: more processes than this gain little
+# What each process of a spread run computes with: one thread. The run's processes keep every core busy, and
+# BLAS's own threads beside them would only fight them for the cores (OpenBLAS's spin while they wait).
+ONE_THREAD = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
 
 
 def suite_workers(whole_suite: bool, gpu_reason: str | None, nested: bool, cpus: int) -> int:

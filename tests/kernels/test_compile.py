@@ -12,15 +12,17 @@ whether their code compiles.
 """
 
 import importlib
+import os
 import pkgutil
 from pathlib import Path
 
 import pytest
 
-from kernel_runtime.compiler import compile_report, programs_in
+from kernel_runtime.compiler import programs_in
 from kernel_runtime.errors import KernelCompileError
 from kernel_runtime.loader import PACKAGE, bound_directory
 from kernel_runtime.stubs import holds_stub
+from tests.compile_reports import Compiling
 
 ARCHES = ("sm_86", "sm_90")
 MODULES = sorted(info.name for info in pkgutil.iter_modules([str(bound_directory())]))
@@ -39,12 +41,35 @@ def distinct_programs(module_name):
     return programs
 
 
+@pytest.fixture(scope="session")
+def compiling(request):
+    """The compile checks' reports, on every core: as the first check begins, every program the run's checks
+    compile is started. A spread run's processes (and the pytest runs their tests start) compile on one thread,
+    only what their own checks ask for: the run's other processes have the other cores."""
+    spread = "PYTEST_XDIST_WORKER" in os.environ
+    reports = Compiling(threads=1 if spread else len(os.sched_getaffinity(0)))
+    checks = [] if spread else [item.callspec.params for item in request.session.items
+                                if getattr(item, "originalname", None) == "test_compiles_without_spills"]
+    for check in checks:
+        for program in programs_if_importable(check["module_name"]):
+            reports.start(program, check["arch"])
+    yield reports
+    reports.close()
+
+
+def programs_if_importable(module_name):
+    try:
+        return programs_in(importlib.import_module(f"{PACKAGE}.{module_name}"))
+    except Exception:  # the module's own check imports it again, and fails saying why
+        return []
+
+
 @pytest.mark.parametrize("arch", ARCHES)
 @pytest.mark.parametrize("module_name", MODULES)
-def test_compiles_without_spills(module_name, arch, pytestconfig):
+def test_compiles_without_spills(module_name, arch, pytestconfig, compiling):
     for program in distinct_programs(module_name):
         try:
-            resources = compile_report(program, arch)
+            resources = compiling.report(program, arch)
         except KernelCompileError as err:
             if program.as_written:  # made when first called, with options this check cannot know
                 pytest.skip(f"{program.origin.path} makes its kernels when first called, and a source of it does not "

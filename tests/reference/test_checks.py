@@ -171,8 +171,8 @@ def test_writing_what_should_be_added_to_fails(function):
                 args[position][...] = 0
         getattr(gold, function)(*args)
 
-    failed = [c.id for c in cases(function) if not run_case(overwrite, c, device="cpu").passed]
-    assert failed, f"{function}: writing its outputs instead of adding to them passed every case"
+    caught = any(not run_case(overwrite, c, device="cpu").passed for c in cases(function))  # stops at the first
+    assert caught, f"{function}: writing its outputs instead of adding to them passed every case"
 
 
 def test_outputs_that_do_not_follow_other_inputs_fail():

@@ -30,11 +30,14 @@ def tensor_core_product(a: np.ndarray, b: np.ndarray, passes=THREE_PASSES) -> np
     b_parts = dict(zip(("high", "low"), split_tf32(b)))
     K = a.shape[-1]
     acc = np.zeros(a.shape[:-1] + b.shape[-2:-1], np.float32)
+    sums = np.empty(acc.shape)  # one mma's, in float64: one array for them all (attention's scores are large)
     for k0 in range(0, K, MMA_K):
         for name in passes:
             a_part, b_part = (parts[which][..., k0:k0 + MMA_K].astype(np.float64)
                               for parts, which in zip((a_parts, b_parts), name.split("_")))
-            acc = (acc + a_part @ np.swapaxes(b_part, -1, -2)).astype(np.float32)
+            np.matmul(a_part, np.swapaxes(b_part, -1, -2), out=sums)
+            sums += acc
+            acc[...] = sums  # rounded to float32
     return acc
 
 
