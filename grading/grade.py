@@ -165,6 +165,12 @@ class Replayed:
     crash: str | None = None
 
 
+def trusted_environment() -> dict[str, str]:
+    """The environment of a trusted process (the grader's replayer, the leaderboard's): this kit's checkout on
+    its path, its compiled kernels kept in memory."""
+    return os.environ | {"PYTHONPATH": str(REPO_ROOT)} | PRIVATE_KERNEL_CACHES
+
+
 def replayer_command(records: Path, scheme: Scheme, item: Item) -> list[str]:
     # -P: not the working directory on the path; -s: not the user's site-packages
     return [sys.executable, "-P", "-s", "-m", "grading.replayer", "--records", str(records),
@@ -174,7 +180,7 @@ def replayer_command(records: Path, scheme: Scheme, item: Item) -> list[str]:
 def replay(item: Item, scheme: Scheme, seed: int, records: Path) -> Replayed:
     """Run the replayer on the worker's records, the secret seed on its standard input."""
     replayed, errors = Replayed(), []
-    env = os.environ | {"PYTHONPATH": str(REPO_ROOT)} | PRIVATE_KERNEL_CACHES
+    env = trusted_environment()
     with tempfile.TemporaryDirectory(prefix="replay-") as here:
         process = subprocess.Popen(replayer_command(records, scheme, item), stdin=subprocess.PIPE,
                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=here, env=env)

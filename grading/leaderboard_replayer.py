@@ -37,19 +37,17 @@ from gpt2.tokenizer import get_tokenizer
 from grading.channel import Channel, worker_channel
 from gpt2.model import GPT2
 from grading.leaderboard import Workload, gate_outputs, leaderboard_model, load_workload, warm_up
-from grading.taped_calls import TapedOps, read_tapes
+from grading.taped_calls import TapedOps, permits, read_tapes
 from kernel_runtime import KitError
 from kernel_runtime.loader import use_kernels
 from reference.execution import describe
-from reference.variants import variant_named
 
 
 def taped_model(channel: Channel, workload: Workload, variants: tuple[str, ...]) -> GPT2:
     """The table's model on the tapes that come first on `channel`."""
     tapes = read_tapes(channel.receive("tapes").arrays["tapes"].tobytes().decode())
     use_kernels()  # the kit's own kernels directory: the grape executor's sampling kernels
-    permits = {variant.function: variant.permit for variant in map(variant_named, variants)}
-    return leaderboard_model(workload, TapedOps(tapes, permits).ops(), variants)
+    return leaderboard_model(workload, TapedOps(tapes, permits(variants)).ops(), variants)
 
 
 def serve(channel: Channel, workload: Workload, model: GPT2, executor) -> None:

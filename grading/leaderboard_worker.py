@@ -25,18 +25,16 @@ from generation.executors import make_executor
 from gpt2.tokenizer import get_tokenizer
 from grading.channel import worker_channel
 from grading.leaderboard import configurations, gate_outputs, leaderboard_model, load_workload, warm_up
-from grading.taped_calls import Taper
+from grading.taped_calls import Taper, permits
 from grading.worker import fence_references
 from kernel_runtime import recording
 from model_runtime.backends import kernel_ops
-from reference.variants import variant_named
 
 
 def tape_the_model(submission: str, table: str, variants: tuple[str, ...]) -> dict[str, str]:
     """Every call the replayer will make, taped from the submission's kernels: key -> tape JSON."""
     workload = load_workload(table)
-    chosen = [variant_named(name) for name in variants]
-    taper = Taper({variant.function: variant.permit for variant in chosen})
+    taper = Taper(permits(variants))
     model = leaderboard_model(workload, taper.ops(kernel_ops(submission, variants)), variants)
     gate_outputs(model, get_tokenizer().encode(workload.gate_prompt), workload.gate_steps)
     executor = make_executor(model, "grape")

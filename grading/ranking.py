@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import os
 import subprocess
 import sys
 import tempfile
@@ -49,14 +48,14 @@ from gpt2.config import GPT2Config
 from gpt2.logits_check import allowed_logit_error
 from gpt2.model import GPT2
 from grading.channel import Channel, ChannelError
-from grading.grade import REPO_ROOT, crash_reason, kill_group
+from grading.grade import crash_reason, kill_group, trusted_environment
 from grading.handout import MILESTONES
 from gpt2.tokenizer import bpe_path, get_tokenizer
 from grading.leaderboard import (Configuration, GateOutputs, Row, Standing, Workload, configurations, gate_failure,
                                  model_weights, standing)
 from grading.sandbox import Sandbox, WorkerDirectory, worker_sandbox
 from grading.token_check import check_run
-from kernel_runtime.device import PRIVATE_KERNEL_CACHES, keep_compiled_kernels_private
+from kernel_runtime.device import keep_compiled_kernels_private
 from reference.precision import Profile
 
 BANDWIDTH_HEADROOM = 1.5  # a device-to-device copy reaches 80-90% of the peak: 1.5x the copy is above any kernel
@@ -258,9 +257,8 @@ def replayed_runs(tapes, command: list[str], judge: Judge, seed: int, progress: 
                   ) -> tuple[str | None, list[Run], str | None]:
     """The replayer's part: (why the gate failed, the timed runs, why the replay failed), Nones where nothing did."""
     gate_reason, runs, broke_off, refused = None, [], None, None
-    environment = os.environ | {"PYTHONPATH": str(REPO_ROOT)} | PRIVATE_KERNEL_CACHES
     with tempfile.TemporaryDirectory(prefix="leaderboard-replay-") as here:
-        process = subprocess.Popen(command, cwd=here, env=environment, start_new_session=True,
+        process = subprocess.Popen(command, cwd=here, env=trusted_environment(), start_new_session=True,
                                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         replayer = Child(process, "the replay", judge.workload.time_limit_seconds, progress)
         try:

@@ -28,6 +28,7 @@ from kernel_runtime import KitError, recording
 from kernel_runtime import tape as tapes
 from kernel_runtime.replay import PreparedTape, check_scratch
 from model_runtime.ops import MODEL_FUNCTIONS, OPTIONAL_FUNCTIONS, parameters
+from reference.variants import variant_named
 
 FUNCTIONS = MODEL_FUNCTIONS + OPTIONAL_FUNCTIONS  # what a generating model may call
 
@@ -56,6 +57,11 @@ def call_key(function: str, args) -> str:
         seen[extent] = name
         entries.append([name, {"shape": list(value.shape), "dtype": value.dtype.name}])
     return json.dumps([function, entries])
+
+
+def permits(variants: tuple[str, ...]) -> dict[str, tuple[str, ...]]:
+    """Host function -> the libraries its variant among `variants` (names in reference.variants) permits."""
+    return {variant.function: variant.permit for variant in map(variant_named, variants)}
 
 
 def describe(key: str) -> str:
