@@ -3,8 +3,9 @@
 Only when asked (KIT_INSTALL_TESTS=1; CI asks): each check asks PyPI, with pip's own
 defaults (`--isolated`: no local mirror or config) and the pip the README's commands
 upgrade to, for a dry run. A line naming `cuda13` is also checked with `cuda12`, and
-the other way round, unless it picks a PyTorch for its CUDA. A CPU-only line must
-bring no CUDA library and no PyTorch.
+the other way round, unless it picks a PyTorch for its CUDA. A line that asks
+kernel_runtime/install_target.py is checked with each requirement it can print. A
+CPU-only line must bring no CUDA library and no PyTorch.
 """
 
 import json
@@ -18,9 +19,11 @@ from pathlib import Path
 
 import pytest
 
+from kernel_runtime import install_target
 from tests.readme import READMES, install_lines
 
 ROOT = Path(__file__).parents[1]
+ASKED = re.compile(r'"\$\(python3 kernel_runtime/install_target\.py ?(?P<extras>[^)]*)\)"')
 
 pytestmark = pytest.mark.skipif(os.environ.get("KIT_INSTALL_TESTS") != "1",
                                 reason="install checks ask PyPI: set KIT_INSTALL_TESTS=1 to run them")
@@ -35,10 +38,22 @@ def readme_install_lines() -> list[str]:
     return list(dict.fromkeys(found))
 
 
+def as_chosen(lines: list[str]) -> list[str]:
+    """Each line with install_target.py's choice written in: one line for each requirement it can print (a CUDA 13
+    driver, a CUDA 12 one, no GPU)."""
+    chosen = []
+    for line in lines:
+        asked = ASKED.search(line)
+        extras = asked.group("extras").split() if asked else []
+        chosen += [ASKED.sub(f"'{install_target.choose(cuda, extras)[0]}'", line) for cuda in (13, 12, None)] \
+            if asked else [line]
+    return list(dict.fromkeys(chosen))
+
+
 def with_both_cuda_extras(lines: list[str]) -> list[str]:
     """Each line, and its twin for the other CUDA major (not for a line that picks its PyTorch for one)."""
     variants = []
-    for line in lines:
+    for line in as_chosen(lines):
         variants.append(line)
         for one, other in (("cuda13", "cuda12"), ("cuda12", "cuda13"), ("nvrtc13", "nvrtc12"), ("nvrtc12", "nvrtc13")):
             if one in line and "torch" not in line:
@@ -66,7 +81,9 @@ def reachable(url: str) -> bool:
 
 def test_the_readme_gives_the_setups_it_promises():
     lines = readme_install_lines()
-    for expected in ("-e '.[cuda13]'", "-e '.[cuda13,test]'", "-e '.[cuda12,test]'", "-e '.[test]'", "-e .",
+    for expected in ('-e "$(python3 kernel_runtime/install_target.py)"',
+                     '-e "$(python3 kernel_runtime/install_target.py test)"',
+                     "-e '.[cuda13,test]'", "-e '.[cuda12,test]'", "-e '.[test]'", "-e .",
                      "-e '.[nvrtc13,test]'", "-e '.[cuda13,test,hf]' 'torch>=2.11'",
                      "-e '.[cuda12,test,hf]' 'torch>=2.4,<2.11'", "-e '.[test,hf]'", "-e '.[experiments]'"):
         assert expected in lines, f"{expected} is in no README"
