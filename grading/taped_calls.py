@@ -21,6 +21,7 @@ shapes, so they meet the same keys:
 
 from __future__ import annotations
 
+import functools
 import json
 import types
 
@@ -55,8 +56,13 @@ def call_key(function: str, args) -> str:
             if start < other + nbytes and other < end:
                 raise TapedCallError(f"{function}: arguments {other_name} and {name} overlap")
         seen[extent] = name
-        entries.append([name, {"shape": list(value.shape), "dtype": value.dtype.name}])
+        entries.append([name, {"shape": list(value.shape), "dtype": _dtype_name(value.dtype)}])
     return json.dumps([function, entries])
+
+
+@functools.cache  # NumPy works a dtype's name out in Python, and the replayer keys every call it makes
+def _dtype_name(dtype) -> str:
+    return dtype.name
 
 
 def permits(variants: tuple[str, ...]) -> dict[str, tuple[str, ...]]:

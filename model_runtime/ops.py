@@ -10,6 +10,7 @@ reference/specs/<name without _forward>.py.
 
 from __future__ import annotations
 
+import functools
 import inspect
 from typing import Any, Protocol
 
@@ -181,6 +182,7 @@ MODEL_FUNCTIONS: tuple[str, ...] = tuple(name for name in vars(ForwardOps)
                                          if name.endswith("_forward") and name not in OPTIONAL_FUNCTIONS)
 
 
+@functools.cache  # inspect.signature takes tens of microseconds: a replayed call asks for its names every time
 def parameters(function: str) -> tuple[str, ...]:
     """A host function's argument names in call order, from its protocol."""
     protocol = next(protocol for protocol in PROTOCOLS if function in vars(protocol))
