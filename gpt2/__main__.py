@@ -20,10 +20,10 @@ from pathlib import Path
 from model_runtime.backends import BACKENDS, make_backend
 from generation.generate import Sampling, fit_prompt, generate
 from gpt2.families import LONGEST_CONTEXT, check_sources, load_model
-from gpt2.tokenizer import get_tokenizer
 from kernel_runtime import GPUUnavailableError, gpu_unavailable_reason
 from kernel_runtime.commands import (NON_NEGATIVE_INT, SEED, OneLineArgumentParser, checked, raise_lost_interrupt,
                                      run_command)
+from model_runtime.tokenizer import get_tokenizer
 from reference.variants import variant_argument
 
 COURSE_CHECKPOINT = "gpt2_124M.bin"

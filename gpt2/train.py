@@ -43,13 +43,13 @@ from gpt2.checkpoint import check_parameters, write_llmc
 from gpt2.config import ConfigError, GPT2Config
 from gpt2.families import check_sources, family_of, load_model
 from gpt2.model import GPT2
-from gpt2.tokenizer import get_tokenizer
 from kernel_runtime import KitError
 from kernel_runtime.commands import (POSITIVE_INT, OneLineArgumentParser, checked, forget_interrupts,
                                      interrupts_deferred, raise_lost_interrupt, run_command)
 from kernel_runtime.files import check_writable_file
 from model_runtime.backends import make_backend
 from model_runtime.checkpoint_files import CheckpointError
+from model_runtime.tokenizer import get_tokenizer
 from training.data import TextBatches
 from training.state import TrainingState, read_state, save_state
 from training.step import AdamW, GraphTrainingStep, TrainingStep

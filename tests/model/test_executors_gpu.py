@@ -19,7 +19,7 @@ from generation.executors import EXECUTORS, StageClock, make_executor
 from generation.generate import GREEDY, Sampling, generate, sampling_probabilities
 from gpt2.model import GPT2
 from model_runtime.ops import MODEL_FUNCTIONS
-from gpt2.tokenizer import END_OF_TEXT
+from model_runtime.tokenizer import END_OF_TEXT
 from tests.model.helpers import TINY, eos_leaning_parameters
 
 pytestmark = pytest.mark.gpu

@@ -25,10 +25,10 @@ from generation.beam_search import BeamSearch, beam_search  # noqa: E402
 from generation.decoding import make_decoder  # noqa: E402
 from generation.generate import GREEDY, generate  # noqa: E402
 from gpt2.families import FAMILIES, check_fits_in_memory, family_of, load_model  # noqa: E402
-from gpt2.tokenizer import get_tokenizer  # noqa: E402
 from gptj.checkpoint import load, read_hf  # noqa: E402
 from model_runtime.backends import make_backend  # noqa: E402
 from model_runtime.checkpoint_files import CheckpointError  # noqa: E402
+from model_runtime.tokenizer import get_tokenizer  # noqa: E402
 from tests.model.hf_gptj import CONTEXT, EOS, VOCAB, exact, hf_gptj, ours_and_theirs  # noqa: E402
 
 ROOT = Path(__file__).parents[2]
