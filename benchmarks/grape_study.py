@@ -53,13 +53,14 @@ from benchmarks.grape_tables import (FIGURES, Breakdown, GraphMemory, Timing, wr
                                      write_speedometer)
 from benchmarks.transformers_model import TRANSFORMERS, hf_model as transformers_model
 from generation.beam_search import BeamSearch
-from generation.executors import EXECUTORS, StageClock, make_executor
+from generation.executors import StageClock, make_executor
 from generation.generate import GREEDY
 from gpt2.families import FAMILIES, check_sources, family_of
 from kernel_runtime.commands import POSITIVE_INT, OneLineArgumentParser, check_installed, checked, run_command
 from kernel_runtime.device import exit_without_gpu, give_back_memory
 from kernel_runtime.files import check_writable_directory
 from model_runtime.backends import make_backend
+from model_runtime.executors import EXECUTORS
 from reference.variants import variant_argument
 
 EXPERIMENTS = ("runtime", "breakdown", "graph-memory")

@@ -43,7 +43,7 @@ from training.step import AdamW
 from wav2vec2.checkpoint import random_parameters
 from wav2vec2.config import PRESETS
 from wav2vec2.model import Wav2Vec2ForCTC
-from wav2vec2.training import SPEECH_EXECUTORS, SpeechBatches, make_speech_step
+from wav2vec2.training import SpeechBatches, make_speech_step
 
 NAME = "Wav2Vec2"
 OPTIMIZER = AdamW(learning_rate=1e-5, weight_decay=0.0)
@@ -190,9 +190,9 @@ def run_study(experiments, out: Path, runs: int, executors, with_hf: bool, B: in
     if "graph-memory" in experiments:
         written += graph_memory(study, out, device)
     if "runtime" in experiments:
-        written += runtime(study, out, runs, [e for e in executors if e in SPEECH_EXECUTORS], with_hf, device)
+        written += runtime(study, out, runs, executors, with_hf, device)
     if "breakdown" in experiments:
-        written += breakdown(study, out, [e for e in executors if e in SPEECH_EXECUTORS], device)
+        written += breakdown(study, out, executors, device)
     return written
 
 
