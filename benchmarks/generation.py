@@ -20,13 +20,12 @@ import warnings
 
 import numpy as np
 
-from benchmarks.transformers_model import hf_model
 from model_runtime.backends import make_backend
 from generation.executors import make_executor
 from generation.generate import GREEDY, generate
-from gpt2.families import FAMILIES, check_sources, family_of
 from kernel_runtime.commands import OneLineArgumentParser, run_command
 from kernel_runtime.device import exit_without_gpu, first_line
+from model_runtime.families import Family, check_sources, text_family_of
 from reference.variants import variant_argument
 
 PROMPT_TOKENS, NEW_TOKENS = 32, 128
@@ -49,16 +48,17 @@ def timed_grape(executor, prompt):
     return NEW_TOKENS / (time.perf_counter() - started)
 
 
-def hf_generation(config, params, prompt, compiled: bool, device: str = "cuda", new_tokens: int = NEW_TOKENS):
-    """transformers' greedy generate of `new_tokens` after `prompt`: eager, or with a static cache and its
-    forward compiled by torch.compile (mode reduce-overhead: CUDA graphs on a GPU). Timed after warm-up
-    generations of the same length (compiling, then recording the graphs, take the first calls).
-    Returns (tokens per second, the generated token ids)."""
+def hf_generation(family: Family, config, params, prompt, compiled: bool, device: str = "cuda",
+                  new_tokens: int = NEW_TOKENS):
+    """transformers' greedy generate of `new_tokens` after `prompt`, on `family`'s model in transformers holding
+    `params`: eager, or with a static cache and its forward compiled by torch.compile (mode reduce-overhead: CUDA
+    graphs on a GPU). Timed after warm-up generations of the same length (compiling, then recording the graphs,
+    take the first calls). Returns (tokens per second, the generated token ids)."""
     import torch
 
     from transformers import StaticCache
 
-    model = hf_model(config, params, device)
+    model = family.transformers_model(config, params, device)
     ids = torch.tensor([prompt], device=device)
     options = dict(max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False)
     cache = None
@@ -105,9 +105,10 @@ def main(argv=None) -> int:
 
 def benchmark(args) -> int:
     check_sources(args.model)
+    family = text_family_of(args.model)
     exit_without_gpu("benchmarks.generation", "cannot run")
 
-    family, backend = FAMILIES[family_of(args.model)], make_backend(args.backend, variants=tuple(args.variant))
+    backend = make_backend(args.backend, variants=tuple(args.variant))
     family.model.check_backend(backend)
     config, params = family.load(args.model, lambda line: print(line, flush=True))  # transformers' copy reads them
     model = family.model(config, params, backend=backend)
@@ -135,11 +136,11 @@ def benchmark(args) -> int:
         profiler.runcall(timed_generation, model, prompt, True, False)
         pstats.Stats(profiler).sort_stats("tottime").print_stats(18)
     if args.hf:
-        print(f"{'transformers eager':22s} {'':12s} {hf_generation(config, params, prompt, compiled=False)[0]:16.0f}",
-              flush=True)
+        eager = hf_generation(family, config, params, prompt, compiled=False)[0]
+        print(f"{'transformers eager':22s} {'':12s} {eager:16.0f}", flush=True)
         print("(compiling transformers' forward with torch.compile: a minute or so)", flush=True)
         try:
-            rate = f"{hf_generation(config, params, prompt, compiled=True)[0]:16.0f}"
+            rate = f"{hf_generation(family, config, params, prompt, compiled=True)[0]:16.0f}"
         except Exception as err:  # torch.compile depends on the installed torch, triton and compiler
             rate = f"could not run: {first_line(err)}"
         print(f"{'transformers static+compile':22s} {'':12s} {rate}", flush=True)

@@ -12,9 +12,11 @@ GPT-2 124M in float32 (random weights unless --model; any source python -m gpt2 
 GPT-J's included), a random prompt of 5 tokens. A model's rows replace that model's
 rows in speedometer.csv and metadata_compression.csv and keep the other models', as
 the artifact lays them out (a row per executor per model); its breakdown goes to
-<family>_generate_profile.csv (gpt2_..., gptj_...). --model wav2vec2 measures
-Wav2Vec2's training steps on speech batches of different lengths instead
-(benchmarks.speech_study): its runtime and graph-memory rows go to the same tables.
+<family>_generate_profile.csv (gpt2_..., gptj_...). A model of a family that trains on
+speech (model_runtime.families), --model wav2vec2 (Wav2Vec2 base, random weights) or
+any Wav2Vec2 source, has its training steps on speech batches of different lengths
+measured instead (benchmarks.speech_study): its runtime and graph-memory rows go to
+the same tables.
 Configurations: Grape's, beam search with 5 beams up to 1024 tokens (length penalty 1,
 no early stopping), and greedy batch 1 to the same length. Executors: baseline,
 ptgraph and grape (generation.executors), and transformers' eager generate on the same
@@ -51,15 +53,16 @@ import numpy as np
 
 from benchmarks.grape_tables import (FIGURES, Breakdown, GraphMemory, Timing, write_breakdown, write_graph_memory,
                                      write_speedometer)
-from benchmarks.transformers_model import TRANSFORMERS, hf_model as transformers_model
+from benchmarks.transformers_model import TRANSFORMERS
 from generation.beam_search import BeamSearch
-from generation.executors import EXECUTORS, StageClock, make_executor
+from generation.executors import StageClock, make_executor
 from generation.generate import GREEDY
-from gpt2.families import FAMILIES, check_sources, family_of
 from kernel_runtime.commands import POSITIVE_INT, OneLineArgumentParser, check_installed, checked, run_command
 from kernel_runtime.device import exit_without_gpu, give_back_memory
 from kernel_runtime.files import check_writable_directory
 from model_runtime.backends import make_backend
+from model_runtime.executors import EXECUTORS
+from model_runtime.families import TRAINS_ON_SPEECH, Family, check_sources, family_of
 from reference.variants import variant_argument
 
 EXPERIMENTS = ("runtime", "breakdown", "graph-memory")
@@ -68,11 +71,11 @@ EXPERIMENTS = ("runtime", "breakdown", "graph-memory")
 class Study:
     """The model, the prompt and the configurations every experiment shares."""
 
-    def __init__(self, family: str, config, parameters: dict, max_length: int, beams: int, prompt_length: int,
+    def __init__(self, family: Family, config, parameters: dict, max_length: int, beams: int, prompt_length: int,
                  backend):
-        self.family, self.name = family, FAMILIES[family].name  # "gpt2", "GPT-2"
+        self.family, self.name = family, family.name
         self.parameters = parameters  # also handed to transformers
-        self.model = model = FAMILIES[family].model(config, parameters, backend=backend)
+        self.model = model = family.model(config, parameters, backend=backend)
         self.max_length, self.beams = max_length, beams
         self.prompt = [int(t) for t in np.random.default_rng(0).integers(0, model.config.vocab_size, prompt_length)]
         self.new_tokens = max_length - prompt_length
@@ -136,14 +139,10 @@ def grape_gpu_seconds(study: Study, beams: bool) -> float:
     return cupy.cuda.get_elapsed_time(start, end) / 1e3
 
 
-def hf_model(study: Study):
-    return transformers_model(study.model.config, study.parameters)
-
-
 def hf_runs(study: Study, runs: int) -> dict[str, list[float]]:
     import torch
 
-    model = hf_model(study)
+    model = study.family.transformers_model(study.model.config, study.parameters, "cuda")
     ids = torch.tensor([study.prompt], device="cuda")
 
     def beam():
@@ -201,7 +200,7 @@ def breakdown(study: Study, out: Path, executors, device: str) -> list[Path]:
               f"BeamSearch {ms['BeamSearch']:9.1f} ms", flush=True)
     how = (f"beam{study.beams}, {len(study.prompt)}->{study.max_length} tokens, one run after a warm-up; "
            "CUDA events as each stage begins, no added syncs")
-    return list(write_breakdown(out, rows, device, how, study.family))
+    return list(write_breakdown(out, rows, device, how, study.family.key))
 
 
 def held_by(work) -> float:
@@ -262,7 +261,8 @@ def main(argv=None) -> int:
     parser.add_argument("--out", type=Path, default=Path("results/grape"), help="directory for the CSVs and PNGs")
     parser.add_argument("--model", default="random", help="any model python -m gpt2 takes: a checkpoint, an HF "
                                                           "directory, a hub name, random:gpt-j-6b (default: random, "
-                                                          "GPT-2 124M); or wav2vec2: Wav2Vec2 base's training")
+                                                          "GPT-2 124M); or a Wav2Vec2's, e.g. wav2vec2 (base, "
+                                                          "random weights): its training")
     parser.add_argument("--runs", type=POSITIVE_INT, default=5, help="timed runs per executor (default 5)")
     parser.add_argument("--max-length", type=checked(int, lambda n: 7 <= n, "an integer >= 7"), default=1024,
                         help="prompt plus new tokens (default 1024)")
@@ -283,23 +283,22 @@ def main(argv=None) -> int:
         experiments = EXPERIMENTS if args.experiment == "all" else (args.experiment,)
         # what can be checked at once, before hours on a GPU: the paths, then what must be installed
         check_writable_directory(args.out, f"--out {args.out}")
-        if args.model != "wav2vec2":
-            check_sources(args.model)
+        check_sources(args.model)
+        family = family_of(args.model)
         check_installed(FIGURES | (TRANSFORMERS if "runtime" in experiments and not args.no_hf else {}))
         exit_without_gpu("benchmarks.grape_study", "cannot run")
-        if args.model == "wav2vec2":
+        if family.does == TRAINS_ON_SPEECH:
             from benchmarks.speech_study import run_study
 
-            written = run_study(experiments, args.out, args.runs, args.executors, not args.no_hf, args.batch,
-                                args.steps)
+            written = run_study(family, args.model, experiments, args.out, args.runs, args.executors,
+                                not args.no_hf, args.batch, args.steps)
             print("wrote " + ", ".join(str(p) for p in written))
             return 0
-        family = family_of(args.model)
         import cupy  # after the GPU check: a machine without a GPU may have no CuPy either
 
         backend = make_backend("kernels", variants=tuple(args.variant))  # a variant unknown: refused before loading
 
-        config, params = FAMILIES[family].load(args.model, lambda line: print(line, flush=True))
+        config, params = family.load(args.model, lambda line: print(line, flush=True))
         if args.max_length > config.max_T:
             raise CheckpointError(f"--max-length {args.max_length} exceeds the model's context of {config.max_T}")
         study = Study(family, config, params, args.max_length, args.beams, prompt_length=5, backend=backend)

@@ -31,9 +31,8 @@ import sys
 import numpy as np
 
 from benchmarks.kernels import gpu_times_ms
-from benchmarks.transformers_model import hf_model
 from model_runtime.backends import make_backend
-from gpt2.checkpoint import random_parameters
+from gpt2.checkpoint import random_parameters, transformers_model
 from gpt2.config import preset
 from gpt2.model import GPT2
 from kernel_runtime.commands import POSITIVE_INT, OneLineArgumentParser, run_command
@@ -106,7 +105,7 @@ def benchmark(args) -> int:
 def transformers_times(config, params, tokens) -> dict:
     import torch
 
-    model = hf_model(config, params)
+    model = transformers_model(config, params)
     ids = torch.from_numpy(tokens.astype(np.int64)).cuda()
     times = {}
     for name, tf32 in (("transformers fp32", False), ("transformers tf32", True)):

@@ -2,7 +2,8 @@
 
     python -m benchmarks.grape_study all --model wav2vec2 --out results/grape
 
-Wav2Vec2ForCTC base (94M parameters, random weights), float32, B utterances a batch
+Wav2Vec2ForCTC base (94M parameters, random weights: --model wav2vec2, or any Wav2Vec2
+source wav2vec2.checkpoint.load reads), float32, B utterances a batch
 (--batch, default 4) of 1-16 s at 16 kHz with 10-16 characters a second, each batch
 padded to its longest utterance rounded up to a whole second
 (wav2vec2.training.SpeechBatches, seed 0), --steps batches (default 20) a run. A step
@@ -39,20 +40,17 @@ from benchmarks.grape_tables import (GraphMemory, Timing, TrainingBreakdown, wri
                                      write_training_breakdown)
 from generation.executors import StageClock
 from kernel_runtime.device import give_back_memory
+from model_runtime.families import Family
 from training.step import AdamW
-from wav2vec2.checkpoint import random_parameters
-from wav2vec2.config import PRESETS
-from wav2vec2.model import Wav2Vec2ForCTC
-from wav2vec2.training import SPEECH_EXECUTORS, SpeechBatches, make_speech_step
+from wav2vec2.training import SpeechBatches, make_speech_step
 
-NAME = "Wav2Vec2"
 OPTIMIZER = AdamW(learning_rate=1e-5, weight_decay=0.0)
 
 
 class SpeechStudy:
-    def __init__(self, B: int, steps: int):
-        self.config = PRESETS["base"]
-        self.parameters = random_parameters(self.config, seed=0)
+    def __init__(self, family: Family, source: str, B: int, steps: int):
+        self.family, self.name = family, family.name
+        self.config, self.parameters = family.load(source, lambda line: print(line, flush=True))
         self.B = B
         batches = SpeechBatches(self.config, B, seed=0)
         self.max_samples, self.max_labels = batches.max_samples, batches.max_labels
@@ -60,10 +58,10 @@ class SpeechStudy:
         self.lengths = sorted({audio.shape[1] for audio, *_ in self.batches})
 
     def attrs(self) -> dict:
-        return {"Model": NAME, "Search": "train", "Batches": f"{len(self.batches)} x B{self.B}, 1-16 s"}
+        return {"Model": self.name, "Search": "train", "Batches": f"{len(self.batches)} x B{self.B}, 1-16 s"}
 
     def step(self, executor: str):
-        model = Wav2Vec2ForCTC(self.config, self.parameters, backend="kernels")
+        model = self.family.model(self.config, self.parameters, backend="kernels")
         return make_speech_step(model, executor, self.B, self.max_samples, self.max_labels, OPTIMIZER)
 
     def run(self, executor: str):
@@ -89,22 +87,9 @@ def timed_runs(run, runs: int, label: str) -> list[float]:
 def transformers_run(study: SpeechStudy):
     """A run of transformers' eager training steps over the study's batches, on the same weights."""
     import torch
-    import transformers
-
-    from wav2vec2.checkpoint import to_hf_state_dict
 
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False  # float32, as the kit's
-    c = study.config
-    hf_config = transformers.Wav2Vec2Config(
-        vocab_size=c.vocab_size, hidden_dropout=0.0, activation_dropout=0.0, attention_dropout=0.0,
-        feat_proj_dropout=0.0, final_dropout=0.0, layerdrop=0.0, mask_time_prob=0.0, ctc_loss_reduction="sum",
-        attn_implementation="eager")
-    model = transformers.Wav2Vec2ForCTC(hf_config)
-    state = model.state_dict()
-    for name, array in to_hf_state_dict(c, study.parameters, state).items():
-        state[name] = torch.from_numpy(np.ascontiguousarray(array))
-    model.load_state_dict(state)
-    model = model.cuda().train()
+    model = study.family.transformers_model(study.config, study.parameters, "cuda").train()
     o = OPTIMIZER
     optimizer = torch.optim.AdamW(model.parameters(), lr=o.learning_rate, betas=(o.beta1, o.beta2), eps=o.eps,
                                   weight_decay=o.weight_decay)
@@ -143,7 +128,7 @@ def runtime(study: SpeechStudy, out: Path, runs: int, executors, with_hf: bool, 
     for t in timings:
         median = statistics.median(t.seconds)
         print(f"{t.name:14s} {median:8.3f} {steps / median:8.2f}" + (f" {eager / median:15.2f}x" if eager else ""))
-    return list(write_speedometer(out, timings, device, NAME))
+    return list(write_speedometer(out, timings, device, study.name))
 
 
 def held(step, executor: str) -> tuple[float, float, int]:
@@ -171,28 +156,29 @@ def graph_memory(study: SpeechStudy, out: Path, device: str) -> list[Path]:
               f"{sizes[executor][1]:.0f} MB", flush=True)
         del step
         give_back_memory()
-    rows = [GraphMemory(f"{NAME} {part}", sizes["ptgraph"][index], sizes["grape"][index])
+    rows = [GraphMemory(f"{study.name} {part}", sizes["ptgraph"][index], sizes["grape"][index])
             for index, part in enumerate(("forward", "backward"))]
     for row in rows:
         print(f"  {row.model}: ptgraph {row.original_mb:.0f} MB, grape {row.compressed_mb:.0f} MB, "
               f"{row.original_mb / row.compressed_mb:.1f}x less", flush=True)
-    return list(write_graph_memory(out, rows, device, NAME))
+    return list(write_graph_memory(out, rows, device, study.name))
 
 
-def run_study(experiments, out: Path, runs: int, executors, with_hf: bool, B: int, steps: int) -> list[Path]:
+def run_study(family: Family, source: str, experiments, out: Path, runs: int, executors, with_hf: bool, B: int,
+              steps: int) -> list[Path]:
     import cupy
 
-    study = SpeechStudy(B, steps)
+    study = SpeechStudy(family, source, B, steps)
     device = cupy.cuda.runtime.getDeviceProperties(0)["name"].decode()
-    print(f"{NAME} base {study.config.num_parameters() / 1e6:.0f}M float32 on {device}; {steps} batches of B{B}; "
+    print(f"{study.name} {study.config.num_parameters() / 1e6:.0f}M float32 on {device}; {steps} batches of B{B}; "
           f"writing to {out}", flush=True)
     written = []
     if "graph-memory" in experiments:
         written += graph_memory(study, out, device)
     if "runtime" in experiments:
-        written += runtime(study, out, runs, [e for e in executors if e in SPEECH_EXECUTORS], with_hf, device)
+        written += runtime(study, out, runs, executors, with_hf, device)
     if "breakdown" in experiments:
-        written += breakdown(study, out, [e for e in executors if e in SPEECH_EXECUTORS], device)
+        written += breakdown(study, out, executors, device)
     return written
 
 
@@ -214,5 +200,6 @@ def breakdown(study: SpeechStudy, out: Path, executors, device: str) -> list[Pat
               f"Optimizer {ms['Optimizer']:9.1f} ms", flush=True)
         del step
         give_back_memory()
-    how = f"{NAME}, {len(study.batches)} steps of B{study.B}, one run after a warm-up; CUDA events as each stage begins"
-    return list(write_training_breakdown(out, rows, device, how, "wav2vec2"))
+    how = (f"{study.name}, {len(study.batches)} steps of B{study.B}, one run after a warm-up; CUDA events as each "
+           "stage begins")
+    return list(write_training_breakdown(out, rows, device, how, study.family.key))

@@ -32,7 +32,7 @@ from pathlib import Path
 
 from benchmarks.grape_tables import FIGURES, pyplot, read_csv, save_figure, write_csv
 from benchmarks.transformers_model import TRANSFORMERS
-from gpt2.checkpoint import load as load_gpt2
+from gpt2.checkpoint import load as load_gpt2, transformers_model
 from gpt2.model import GPT2
 from gpt2.train import kit_texts, read_texts
 from kernel_runtime.commands import POSITIVE_INT, OneLineArgumentParser, check_installed, run_command
@@ -65,9 +65,7 @@ def pytorch_step(config, params, compiled: bool):
     torch.optim.AdamW with OPTIMIZER's settings (dropout off: the model stays in eval mode, as the kit has none)."""
     import torch
 
-    from benchmarks.transformers_model import hf_model
-
-    model = hf_model(config, params, "cuda")
+    model = transformers_model(config, params, "cuda")
     forward = torch.compile(model) if compiled else model
     optimizer = torch.optim.AdamW(model.parameters(), lr=OPTIMIZER.learning_rate,
                                   betas=(OPTIMIZER.beta1, OPTIMIZER.beta2), eps=OPTIMIZER.eps,

@@ -1,4 +1,5 @@
-"""Generation executors: the three ways of running generation that the Grape study compares.
+"""Generation executors: the three ways of running generation that the Grape study compares
+(model_runtime.executors names them).
 
     executor = make_executor(model, "grape")
     new_tokens = executor.generate(prompts, max_new_tokens, sampling)          # greedy or sampling
@@ -23,15 +24,10 @@ from generation.beam_search import BeamSearch, Hypotheses, beam_search
 from generation.decoding import make_decoder
 from generation.generate import GREEDY, Sampling, generate_batch
 from generation.grape import GrapeExecutor
-from kernel_runtime import KitError
 from model_runtime.causal_lm import CausalLM
+from model_runtime.executors import ExecutorError, check_executor
 
-EXECUTORS = ("baseline", "ptgraph", "grape")
 STAGES = ("InputPrep", "Model", "BeamSearch")
-
-
-class ExecutorError(KitError):
-    """An executor that does not exist or cannot run on this model."""
 
 
 class StageClock:
@@ -84,9 +80,8 @@ class HostExecutor:
 
 
 def make_executor(model: CausalLM, name: str):
-    """The executor called `name` (one of EXECUTORS) for this model."""
-    if name not in EXECUTORS:
-        raise ExecutorError(f"no executor {name!r}; the executors are {', '.join(EXECUTORS)}")
+    """The executor called `name` (one of model_runtime.executors.EXECUTORS) for this model."""
+    check_executor(name)
     if name != "baseline" and model.backend.name != "kernels":
         raise ExecutorError(f"{name} runs CUDA graphs of the kit's kernels: it needs the kernels backend, "
                             f"not {model.backend.name!r}")

@@ -6,7 +6,9 @@
 The model is --model if given, else the first of: $GPT2_MODEL; GPT-2 124M in the
 Hugging Face cache; gpt2_124M.bin in the working directory or the home directory
 (the course's checkpoint); else a seeded random 124M model, whose text is gibberish.
-Without a GPU the NumPy reference backend runs instead of the kernels (slowly).
+A --model of any family that generates text runs (GPT-J's too): model_runtime.families
+says which family it names and loads it. Without a GPU the NumPy reference backend runs
+instead of the kernels (slowly).
 """
 
 from __future__ import annotations
@@ -19,11 +21,11 @@ from pathlib import Path
 
 from model_runtime.backends import BACKENDS, make_backend
 from generation.generate import Sampling, fit_prompt, generate
-from gpt2.families import LONGEST_CONTEXT, check_sources, load_model
-from gpt2.tokenizer import get_tokenizer
 from kernel_runtime import GPUUnavailableError, gpu_unavailable_reason
 from kernel_runtime.commands import (NON_NEGATIVE_INT, SEED, OneLineArgumentParser, checked, raise_lost_interrupt,
                                      run_command)
+from model_runtime.families import check_sources, load_model, longest_context
+from model_runtime.tokenizer import get_tokenizer
 from reference.variants import variant_argument
 
 COURSE_CHECKPOINT = "gpt2_124M.bin"
@@ -73,6 +75,7 @@ class Streamer:
 TEMPERATURE = checked(float, lambda t: math.isfinite(t) and t >= 0, "a finite number >= 0")
 PROBABILITY = checked(float, lambda p: 0 < p <= 1, "a number in (0, 1]")
 # at least one prompt token shares the context with the new ones; a model's own (shorter) context is checked once loaded
+LONGEST_CONTEXT = longest_context()
 NEW_TOKENS = checked(int, lambda n: 0 <= n < LONGEST_CONTEXT, f"an integer from 0 to {LONGEST_CONTEXT - 1}")
 
 

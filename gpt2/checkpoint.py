@@ -24,7 +24,8 @@ model_runtime.checkpoint_files; this module maps GPT-2's tensors onto them. Ever
 problem with a file is one `CheckpointError` line naming the file and what is wrong;
 every file is written whole or not at all. Given `progress` (a function taking a
 line), reading, writing and random init report each tenth of their bytes: the command
-line prints those lines on stderr.
+line prints those lines on stderr. transformers_model puts weights into transformers'
+GPT2LMHeadModel, which the benchmarks run beside the kit's model.
 
     python -m gpt2.checkpoint convert gpt2 gpt2_124M.bin   # any source -> llm.c float32 (version 3)
 """
@@ -34,6 +35,7 @@ from __future__ import annotations
 import json
 import math
 import sys
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -218,6 +220,16 @@ def write_hf(directory: str | Path, config: GPT2Config, params: Parameters,
     tensors[HF_PREFIX + "ln_f.weight"], tensors[HF_PREFIX + "ln_f.bias"] = params["lnfw"], params["lnfb"]
     write_text(directory / "config.json", json.dumps(_hf_config(config), indent=2) + "\n")
     write_safetensors_directory(directory, tensors, max_shard_bytes)
+
+
+def transformers_model(config: GPT2Config, params: Parameters, device: str = "cuda"):
+    """transformers' GPT2LMHeadModel holding `params`, float32, in eval mode on `device`: the model the benchmarks
+    run beside the kit's (it reads the directory write_hf writes)."""
+    import transformers
+
+    with tempfile.TemporaryDirectory() as directory:
+        write_hf(directory, config, params)
+        return transformers.GPT2LMHeadModel.from_pretrained(directory).to(device).eval()
 
 
 def _hf_config(config: GPT2Config) -> dict:

@@ -71,12 +71,11 @@ PRESET_ALIASES = {"124M": "gpt2", "355M": "gpt2-medium", "774M": "gpt2-large", "
 # a size with no published weights, to train from scratch in minutes (python -m gpt2.train): 30M parameters,
 # 19M of them the token table
 SMALL_PRESETS = {"gpt2-mini": GPT2Config.sized(6, 6, 384)}
+# every size by each of its names: what random:<size> may name
+SIZES = PRESETS | SMALL_PRESETS | {alias: PRESETS[name] for alias, name in PRESET_ALIASES.items()}
 
 
 def preset(name: str) -> GPT2Config:
-    key = PRESET_ALIASES.get(name, name)
-    sizes = PRESETS | SMALL_PRESETS
-    if key not in sizes:
-        known = ", ".join([*sizes, *PRESET_ALIASES])
-        raise ConfigError(f"unknown GPT-2 size {name!r} (known: {known})")
-    return sizes[key]
+    if name not in SIZES:
+        raise ConfigError(f"unknown GPT-2 size {name!r} (known: {', '.join(SIZES)})")
+    return SIZES[name]

@@ -30,8 +30,8 @@ def main(argv=None) -> int:
 
 
 def profile_one_pass(args) -> int:
-    from gpt2.families import check_sources, load_model
     from model_runtime.backends import make_backend
+    from model_runtime.families import check_sources, load_model
 
     check_sources(args.model, args.kernels)
     exit_without_gpu("gpt2.nsight")

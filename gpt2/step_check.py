@@ -168,8 +168,8 @@ def main(argv=None) -> int:
 
 
 def check(args) -> int:
-    from gpt2.families import check_sources, load_model
     from model_runtime.backends import kernel_ops, make_backend, uses_flash
+    from model_runtime.families import check_sources, load_model
 
     profile = resolve_profile(args.profile, [variant_named(name) for name in args.variant])
     check_sources(args.model, args.kernels)

@@ -41,15 +41,16 @@ import numpy as np
 from gpt2.__main__ import choose_backend
 from gpt2.checkpoint import check_parameters, write_llmc
 from gpt2.config import ConfigError, GPT2Config
-from gpt2.families import check_sources, family_of, load_model
+from gpt2.family import FAMILY
 from gpt2.model import GPT2
-from gpt2.tokenizer import get_tokenizer
 from kernel_runtime import KitError
 from kernel_runtime.commands import (POSITIVE_INT, OneLineArgumentParser, checked, forget_interrupts,
                                      interrupts_deferred, raise_lost_interrupt, run_command)
 from kernel_runtime.files import check_writable_file
 from model_runtime.backends import make_backend
 from model_runtime.checkpoint_files import CheckpointError
+from model_runtime.families import check_sources, family_of, load_model
+from model_runtime.tokenizer import get_tokenizer
 from training.data import TextBatches
 from training.state import TrainingState, read_state, save_state
 from training.step import AdamW, GraphTrainingStep, TrainingStep
@@ -152,7 +153,7 @@ def train(args) -> None:
         print(f"[gpt2.train] {message}", file=sys.stderr, flush=True)
 
     check_sources(args.model, args.kernels)
-    if family_of(args.model) != "gpt2":  # said before a model loads
+    if family_of(args.model) is not FAMILY:  # said before a model loads
         raise KitError(f"{args.model}: training runs GPT-2 models only (the kit has GPT-2's backward pass)")
     out = args.out or DEFAULT_OUT
     check_writable_file(out, f"--out {out}", parents_made=args.out is None)  # a given directory must be there

@@ -12,6 +12,9 @@ GPTJConfig.parameter_shapes. float16 and bfloat16 checkpoints are widened to flo
 * random:gpt-j-6b: transformers' initialisation, seeded (weights N(0, 0.02), biases 0,
   layernorm weights 1). 6B parameters take about two minutes to draw on a CPU and 24 GB
   of host memory, then 24 GB on the GPU.
+
+transformers_model puts weights into transformers' GPTJForCausalLM, which the benchmarks
+run beside the kit's model.
 """
 
 from __future__ import annotations
@@ -22,8 +25,9 @@ import numpy as np
 
 from gptj.config import PRESETS, ConfigError, GPTJConfig
 from model_runtime import checkpoint_files
-from model_runtime.checkpoint_files import (CheckpointError, Parameters, Progress, Tenths, download_from_hub,
-                                            expect_shape, open_weights, read_json_object, transformers_sizes)
+from model_runtime.checkpoint_files import (HF_PREFIX, CheckpointError, Parameters, Progress, Tenths,
+                                            download_from_hub, expect_shape, open_weights, read_json_object,
+                                            transformers_sizes)
 
 HUB_REPOSITORIES = {"gpt-j-6b": "EleutherAI/gpt-j-6b"}
 
@@ -48,12 +52,6 @@ def perturbed_parameters(config: GPTJConfig, seed: int) -> Parameters:
     """The init, plus noise on the biases and layernorm weights (checkpoint_files.perturbed)."""
     return checkpoint_files.perturbed(random_parameters(config, seed),
                                       ("ln1w", "ln1b", "fcb", "fcprojb", "lnfw", "lnfb", "lm_headb"), seed + 1)
-
-
-def is_gptj_directory(path: Path) -> bool:
-    """Whether `path` holds a transformers config.json whose model_type is gptj."""
-    config = path / "config.json"
-    return config.exists() and read_json_object(config).get("model_type") == "gptj"
 
 
 def read_hf(directory: str | Path, progress: Progress | None = None) -> tuple[GPTJConfig, Parameters]:
@@ -119,3 +117,24 @@ def load(source: str | Path, progress: Progress | None = None) -> tuple[GPTJConf
 def hub_repo_id(name: str) -> str | None:
     """The hub repository of a GPT-J name (gpt-j-6b, EleutherAI/gpt-j-6b), else None."""
     return HUB_REPOSITORIES.get(name, name if name in HUB_REPOSITORIES.values() else None)
+
+
+def transformers_model(config: GPTJConfig, params: Parameters, device: str = "cuda"):
+    """transformers' GPTJForCausalLM holding `params`, float32, in eval mode, made on `device` (its own init,
+    overwritten) and filled tensor by tensor: 6B parameters never go through a file. The model the benchmarks run
+    beside the kit's."""
+    import torch
+    import transformers
+
+    hf_config = transformers.GPTJConfig(n_layer=config.num_layers, n_head=config.num_heads, n_embd=config.channels,
+                                        rotary_dim=config.rotary_dim, vocab_size=config.vocab_size,
+                                        n_positions=config.max_T, bos_token_id=config.end_of_text,
+                                        eos_token_id=config.end_of_text)
+    with torch.device(device):
+        model = transformers.GPTJForCausalLM(hf_config).eval()
+    state = {name.removeprefix(HF_PREFIX): tensor for name, tensor in model.state_dict().items()}
+    with torch.no_grad():
+        for name, (_, parts) in hf_layout(config).items():
+            for index, hf_name in parts:
+                state[hf_name].copy_(torch.from_numpy(np.ascontiguousarray(params[name][index])))
+    return model

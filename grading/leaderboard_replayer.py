@@ -33,13 +33,13 @@ from typing import Callable
 import numpy as np
 
 from generation.executors import make_executor
-from gpt2.tokenizer import get_tokenizer
 from grading.channel import Channel, worker_channel
 from gpt2.model import GPT2
 from grading.leaderboard import Workload, gate_outputs, leaderboard_model, load_workload, warm_up
 from grading.taped_calls import TapedOps, permits, read_tapes
 from kernel_runtime import KitError
 from kernel_runtime.loader import use_kernels
+from model_runtime.tokenizer import get_tokenizer
 from reference.execution import describe
 
 

@@ -22,13 +22,13 @@ import sys
 import numpy as np
 
 from generation.executors import make_executor
-from gpt2.tokenizer import get_tokenizer
 from grading.channel import worker_channel
 from grading.leaderboard import configurations, gate_outputs, leaderboard_model, load_workload, warm_up
 from grading.taped_calls import Taper, permits
 from grading.worker import fence_references
 from kernel_runtime import recording
 from model_runtime.backends import kernel_ops
+from model_runtime.tokenizer import get_tokenizer
 
 
 def tape_the_model(submission: str, table: str, variants: tuple[str, ...]) -> dict[str, str]:

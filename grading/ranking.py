@@ -50,12 +50,12 @@ from gpt2.model import GPT2
 from grading.channel import Channel, ChannelError
 from grading.grade import crash_reason, kill_group, trusted_environment
 from grading.handout import MILESTONES
-from gpt2.tokenizer import bpe_path, get_tokenizer
 from grading.leaderboard import (Configuration, GateOutputs, Row, Standing, Workload, configurations, gate_failure,
                                  model_weights, standing)
 from grading.sandbox import Sandbox, WorkerDirectory, worker_sandbox
 from grading.token_check import check_run
 from kernel_runtime.device import keep_compiled_kernels_private
+from model_runtime.tokenizer import bpe_path, get_tokenizer
 from reference.precision import Profile
 
 BANDWIDTH_HEADROOM = 1.5  # a device-to-device copy reaches 80-90% of the peak: 1.5x the copy is above any kernel

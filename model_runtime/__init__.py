@@ -4,7 +4,12 @@
   and ops, their typed list.
 * causal_lm: CausalLM, the base of a decoder-only family (GPT-2, GPT-J): its KV cache,
   activations, token checks, and the order of a forward pass and of a decode step.
+* families: the family registry: each family's entry, which family a model source
+  names, and loading a text model of any family.
+* tokenizer: GPT-2's BPE, which GPT-J reads too.
+* executors: the names of the Grape study's three executors.
 
-The families (gpt2/, gptj/) and generation/ (decoders, sampling, beam search, the
-Grape study's executors) stand on this package and on nothing of each other's.
+generation/ (decoders, sampling, beam search, the Grape study's executors), training/
+and the families (gpt2/, gptj/, wav2vec2/) stand on this package; no family imports
+another, and this package reaches them through the registry only.
 """

@@ -1,8 +1,7 @@
-"""The kit's tests. KIT_PACKAGES: the kit's top-level packages, as pyproject.toml installs them (a test that copies
-the kit copies these)."""
+"""The kit's tests. KIT_PACKAGES: the kit's top-level packages, as pyproject.toml installs them (every directory at
+the kit's root that holds an __init__.py, but tests/), so that a test that copies the kit copies these."""
 
-import tomllib
 from pathlib import Path
 
-_FIND = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
-KIT_PACKAGES = tuple(pattern.removesuffix("*") for pattern in _FIND["find"]["include"])
+_ROOT = Path(__file__).parents[1]
+KIT_PACKAGES = tuple(sorted(path.parent.name for path in _ROOT.glob("*/__init__.py") if path.parent.name != "tests"))

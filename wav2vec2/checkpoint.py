@@ -8,7 +8,8 @@ kept as they are. The positional convolution's weight norm is stored by torch un
 of two names, both read: parametrizations.weight.original0 and original1 (torch's
 parametrizations, which transformers uses where torch has them), or weight_g and weight_v
 (the older nn.utils.weight_norm). A transformers config converts with config_from_hf, and
-our parameters back to a transformers state_dict with to_hf_state_dict.
+our parameters back to a transformers state_dict with to_hf_state_dict (transformers_model:
+transformers' Wav2Vec2ForCTC holding them).
 
     config, params = load("wav2vec2-base-960h")     # a transformers directory, a hub name, or random:base
 
@@ -23,8 +24,8 @@ import numpy as np
 from pathlib import Path
 
 from model_runtime import checkpoint_files
-from model_runtime.checkpoint_files import (CheckpointError, Parameters, download_from_hub, open_weights,
-                                            read_json_object)
+from model_runtime.checkpoint_files import (CheckpointError, Parameters, Progress, download_from_hub,
+                                            open_weights, read_json_object)
 from wav2vec2.config import PRESETS, SUPPORTED, ConfigError, Wav2Vec2Config
 
 _POS_CONV = "wav2vec2.encoder.pos_conv_embed.conv."
@@ -59,14 +60,14 @@ LINEAR_STD = 0.02  # transformers' initializer_range
 HUB_REPOSITORIES = {"wav2vec2-base-960h": "facebook/wav2vec2-base-960h"}
 
 
-def random_parameters(config: Wav2Vec2Config, seed: int = 0) -> Parameters:
+def random_parameters(config: Wav2Vec2Config, seed: int = 0, progress: Progress | None = None) -> Parameters:
     """transformers' kind of init, seeded: linear weights N(0, 0.02), the feature encoder's convolutions He-normal,
     the positional convolution's v N(0, 2 / sqrt(K * C)) with g = ||v|| (the weight is v itself, as weight norm
     starts), biases 0, norm weights 1."""
     shapes, K, C = config.parameter_shapes(), config.pos_conv_kernel, config.channels
     stds = {f"conv{i}w": np.sqrt(2 / (C_in * kernel)) for i, (C_in, _, kernel, _) in enumerate(config.conv_layers())}
     stds["pos_conv_v"] = 2 / np.sqrt(K * C)
-    params = checkpoint_files.random_parameters(shapes, _HF_LAYER_TENSORS, seed, stds=stds)
+    params = checkpoint_files.random_parameters(shapes, _HF_LAYER_TENSORS, seed, progress, stds=stds)
     params["gnw"] = np.ones_like(params["gnw"])  # a norm's weight, which random_parameters knows by "ln" only
     params["pos_conv_g"] = np.sqrt((params["pos_conv_v"] ** 2).sum(axis=(0, 1), keepdims=True))
     return params
@@ -111,6 +112,33 @@ def to_hf_state_dict(config: Wav2Vec2Config, params: Parameters, names) -> dict[
     return tensors
 
 
+def transformers_config(config: Wav2Vec2Config):
+    """transformers' config of `config`, in eval mode's terms: no dropout, LayerDrop or SpecAugment; CTC summed."""
+    import transformers
+
+    return transformers.Wav2Vec2Config(
+        conv_dim=list(config.conv_dim), conv_kernel=list(config.conv_kernel), conv_stride=list(config.conv_stride),
+        hidden_size=config.channels, num_hidden_layers=config.num_layers, num_attention_heads=config.num_heads,
+        intermediate_size=config.intermediate_size, num_conv_pos_embeddings=config.pos_conv_kernel,
+        num_conv_pos_embedding_groups=config.pos_conv_groups, vocab_size=config.vocab_size, hidden_dropout=0.0,
+        activation_dropout=0.0, attention_dropout=0.0, feat_proj_dropout=0.0, final_dropout=0.0, layerdrop=0.0,
+        mask_time_prob=0.0, ctc_loss_reduction="sum", attn_implementation="eager")
+
+
+def transformers_model(config: Wav2Vec2Config, params: Parameters, device: str = "cuda"):
+    """transformers' Wav2Vec2ForCTC of transformers_config(config) holding `params`, float32, in eval mode on
+    `device`: the model the benchmarks run beside the kit's."""
+    import torch
+    import transformers
+
+    model = transformers.Wav2Vec2ForCTC(transformers_config(config))
+    state = model.state_dict()
+    for name, array in to_hf_state_dict(config, params, state).items():
+        state[name] = torch.from_numpy(np.ascontiguousarray(array, np.float32))
+    model.load_state_dict(state)
+    return model.to(device).eval()
+
+
 def _hf_names(name: str, layer: int, part: int) -> tuple[str, ...]:
     """The names transformers may give part `part` of layer `layer` of our parameter `name`."""
     if name in _HF_LAYER_TENSORS:
@@ -153,21 +181,28 @@ def config_from_hf(raw: dict, where: str = "the transformers config") -> Wav2Vec
         raise CheckpointError(f"{where}: {err}") from None
 
 
-def load(source: str | Path) -> tuple[Wav2Vec2Config, Parameters]:
+def load(source: str | Path, progress: Progress | None = None) -> tuple[Wav2Vec2Config, Parameters]:
     """Weights from a transformers Wav2Vec2ForCTC directory, a hub name (wav2vec2-base-960h,
-    facebook/wav2vec2-base-960h, or any repository id of such a model), or random:<preset> (seeded init)."""
-    text = str(source)
+    facebook/wav2vec2-base-960h, or any repository id of such a model), or random:<preset> (seeded init; `wav2vec2`
+    alone is random:base). Given `progress`, a random init says each tenth of its drawing."""
+    text = "random:base" if str(source) == "wav2vec2" else str(source)
     if text.startswith("random:"):
         name = text.split(":", 1)[1]
         if name not in PRESETS:
             raise CheckpointError(f"unknown Wav2Vec2 size {name!r} (known: {', '.join(PRESETS)})")
-        return PRESETS[name], random_parameters(PRESETS[name])
+        return PRESETS[name], random_parameters(PRESETS[name], progress=progress)
     path = Path(text).expanduser()
     if (path / "config.json").exists():
         return read_hf(path)
     if path.exists() or text.count("/") > 1:
         raise CheckpointError(f"{source}: not a transformers Wav2Vec2 directory (no config.json there)")
     return read_hf(download_from_hub(HUB_REPOSITORIES.get(text, text), torch_files=True))
+
+
+def hub_repo_id(name: str) -> str | None:
+    """The hub repository of a Wav2Vec2 name the kit knows (wav2vec2-base-960h, facebook/wav2vec2-base-960h), else
+    None (load downloads any repository id; only these are known to be Wav2Vec2's)."""
+    return HUB_REPOSITORIES.get(name, name if name in HUB_REPOSITORIES.values() else None)
 
 
 def read_hf(directory: Path) -> tuple[Wav2Vec2Config, Parameters]:

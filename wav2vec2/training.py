@@ -1,4 +1,5 @@
-"""Wav2Vec2 training steps on batches of different lengths: the Grape study's three executors.
+"""Wav2Vec2 training steps on batches of different lengths: the Grape study's three executors
+(model_runtime.executors).
 
     batches = SpeechBatches(config, B=4, seed=0)               # utterances of 1-16 s with labels, like a corpus
     step = make_speech_step(model, "grape", B=4, max_samples=batches.max_samples, max_labels=batches.max_labels)
@@ -32,16 +33,16 @@ from __future__ import annotations
 import numpy as np
 
 from kernel_runtime import KitError
+from model_runtime.executors import check_executor
 from training.step import AdamW, GraphPair, adamw_moments, adamw_update_all
 from wav2vec2.config import Wav2Vec2Config
 from wav2vec2.model import Wav2Vec2ForCTC
 
-SPEECH_EXECUTORS = ("baseline", "ptgraph", "grape")
 SAMPLE_RATE = 16_000
 
 
 class SpeechStepError(KitError):
-    """An executor that does not exist, or a batch that does not fit the step."""
+    """A step that cannot run on this model, or a batch that does not fit it."""
 
 
 class SpeechBatches:
@@ -200,8 +201,7 @@ class SharedGraphStep(SpeechStep):
 
 def make_speech_step(model: Wav2Vec2ForCTC, executor: str, B: int, max_samples: int, max_labels: int,
                      optimizer: AdamW = AdamW()) -> SpeechStep:
-    if executor not in SPEECH_EXECUTORS:
-        raise SpeechStepError(f"unknown executor {executor!r} (choose from {', '.join(SPEECH_EXECUTORS)})")
+    check_executor(executor)
     if executor == "grape":
         return SharedGraphStep(model, B, max_labels, max_samples, optimizer)
     return (PerShapeGraphStep if executor == "ptgraph" else SpeechStep)(model, B, max_labels, optimizer)

@@ -17,7 +17,7 @@ pytest.importorskip("transformers", reason="transformers' rows need transformers
 
 from benchmarks.grape_tables import (BREAKDOWN_COLUMNS, GRAPH_MEMORY_COLUMNS, SPEEDOMETER_COLUMNS,  # noqa: E402
                                      TRAINING_BREAKDOWN_COLUMNS)
-from generation.executors import EXECUTORS  # noqa: E402
+from model_runtime.executors import EXECUTORS  # noqa: E402
 from model_runtime.ops import MODEL_FUNCTIONS, SPEECH_FUNCTIONS, TRAINING_FUNCTIONS  # noqa: E402
 from tests.model.hf_gptj import hf_gptj  # noqa: E402
 

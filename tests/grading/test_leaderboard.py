@@ -20,7 +20,6 @@ from gpt2.checkpoint import perturbed_parameters
 from gpt2.config import preset
 from generation.generate import GREEDY, Sampling, generate_batch
 from gpt2.model import GPT2
-from gpt2.tokenizer import get_tokenizer
 from grading import leaderboard
 from grading.leaderboard import (Configuration, GateOutputs, LeaderboardError, Row, configurations, gate_failure,
                                  geometric_mean, load_workload, standing)
@@ -29,6 +28,7 @@ from grading.sandbox import Sandbox
 from grading.taped_calls import TapedCallError, TapedOps, call_key, describe, read_tapes
 from grading.token_check import FALSE_ALARM, check_run, freedman_margin
 from kernel_runtime.tape import Buffer, Tape
+from model_runtime.tokenizer import get_tokenizer
 from reference.precision import FP32
 from tests.grading import leaderboard_fakes
 from tests.model.helpers import TINY

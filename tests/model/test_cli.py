@@ -131,8 +131,9 @@ def test_a_missing_path_is_named_before_a_missing_gpu(capsys, monkeypatch, tiny_
 
 @pytest.mark.parametrize("args, message", [
     (("hi", "--model", "/no/such/model.bin"), "gpt2: /no/such/model.bin: no such file"),
-    (("hi", "--model", "random:huge"), "gpt2: unknown model size 'huge' (known: gpt2, gpt2-medium, gpt2-large, "
-                                       "gpt2-xl, gpt2-mini, gpt-j-6b, 124M, 355M, 774M, 1558M)"),
+    (("hi", "--model", "random:huge"), "gpt2: unknown model size 'huge' (GPT-2's: gpt2, gpt2-medium, gpt2-large, "
+                                       "gpt2-xl, gpt2-mini, 124M, 355M, 774M, 1558M; GPT-J's: gpt-j-6b; Wav2Vec2's: "
+                                       "base, tiny)"),
 ])
 def test_errors_are_one_line(args, message):
     done = gpt2_cli(*args, "--backend", "reference")

@@ -7,11 +7,12 @@ import pytest
 
 from generation.beam_search import BeamSearch, beam_search
 from gpt2.checkpoint import perturbed_parameters
-from generation.executors import EXECUTORS, ExecutorError, make_executor
+from generation.executors import make_executor
 from generation.grape import rebuild_finished
 from generation.generate import GREEDY, Sampling, generate_batch
 from gpt2.model import GPT2
 from model_runtime.causal_lm import TokenError
+from model_runtime.executors import EXECUTORS, ExecutorError
 from tests.model.helpers import TINY
 
 

@@ -15,11 +15,12 @@ import pytest
 from generation.beam_search import BeamSearch, beam_search
 from gpt2.checkpoint import perturbed_parameters
 from gpt2.config import preset
-from generation.executors import EXECUTORS, StageClock, make_executor
+from generation.executors import StageClock, make_executor
 from generation.generate import GREEDY, Sampling, generate, sampling_probabilities
 from gpt2.model import GPT2
+from model_runtime.executors import EXECUTORS
 from model_runtime.ops import MODEL_FUNCTIONS
-from gpt2.tokenizer import END_OF_TEXT
+from model_runtime.tokenizer import END_OF_TEXT
 from tests.model.helpers import TINY, eos_leaning_parameters
 
 pytestmark = pytest.mark.gpu

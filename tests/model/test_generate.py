@@ -10,7 +10,7 @@ from generation.generate import (GREEDY, NonFiniteLogitsError, Sampling, Samplin
                                  generate_batch, next_token)
 from gpt2.model import GPT2
 from model_runtime.causal_lm import TokenError
-from gpt2.tokenizer import END_OF_TEXT
+from model_runtime.tokenizer import END_OF_TEXT
 from tests.model.helpers import TINY
 
 

@@ -17,12 +17,13 @@ transformers = pytest.importorskip("transformers", reason="needs transformers: p
 
 from generation.beam_search import BeamSearch, beam_search  # noqa: E402
 from generation.decoding import KINDS, make_decoder  # noqa: E402
-from generation.executors import EXECUTORS, make_executor  # noqa: E402
+from generation.executors import make_executor  # noqa: E402
 from generation.generate import GREEDY, generate, generate_batch  # noqa: E402
 from gpt2.logits_check import LOGITS_TOLERANCE  # noqa: E402
 from gptj.checkpoint import read_hf  # noqa: E402
 from gptj.model import GPTJ  # noqa: E402
 from model_runtime.backends import make_backend  # noqa: E402
+from model_runtime.executors import EXECUTORS  # noqa: E402
 from model_runtime.ops import MODEL_FUNCTIONS  # noqa: E402
 from reference.variants import FUSED_DECODE_VARIANTS  # noqa: E402
 from tests.model.helpers import variants_called  # noqa: E402

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from gpt2.tokenizer import END_OF_TEXT, TokenizerMissing, get_tokenizer
+from model_runtime.tokenizer import END_OF_TEXT, TokenizerMissing, get_tokenizer
 
 
 @pytest.fixture(scope="module")

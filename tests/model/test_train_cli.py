@@ -162,7 +162,7 @@ def test_ctrl_c_while_the_trained_model_is_written_keeps_the_previous_one_and_sa
 
 def test_ctrl_c_while_the_model_loads_writes_nothing(tmp_path, run_options):
     out = tmp_path / "trained.bin"
-    stopped = interrupted([*pausing("gpt2.families:load_model", "raise"), "gpt2.train",
+    stopped = interrupted([*pausing("model_runtime.families:load_model", "raise"), "gpt2.train",
                            *map(str, run_options(2, out))], "pausing in ")
     assert stopped.status == 130 and stopped.seconds < PROMPTLY, stopped
     assert sorted(p.name for p in tmp_path.iterdir()) == ["text.txt"]

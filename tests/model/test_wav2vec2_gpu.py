@@ -110,10 +110,11 @@ def test_base_size_matches_transformers():
 def test_the_three_executors_train_alike_on_batches_of_several_lengths():
     """Four steps of each executor from the same weights on the same batches (1-3 s, padded to half seconds): the
     same losses as the baseline's, ptgraph with a graph pair per padded length and grape with one."""
-    from wav2vec2.training import SPEECH_EXECUTORS, SpeechBatches, make_speech_step
+    from model_runtime.executors import EXECUTORS
+    from wav2vec2.training import SpeechBatches, make_speech_step
 
     losses, steps = {}, {}
-    for executor in SPEECH_EXECUTORS:
+    for executor in EXECUTORS:
         batches = SpeechBatches(TINY, B=3, seed=4, shortest=1.0, longest=3.0, bucket=0.5)
         model = Wav2Vec2ForCTC(TINY, perturbed_parameters(TINY, seed=6), backend="kernels")
         steps[executor] = step = make_speech_step(model, executor, 3, batches.max_samples, batches.max_labels)
