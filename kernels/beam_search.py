@@ -15,18 +15,27 @@ few steps, whether the search is over.
                         end_of_text)
 
 * beam_candidates_forward: each beam's row of logits (stride apart, the first V real)
-  in chunks of CHUNK (32 larger ones past 32 CHUNK), a block each, so that a row's
-  passes run on many SMs (one block a beam took 117 us for GPT-2's five beams; the
-  chunks' times are in benchmarks/RESULTS.md). It computes log_softmax in
-  the host's order of float32 operations, ((x - max) - log(sum exp(x - max))) + beam
-  score, and keeps the `count` best (score, token), best first, lowest token on ties.
-  Three launches: each chunk's max and sum of exp(x - its max) (in double); then, in
-  every chunk, the row's max and sum from those (each chunk's sum rescaled to the
-  row's max, the same numbers in the same order in every block, so equal logits
-  score equal) and the chunk's `count` best (each thread keeps a sorted list of its
-  own, the warps merge their lanes' lists, then the first warp merges the warps');
-  then a warp a row merges the chunks' lists. `count` is 2K: at most K of the best
-  end, so K always go on.
+  in chunks of CHUNK, a block each, so that a row's passes run on many SMs (one block
+  a beam took 117 us for GPT-2's five beams). It computes log_softmax in the host's
+  order of float32 operations, ((x - max) - log(sum exp(x - max))) + beam score, and
+  keeps the `count` best (score, token), best first, lowest token on ties. Its threads
+  meet only in global memory, as kernels/sampling.py's do (ROW_PASSES: a block's
+  threads combine through words the block owns, the last block of a row to finish
+  combines the blocks' partials). Two launches:
+  1. each chunk's largest logit c and sum of exp(x - c), each term in 64-bit fixed
+     point (so the sum does not depend on the order of adds); the last block takes
+     the row's largest and log-sum from those, each chunk's sum rescaled to the row's
+     largest in double and added in a fixed order: the same numbers in the same order
+     for every logit, so equal logits score equal;
+  2. every candidate's score, as ranked(order key of the score, token): one number per
+     candidate, larger for the better one, ties broken by token. The row's `count`
+     best are shortlisted as sampling's top-k cut is (shortlist_block, then
+     rank_shortlists in the last block): a few dozen, each counting the better ones for
+     its place.
+  `count` is 2K: at most K of the best end, so K always go on. The scratch (the rows'
+  states, the blocks' partials, tickets, exchanges and shortlists) is made once per
+  shape and kept; each call zeroes the rows' states first and writes the rest before
+  reading it.
 * beam_update_forward: one thread runs the bookkeeping of all P prompts, exactly as
   generation.beam_search does it on the host (transformers' rules: length_penalty,
   early_stopping True, False or "never" as 1, 0, 2), in the same float32 operations
@@ -49,123 +58,100 @@ import functools
 import numpy as np
 
 from kernel_runtime import CudaKernel, KernelArgumentError, ceil_div, check_array
-from kernels.sampling import ROW_REDUCTIONS
+from kernels.sampling import CHUNK, EXCHANGE, ROW_LOADS, ROW_PASSES, THREADS
 
-BEAM_THREADS = 256    # a block of beam_candidates' passes, one chunk of a beam's row
-CHUNK = 2048          # logits a chunk (up to 32 chunks): ROW_LOADS (kernels/sampling.py) a thread, loaded at once
-MAX_BEAMS = 16        # per prompt: each thread of beam_candidates keeps 2 * MAX_BEAMS candidates at most
+MAX_BEAMS = 16        # per prompt: count, 2 * MAX_BEAMS at most, is at most THREADS
+MAX_V = THREADS * CHUNK  # a row's chunks: one thread each of its last block
+BEAM_WORDS = 16       # a Beam, in 64-bit words: rounded up to a 128-byte cache line
 EARLY_STOPPING = {False: 0, True: 1, "never": 2}
 
-BEAM_SOURCE = ROW_REDUCTIONS + r"""
+BEAM_SOURCE = ROW_PASSES + r"""
 #define NEGATIVE (-1e9f)
+#define MINUS_INFINITY __int_as_float(0xff800000)
+#define NO_INDEX 0x7fffffff
 #define MAX_CANDIDATES (2 * MAX_BEAMS)
+#define CHUNK_SUM_UNITS ((float)(1ull << 63) / CHUNK)  // a term's largest, 1: a chunk's CHUNK terms fit 64 bits
 
-// The best `count` of up to 32 sorted lists, best first (lowest token on ties): lane l's list is read through
-// entry(l, i, score, token), its i-th best; write(r, score, token) is called by lane 0 for the r-th best.
-template <typename Entry, typename Write>
-__device__ void merge_lists(int lists, int count, Entry entry, Write write) {
-    int lane = threadIdx.x % 32, head = 0;  // lists are sorted, so each round takes the best head
-    for (int r = 0; r < count; r++) {
-        float score = MINUS_INFINITY;
-        int token = NO_INDEX;
-        if (lane < lists && head < count) entry(lane, head, score, token);
-        int mine = token;
-        warp_best(score, token);
-        if (mine == token && token != NO_INDEX) head++;
-        if (lane == 0) write(r, score, token);
-    }
-}
+// (score a, index ai) comes before (b, bi): higher score, then lower index, as a stable sort
+__device__ bool before(float a, int ai, float b, int bi) { return a > b || (a == b && ai < bi); }
 
-// A beam's row of V logits is split between `split` blocks (blockIdx.x); this block's chunk: [begin, end).
-__device__ void chunk_of_row(int V, int split, int& begin, int& end) {
-    int size = (V + split - 1) / split;
-    begin = min(V, blockIdx.x * size);
-    end = min(V, begin + size);
-}
+// A beam's scratch across beam_candidates' two launches, on a cache line of its own, zero at the call's start
+// (_candidate_scratch holds BEAM_WORDS words a beam).
+struct __align__(128) Beam {
+    float largest;      // the row's largest logit
+    float log_sum;      // log of the sum of exp(x - largest)
+    unsigned arrived;   // the row's blocks done with this launch; zero between launches
+    unsigned entered;   // the row's finalists so far
+};
+static_assert(sizeof(Beam) == BEAM_WORDS * 8, "beam_candidates_forward's scratch is laid out so");
 
-// First pass, grid (split, rows): each chunk's largest logit and the sum of expf(x - that largest), in double.
-extern "C" __global__ void beam_chunk_sums_kernel(float* chunk_max, double* chunk_sums, const float* logits,
-                                                  const int* done, int V, int stride, int split) {
-    __shared__ float best_scores[32];
-    __shared__ int best_indices[32];
-    __shared__ double partial[32];
-    if (*done) return;
-    int row = blockIdx.y, begin, end;
-    chunk_of_row(V, split, begin, end);
-    const float* x = logits + (long long)row * stride + begin;
-    float largest; int unused;
-    row_best(x, end - begin, 1.0f, largest, unused, best_scores, best_indices);
-    double local = 0.0;
-    for_each_in_row(x, end - begin, [&](int j, float value) { local += expf(value - largest); });
-    double total = block_sum(local, partial);
-    if (threadIdx.x == 0) {
-        chunk_max[row * split + blockIdx.x] = largest;
-        chunk_sums[row * split + blockIdx.x] = total;
-    }
-}
+// The launches' common arguments: blockIdx.y the beam, blockIdx.x its chunk; a block's two partial words, ticket and
+// exchange
+#define BEAM_ARGUMENTS Beam* beams, u64* partials, unsigned* tickets, u64* exchanges, const float* logits, \
+                       const int* done, int V, int stride
+#define BEAM_SETUP                                                            \
+    if (*done) return;                                                        \
+    Beam& beam = beams[blockIdx.y];                                           \
+    int block = blockIdx.y * gridDim.x + blockIdx.x;                          \
+    u64 *row_partials = partials + 2 * blockIdx.y * gridDim.x,                \
+        *own_partials = partials + 2 * block, *exchange = exchanges + block * EXCHANGE; \
+    unsigned* ticket = tickets + block;                                       \
+    const float* x = logits + (long long)blockIdx.y * stride
 
-// Second pass, grid (split, rows): the row's largest logit and log of its sum of exponentials from the chunks' (the
-// same numbers, in the same order, in every block of the row, so equal logits score equal), then the chunk's
-// `count` best log-probabilities plus the beam's score, best first, to chunk_scores and chunk_tokens.
-extern "C" __global__ void beam_chunk_candidates_kernel(float* chunk_scores, int* chunk_tokens, const float* logits,
-                                                        const float* beam_scores, const float* chunk_max,
-                                                        const double* chunk_sums, const int* done, int V, int stride,
-                                                        int split, int count) {
-    __shared__ float warp_scores[BEAM_THREADS / 32][MAX_CANDIDATES];
-    __shared__ int warp_tokens[BEAM_THREADS / 32][MAX_CANDIDATES];
-    if (*done) return;
-    int row = blockIdx.y, warp = threadIdx.x / 32, begin, end;
-    chunk_of_row(V, split, begin, end);
-    const float* x = logits + (long long)row * stride + begin;
-    const float* maxima = chunk_max + row * split;
-    const double* sums = chunk_sums + row * split;
-    float largest = MINUS_INFINITY;
-    for (int c = 0; c < split; c++) largest = fmaxf(largest, maxima[c]);
-    double sum = 0.0;  // each chunk's sum rescaled from its own largest logit to the row's
-    for (int c = 0; c < split; c++) sum += sums[c] * exp((double)maxima[c] - (double)largest);
-    float log_sum = logf((float)sum);
-    float beam_score = beam_scores[row];
-
-    float own_scores[MAX_CANDIDATES];
-    int own_tokens[MAX_CANDIDATES];
-    for (int c = 0; c < count; c++) { own_scores[c] = MINUS_INFINITY; own_tokens[c] = NO_INDEX; }
-    for_each_in_row(x, end - begin, [&](int i, float value) {
-        int j = begin + i;
-        float score = ((value - largest) - log_sum) + beam_score;  // the host's order of float32 operations
-        if (!before(score, j, own_scores[count - 1], own_tokens[count - 1])) return;
-        int at = count - 1;
-        for (; at > 0 && before(score, j, own_scores[at - 1], own_tokens[at - 1]); at--) {
-            own_scores[at] = own_scores[at - 1]; own_tokens[at] = own_tokens[at - 1];
-        }
-        own_scores[at] = score; own_tokens[at] = j;
+// First: each chunk's largest logit c and sum of expf(x - c) (each term in fixed point: the sum does not depend on
+// the order of adds); then the row's largest, and the log of its sum: each chunk's rescaled to the row's largest in
+// double, added in an order fixed by the number of chunks (the same numbers in the same order for every logit of the
+// row, so equal logits score equal, and every call alike).
+extern "C" __global__ void __launch_bounds__(THREADS) beam_stats_kernel(BEAM_ARGUMENTS) {
+    BEAM_SETUP;
+    unsigned own = 0;
+    for_each_own(x, V, [&](int u, int j, float value) { own = larger(own, order_key(value)); });
+    float largest = from_order_key((unsigned)block_combine((u64)own, exchange, larger<u64>));
+    u64 sum = 0;
+    for_each_own(x, V, [&](int u, int j, float value) {
+        sum += __float2ull_rn(expf(value - largest) * CHUNK_SUM_UNITS);
     });
-    merge_lists(32, count,  // the lanes' lists, each lane reading its own
-                [&](int lane, int i, float& score, int& token) { score = own_scores[i]; token = own_tokens[i]; },
-                [&](int r, float score, int token) { warp_scores[warp][r] = score; warp_tokens[warp][r] = token; });
-    __syncthreads();
-    if (warp == 0) {
-        int at = (row * split + blockIdx.x) * count;
-        merge_lists(blockDim.x / 32, count,
-                    [&](int w, int i, float& score, int& token) {
-                        score = warp_scores[w][i]; token = warp_tokens[w][i];
-                    },
-                    [&](int r, float score, int token) { chunk_scores[at + r] = score; chunk_tokens[at + r] = token; });
+    sum = block_combine(sum, exchange, plus<u64>);
+    if (threadIdx.x == 0) {
+        own_partials[0] = order_key(largest);
+        own_partials[1] = sum;
+    }
+    if (!last_of_row(&beam.arrived, ticket)) return;
+    largest = from_order_key((unsigned)combine_partials(row_partials, 2, 0, exchange, larger<u64>));
+    double rescaled = 0.0;
+    if (threadIdx.x < gridDim.x) {
+        float chunk_largest = from_order_key((unsigned)row_partials[2 * threadIdx.x]);
+        double chunk_sum = (double)row_partials[2 * threadIdx.x + 1] / CHUNK_SUM_UNITS;
+        rescaled = chunk_sum * exp((double)chunk_largest - (double)largest);
+    }
+    double total = block_combine(rescaled, exchange, plus<double>);
+    if (threadIdx.x == 0) {
+        beam.largest = largest;
+        beam.log_sum = logf((float)total);
     }
 }
 
-// Last, a warp per row: the best `count` of the row's chunks' lists.
-extern "C" __global__ void beam_merge_kernel(float* candidate_scores, int* candidate_tokens, const float* chunk_scores,
-                                             const int* chunk_tokens, const int* done, int split, int count) {
-    if (*done) return;
-    int row = blockIdx.x;
-    merge_lists(split, count,
-                [&](int c, int i, float& score, int& token) {
-                    int at = (row * split + c) * count + i;
-                    score = chunk_scores[at]; token = chunk_tokens[at];
-                },
-                [&](int r, float score, int token) {
-                    candidate_scores[row * count + r] = score; candidate_tokens[row * count + r] = token;
-                });
+// Then: every logit's candidate, its log-probability plus the beam's score in the host's order of float32 operations,
+// ranked; the blocks' shortlists, and in the row's last block the `count` best of them, best first, lowest token on
+// ties.
+extern "C" __global__ void __launch_bounds__(THREADS)
+beam_select_kernel(BEAM_ARGUMENTS, const float* beam_scores, int count, u64* shortlists, u64* finalists,
+                   float* candidate_scores, int* candidate_tokens) {
+    BEAM_SETUP;
+    float largest = beam.largest, log_sum = beam.log_sum, beam_score = beam_scores[blockIdx.y];
+    u64 keys[ROW_LOADS];
+    u64 own = own_keys(x, V, keys, [&](int j, float value) {
+        return ranked(order_key(((value - largest) - log_sum) + beam_score), j);
+    });
+    u64 bound = shortlist_block(keys, own, count, exchange, shortlists + (long long)block * count * ROW_LOADS);
+    if (threadIdx.x == 0) own_partials[0] = bound;
+    if (!last_of_row(&beam.arrived, ticket)) return;
+    long long listed = (long long)blockIdx.y * gridDim.x * count * ROW_LOADS;  // the row's shortlists' words
+    rank_shortlists(shortlists + listed, count, combine_partials(row_partials, 2, 0, exchange, larger<u64>),
+                    finalists + listed, &beam.entered, [&](int rank, u64 key) {
+                        candidate_scores[blockIdx.y * count + rank] = from_order_key((unsigned)(key >> 32));
+                        candidate_tokens[blockIdx.y * count + rank] = index_of(key);
+                    });
 }
 
 // Beam search's step for all P prompts of K beams (one thread), after beam_candidates.
@@ -266,25 +252,30 @@ extern "C" __global__ void beam_update_kernel(const float* candidate_scores, con
 }
 """
 
-DEFINES = dict(MAX_BEAMS=MAX_BEAMS, BEAM_THREADS=BEAM_THREADS)
-beam_update_kernel = CudaKernel(BEAM_SOURCE, "beam_update_kernel", defines=DEFINES)
+OPTIONS = ("-std=c++17",)  # the passes take lambdas
+DEFINES = dict(MAX_BEAMS=MAX_BEAMS, THREADS=THREADS, ROW_LOADS=ROW_LOADS, BEAM_WORDS=BEAM_WORDS)
+beam_update_kernel = CudaKernel(BEAM_SOURCE, "beam_update_kernel", defines=DEFINES, options=OPTIONS)
 
 
 @functools.cache
-def candidate_kernels(source: str = BEAM_SOURCE) -> tuple[CudaKernel, CudaKernel, CudaKernel]:
-    """beam_candidates_forward's three kernels (chunk sums, chunk candidates, merge), compiled from `source`."""
-    return tuple(CudaKernel(source, name, defines=DEFINES)
-                 for name in ("beam_chunk_sums_kernel", "beam_chunk_candidates_kernel", "beam_merge_kernel"))
+def candidate_kernels(source: str = BEAM_SOURCE) -> tuple[CudaKernel, ...]:
+    """beam_candidates_forward's two kernels (stats, select), compiled from `source`."""
+    return tuple(CudaKernel(source, name, defines=DEFINES, options=OPTIONS)
+                 for name in ("beam_stats_kernel", "beam_select_kernel"))
 
 
 @functools.cache
-def _chunk_scratch(device: int, rows: int, split: int, count: int) -> tuple:
-    """The chunks' maxima, sums and lists for `rows` beams of `split` chunks, made once per shape and device (the
-    first call runs eagerly, before any CUDA graph captures the launches that use them)."""
+def _candidate_scratch(device: int, rows: int, chunks: int, count: int) -> tuple:
+    """For `rows` beams of `chunks` chunks: their states, and their blocks' partials, tickets, exchanges and
+    shortlists and the beams' finalists; made once per shape and device (the first call runs eagerly, before any CUDA
+    graph captures the launches that use them). A call zeroes the states and writes everything else before it reads
+    it: nothing passes from one call to the next."""
     import cupy
 
-    return (cupy.empty(rows * split, np.float32), cupy.empty(rows * split, np.float64),
-            cupy.empty(rows * split * count, np.float32), cupy.empty(rows * split * count, np.int32))
+    listed = rows * chunks * count * ROW_LOADS
+    return (cupy.empty(rows * BEAM_WORDS, np.uint64), cupy.empty(rows * chunks * 2, np.uint64),
+            cupy.empty(rows * chunks, np.uint32), cupy.empty(rows * chunks * EXCHANGE, np.uint64),
+            cupy.empty(listed, np.uint64), cupy.empty(listed, np.uint64))
 
 
 def beam_candidates_forward(candidate_scores, candidate_tokens, logits, beam_scores, done, rows, V, stride, count):
@@ -294,28 +285,26 @@ def beam_candidates_forward(candidate_scores, candidate_tokens, logits, beam_sco
     check_array("beam_candidates_forward", "candidate_scores", candidate_scores, rows * count)
     check_array("beam_candidates_forward", "candidate_tokens", candidate_tokens, rows * count, np.int32)
     check_array("beam_candidates_forward", "done", done, 1, np.int32)
-    if not 1 <= count <= 2 * MAX_BEAMS or count > V or V > stride:
+    if not 1 <= count <= 2 * MAX_BEAMS or count > V or V > min(stride, MAX_V):
         raise KernelArgumentError(f"beam_candidates_forward: count={count} must be in 1..{2 * MAX_BEAMS} and at "
-                                  f"most V={V}, and V at most stride={stride}")
+                                  f"most V={V}, and V at most stride={stride} and {MAX_V}")
     launch_candidates(candidate_kernels(), candidate_scores, candidate_tokens, logits, beam_scores, done, rows, V,
                       stride, count)
 
 
 def launch_candidates(kernels, candidate_scores, candidate_tokens, logits, beam_scores, done, rows, V, stride, count):
     """`kernels` (candidate_kernels(), or those of another source): each beam's row in chunks of CHUNK logits, a
-    block each, or in 32 larger ones past 32 CHUNK (the merge has a lane a chunk). Its scratch is shared by calls of
-    one shape: one stream at a time."""
+    block each. Its scratch is shared by calls of one shape: one stream at a time."""
     import cupy
 
-    sums, candidates, merge = kernels
-    split = min(32, ceil_div(V, CHUNK))
-    chunk_max, chunk_sums, chunk_scores, chunk_tokens = _chunk_scratch(cupy.cuda.Device().id, rows, split, count)
-    sizes = (np.int32(V), np.int32(stride), np.int32(split))
-    sums((split, rows), (BEAM_THREADS,), (chunk_max, chunk_sums, logits, done, *sizes))
-    candidates((split, rows), (BEAM_THREADS,), (chunk_scores, chunk_tokens, logits, beam_scores, chunk_max, chunk_sums,
-                                                done, *sizes, np.int32(count)))
-    merge((rows,), (32,), (candidate_scores, candidate_tokens, chunk_scores, chunk_tokens, done, np.int32(split),
-                           np.int32(count)))
+    stats, select = kernels
+    chunks = ceil_div(V, CHUNK)
+    beams, *blocks, shortlists, finalists = _candidate_scratch(cupy.cuda.Device().id, rows, chunks, count)
+    beams.fill(0)
+    row = (beams, *blocks, logits, done, np.int32(V), np.int32(stride))
+    stats((chunks, rows), (THREADS,), row)
+    select((chunks, rows), (THREADS,), (*row, beam_scores, np.int32(count), shortlists, finalists, candidate_scores,
+                                        candidate_tokens))
 
 
 def beam_update_forward(candidate_scores, candidate_tokens, beam_scores, finished_scores, finished_step,

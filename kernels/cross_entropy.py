@@ -34,11 +34,51 @@ check the targets without copying them back and waiting for the GPU.
 import numpy as np
 
 from kernel_runtime import CudaKernel, KernelArgumentError, ceil_div, check_array, check_dims
-from kernels.sampling import ROW_REDUCTIONS
 
 MAX_THREADS = 1024  # a block per row; fewer for short rows (a warp multiple covering Vp / 4)
 
-CROSS_ENTROPY_SOURCE = ROW_REDUCTIONS + r"""
+# The block-wide reductions of a row this kernel needs, shared with kernels/group_norm.py.
+BLOCK_REDUCTIONS = r"""
+#define FULL_MASK 0xffffffffu
+#define MINUS_INFINITY __int_as_float(0xff800000)
+#define NO_INDEX 0x7fffffff
+
+// (score a, index ai) comes before (b, bi): higher score, then lower index, as a stable sort
+__device__ bool before(float a, int ai, float b, int bi) { return a > b || (a == b && ai < bi); }
+
+__device__ void warp_best(float& score, int& index) {
+    for (int offset = 16; offset > 0; offset /= 2) {
+        float other = __shfl_xor_sync(FULL_MASK, score, offset);
+        int other_index = __shfl_xor_sync(FULL_MASK, index, offset);
+        if (before(other, other_index, score, index)) { score = other; index = other_index; }
+    }
+}
+
+// The best (score, index) of the block, in every thread. Shared scratch: one slot per warp.
+__device__ void block_best(float& score, int& index, float* scores, int* indices) {
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
+    warp_best(score, index);
+    if (lane == 0) { scores[warp] = score; indices[warp] = index; }
+    __syncthreads();
+    score = MINUS_INFINITY; index = NO_INDEX;
+    for (int w = 0; w < warps; w++) if (before(scores[w], indices[w], score, index)) { score = scores[w]; index = indices[w]; }
+    __syncthreads();
+}
+
+// The block's sum, the same in every thread (warps added in a fixed order: deterministic).
+template <typename T> __device__ T block_sum(T value, T* partial) {
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
+    for (int offset = 16; offset > 0; offset /= 2) value += __shfl_xor_sync(FULL_MASK, value, offset);
+    if (lane == 0) partial[warp] = value;
+    __syncthreads();
+    T total = 0;
+    for (int w = 0; w < warps; w++) total += partial[w];
+    __syncthreads();
+    return total;
+}
+"""
+
+CROSS_ENTROPY_SOURCE = BLOCK_REDUCTIONS + r"""
 #define NOT_A_NUMBER __int_as_float(0x7fffffff)
 
 // Columns column .. column + 3 of a row into v: one 16-byte load when the rows are aligned (the group then lies

@@ -59,7 +59,7 @@ Backward, four kernels:
 
 Every sum is taken in an order fixed by B, T, C and G alone: within a tile the warps'
 sums are added in warp order (column_total), and the block reductions over slices
-add in thread and warp order (block_sum from kernels/sampling.py). No atomics: a call
+add in thread and warp order (block_sum from kernels/cross_entropy.py). No atomics: a call
 gives the same bits every time. Memory traffic is the least a split reduction allows:
 the forward reads inp twice (tile statistics, then out) and writes out once, the
 backward reads dout and inp twice and writes dinp once; the slices add 2C floats per
@@ -70,7 +70,7 @@ import numpy as np
 
 from kernel_runtime import CudaKernel, KernelArgumentError, ceil_div, check_array, check_dims
 from kernel_runtime.device import cupy
-from kernels.sampling import ROW_REDUCTIONS
+from kernels.cross_entropy import BLOCK_REDUCTIONS
 
 LANES = 32   # columns per tile: one per lane
 WARPS = 8    # warps per tile block, each taking every WARPS-th row of the tile
@@ -135,7 +135,7 @@ __device__ float slice_total(const float* partials, int slices, long long stride
 }
 """
 
-GROUP_NORM_SOURCE = ROW_REDUCTIONS + COLUMN_TILES + r"""
+GROUP_NORM_SOURCE = BLOCK_REDUCTIONS + COLUMN_TILES + r"""
 #define EPS 1e-5f  // torch.nn.GroupNorm's default
 
 // Group norm's tiles: frames (rows) by channels (columns) of utterance blockIdx.z. This thread's (b, group).

@@ -189,10 +189,11 @@ def sample_forward(tokens, sequences, logits, lengths, B, V, stride, max_T, temp
     exceeds f times the kept weight.
 
     This is the definition in float64; the kernel computes each weight with float32 arithmetic (z - max z, expf)
-    and counts them in 64-bit fixed point (2^-40 of the kept weight its unit). The two agree on every token except
-    where f times the kept weight (or top-p's target) lands within ~1e-6 (relative) of a boundary between two
-    tokens: about one draw in 10^4 where thousands of tokens share the weight, far fewer where a few dozen hold
-    nearly all of it, as a language model's rows do (reference/specs/sampling.py estimates it for its cases)."""
+    and counts them in 64-bit fixed point (2^-40 of the largest token's weight its unit). The two agree on every
+    token except where f times the kept weight (or top-p's target) lands within ~1e-6 (relative) of a boundary
+    between two tokens: about one draw in 10^4 where thousands of tokens share the weight, far fewer where a few
+    dozen hold nearly all of it, as a language model's rows do (reference/specs/sampling.py estimates it for its
+    cases)."""
     rows = np.asarray(logits).reshape(B, stride)[:, :V]
     positions = np.asarray(lengths).reshape(B)
     counters = (np.arange(B, dtype=np.uint64) << np.uint64(32)) | positions.astype(np.uint64)

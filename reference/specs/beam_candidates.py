@@ -43,7 +43,8 @@ def error_bound(x, e):
     # and 2U of their results). With d = x - m:
     #   d rounds by U|d|;
     #   each term of the sum errs by 4U of itself (expf) and by U|d| (d's rounding), so the sum by 4U + U mean|d|
-    #   of itself, mean|d| the softmax-weighted mean of |d| (the double sum's own rounding, V 2^-53, is far below).
+    #   of itself, mean|d| the softmax-weighted mean of |d| (the sums' own rounding, each term to a multiple of
+    #   CHUNK 2^-63 in fixed point and the chunks' V 2^-53 in double, is far below).
     #   The kernel sums each chunk of the row from the chunk's own max c, expf(x - c), then rescales by
     #   exp(c - m) in double: x - c rounds by U|x - c| <= U|d|, since x <= c <= m, and the rescaling adds 2^-52;
     #   the sum's conversion to float32 and logf add U and 2U|L|: L errs by U(5 + mean|d|) + 2U|L|;

@@ -71,10 +71,11 @@ def model_like(rng, B, V):
 
 
 def tied_ids(rng, V):
-    """Ids for a row's equal largest logits (V > 1025): neighbours, ids 1024 apart (one thread's stride in the
-    kernel's block of 1024), and a few anywhere."""
-    first = int(rng.integers(0, V - 1025))
-    return np.unique(np.concatenate([[first + 1024, first + 1, first], rng.choice(V, size=3, replace=False)]))
+    """Ids for a row's equal largest logits (V > 8193): neighbours, ids 256 apart (one thread's stride in the
+    kernel's blocks of 256), ids 8192 apart (in two blocks: a block's chunk of the row), and a few anywhere."""
+    first = int(rng.integers(0, V - 8193))
+    return np.unique(np.concatenate([[first + 8192, first + 256, first + 1, first],
+                                     rng.choice(V, size=3, replace=False)]))
 
 
 SPEC = Spec(

@@ -1002,10 +1002,6 @@ def test_the_graded_kernel_check_can_fail():
 
 PROVIDED_MODULES = sorted({spec.module for spec in SPECS.values() if spec.provided})
 BACKWARD_PASS = "a backward pass"
-# The grape executor's token choice, which every kit's generation and the leaderboard run: its row reductions (warp
-# shuffles, shared memory) are milestone 2's technique, and with its exponentials milestone 3's flash evidence.
-# Written without them it must keep the leaderboard's speed, which only a GPU can tell.
-CHOOSING = ("sampling", "beam_search")
 
 
 @functools.cache
@@ -1034,10 +1030,8 @@ def graded_building_blocks(module: str) -> dict[str, str]:
 
 
 def provided_module_params() -> list:
-    """(kit, milestone, module) for every provided module in every kit; the executor's choosing, still open."""
-    still_open = pytest.mark.xfail(strict=True, reason="the grape executor's token choice: see CHOOSING")
-    return [pytest.param(kit, milestone, module, id=f"m{milestone}-{module}",
-                         marks=[still_open] if module in CHOOSING and milestone <= 3 else [])
+    """(kit, milestone, module) for every provided module in every kit."""
+    return [pytest.param(kit, milestone, module, id=f"m{milestone}-{module}")
             for kit, milestone in KITS for module in PROVIDED_MODULES]
 
 

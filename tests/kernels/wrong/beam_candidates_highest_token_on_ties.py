@@ -6,7 +6,7 @@ from tests.kernels.wrong import mutate
 
 FUNCTION = "beam_candidates_forward"
 
-kernels = beam_search.candidate_kernels(mutate(beam_search.BEAM_SOURCE, "(a == b && ai < bi)", "(a == b && ai > bi)"))
+kernels = beam_search.candidate_kernels(mutate(beam_search.BEAM_SOURCE, "return 0xffffffffu - index;", "return index;"))
 
 
 def beam_candidates_forward(candidate_scores, candidate_tokens, logits, beam_scores, done, rows, V, stride, count):

@@ -9,7 +9,7 @@ FUNCTION = "beam_update_forward"
 
 PENALTY = "float penalty = (float)pow((double)(step + 1), length_penalty);"
 kernel = CudaKernel(mutate(beam_search.BEAM_SOURCE, PENALTY, "float penalty = 1.0f;"), "beam_update_kernel",
-                    defines=beam_search.DEFINES)
+                    defines=beam_search.DEFINES, options=beam_search.OPTIONS)
 
 
 def beam_update_forward(candidate_scores, candidate_tokens, beam_scores, finished_scores, finished_step,
