@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from grading.handout import LEFTOVER_MARKER
-from grading.items import WEIGHTS_FILES
+from gpt2kit.grading.handout import LEFTOVER_MARKER
+from gpt2kit.grading.items import WEIGHTS_FILES
 
 ROOT = Path(__file__).parents[2]
 
@@ -61,28 +61,29 @@ def test_the_kit_s_packages_come_from_the_installed_copy(installed, tmp_path):
 @pytest.mark.parametrize("milestone", sorted(WEIGHTS_FILES))
 def test_the_installed_grader_reads_its_milestone_s_scheme(installed, tmp_path, milestone):
     (tmp_path / "submission" / "kernels").mkdir(parents=True)
-    done = installed_kit(installed, tmp_path, "-m", "grading", "--milestone", str(milestone), "submission")
+    done = installed_kit(installed, tmp_path, "-m", "gpt2kit.grading", "--milestone", str(milestone), "submission")
     assert done.returncode == 2 and len(done.stderr.splitlines()) == 1, done.stderr
-    assert done.stderr.startswith("grading: cannot grade without a GPU: "), done.stderr
+    assert done.stderr.startswith("gpt2kit.grading: cannot grade without a GPU: "), done.stderr
 
 
 def test_the_installed_leaderboard_reads_its_table(installed, tmp_path):
     (tmp_path / "submission" / "kernels").mkdir(parents=True)
-    done = installed_kit(installed, tmp_path, "-m", "grading", "leaderboard", "submission")
+    done = installed_kit(installed, tmp_path, "-m", "gpt2kit.grading", "leaderboard", "submission")
     assert done.returncode == 2 and len(done.stderr.splitlines()) == 1, done.stderr
-    assert done.stderr.startswith("grading leaderboard: cannot time kernels without a GPU: "), done.stderr
+    assert done.stderr.startswith("gpt2kit.grading leaderboard: cannot time kernels without a GPU: "), done.stderr
 
 
 def test_the_installed_handout_refuses_in_one_line_naming_the_fix(installed, tmp_path):
-    done = installed_kit(installed, tmp_path, "-m", "grading", "handout", "kit")
+    done = installed_kit(installed, tmp_path, "-m", "gpt2kit.grading", "handout", "kit")
     assert done.returncode == 2 and len(done.stderr.splitlines()) == 1, done.stderr
-    assert done.stderr.startswith(f"grading: {installed} is not a git checkout of the kit"), done.stderr
+    assert done.stderr.startswith(f"gpt2kit.grading: {installed / 'gpt2kit'} is not a git checkout of the kit"), (
+        done.stderr)
     assert "git clone" in done.stderr and "pip install -e" in done.stderr
     assert not (tmp_path / "kit").exists()
 
 
 def test_the_installed_grader_builds_its_worker_kit_from_the_installed_files(installed, tmp_path):
-    code = ("import sys; from grading.handout import make_worker_kit; "
+    code = ("import sys; from gpt2kit.grading.handout import make_worker_kit; "
             "print(*make_worker_kit(__import__('pathlib').Path(sys.argv[1]), milestone=4), sep='\\n')")
     done = installed_kit(installed, tmp_path, "-c", code, str(tmp_path / "kit"))
     assert done.returncode == 0, done.stderr
