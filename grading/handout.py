@@ -101,7 +101,7 @@ STAFF_FILES = ("grading/", "tests/grading/", "tests/kernels/wrong/", "tests/kern
                "slurm/grade_class.slurm", ".ci/",
                # the kit's own build: its layering, how the suite spreads, its install lines, its setups without CuPy
                "tests/test_layering.py", "tests/test_spreading.py", "tests/test_install_lines.py",
-               "tests/test_degraded_setups.py",
+               "tests/test_degraded_setups.py", "tests/test_hugging_face_kernels.py",
                # the study's own checks (transformers' compiled generate, its tables, its commands), which no
                # kernel changes
                "tests/benchmarks/test_generation_hf.py", "tests/benchmarks/test_grape_tables.py",
