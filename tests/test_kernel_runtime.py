@@ -149,6 +149,36 @@ except KernelLoadError as err:
                                    f"run {ROOT / 'kernels'} in a process of its own")
 
 
+def test_a_bound_directory_is_the_only_one_its_modules_come_from(tmp_path):
+    """gpt2kit's __path__ holds the checkout's top, where the kit's kernels/ is, and an editable install maps
+    gpt2kit.kernels there too: with another directory bound, a module that directory lacks is missing, never the
+    kit's."""
+    (tmp_path / "kernels").mkdir()
+    (tmp_path / "kernels" / "residual.py").write_text("MARK = 'bound'\n")
+    done = run_python(f"""
+from gpt2kit.kernel_runtime.loader import use_kernels
+use_kernels({str(tmp_path)!r})
+import gpt2kit.kernels.residual
+print(gpt2kit.kernels.residual.MARK)
+import gpt2kit.kernels.gelu
+""")
+    assert done.stdout.split() == ["bound"], done.stderr
+    assert done.stderr.strip().splitlines()[-1] == "ModuleNotFoundError: No module named 'gpt2kit.kernels.gelu'"
+
+
+def test_an_import_before_any_binding_binds_the_kit_s_own_through_the_loader(tmp_path):
+    (tmp_path / "kernels").mkdir()
+    done = run_python(f"""
+import gpt2kit.kernels.gelu
+from gpt2kit.kernel_runtime.loader import KIT_KERNELS, bound_directory, use_kernels
+assert bound_directory() == KIT_KERNELS and gpt2kit.kernels.__file__ is None, "bound by a search"  # __init__ not run
+use_kernels({str(tmp_path)!r})
+""")
+    assert done.stderr.strip().splitlines()[-1] == (
+        f"gpt2kit.kernel_runtime.errors.KernelLoadError: this process already runs the kernels in {ROOT / 'kernels'}; "
+        f"run {tmp_path / 'kernels'} in a process of its own")
+
+
 def test_a_missing_kernels_directory_is_one_line(tmp_path):
     done = run_python("from gpt2kit.kernel_runtime.loader import use_kernels; "
                       f"use_kernels({str(tmp_path / 'nowhere')!r})")

@@ -11,6 +11,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import tomllib
 import types
 from pathlib import Path
 
@@ -701,6 +702,21 @@ def test_handout_stubs_every_solution_and_leaves_out_staff_files(handout):
     assert "kernels/decode.py (4 blocks)" in stubbed and "__shfl" not in decode  # its block reduction too
     readme = (destination / "README.md").read_text()
     assert "## Grading (for TAs)" not in readme and "## On Delta" in readme and "staff only" not in readme
+    assert "gpt2kit.grading" in packages_without_a_folder(ROOT / "pyproject.toml", destination)
+    assert packages_without_a_folder(destination / "pyproject.toml", destination) == []  # the kit installs
+
+
+def packages_without_a_folder(pyproject: Path, kit: Path) -> list[str]:
+    """The packages `pyproject` installs whose folder (its package-dir, or its parent's) `kit` does not hold, or holds
+    without Python."""
+    setuptools = tomllib.loads(pyproject.read_text())["tool"]["setuptools"]
+    folders = setuptools["package-dir"]
+
+    def folder(package: str) -> Path:
+        parent, _, name = package.rpartition(".")
+        return Path(folders[package]) if package in folders else folder(parent) / name if parent else Path(package)
+
+    return [package for package in setuptools["packages"] if not any((kit / folder(package)).glob("*.py"))]
 
 
 def readme_commands(readme: str) -> list[str]:
