@@ -78,7 +78,7 @@ class GPT2(CausalLM):
     @staticmethod
     def load_checkpoint(source, progress=None) -> tuple:
         """An llm.c .bin file, an HF directory, a hub name (gpt2, gpt2-medium, ...) or "random"."""
-        from gpt2kit.gpt2 import checkpoint  # here: `import gpt2` leaves it to its command line
+        from gpt2kit.gpt2 import checkpoint  # here: `import gpt2kit.gpt2` leaves it to its command line
 
         return checkpoint.load(source, progress)
 

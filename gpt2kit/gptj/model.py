@@ -76,7 +76,7 @@ class GPTJ(CausalLM):
     @staticmethod
     def load_checkpoint(source, progress=None) -> tuple:
         """A transformers GPT-J directory, a hub name (gpt-j-6b) or "random:gpt-j-6b"."""
-        from gpt2kit.gptj import checkpoint  # here: `import gptj` leaves it to its command line
+        from gpt2kit.gptj import checkpoint  # here: `import gpt2kit.gptj` leaves it to its command line
 
         return checkpoint.load(source, progress)
 
