@@ -1,1 +1,1 @@
-"""Speed measurements of the kit: run each module with python -m benchmarks.<name>."""
+"""Speed measurements of the kit: run each module with python -m gpt2kit.benchmarks.<name>."""

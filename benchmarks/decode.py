@@ -1,6 +1,6 @@
 """Where one decode step's time goes: each call of the step timed alone, and the step as a graph.
 
-    python -m benchmarks.decode [--batch 1 8] [--length 256] [--variant NAME ...]
+    python -m gpt2kit.benchmarks.decode [--batch 1 8] [--length 256] [--variant NAME ...]
 
 GPT-2 124M (random weights), float32, a KV cache filled with `--length` tokens.
 Every call of one decode step (gpt2.model.decode_launches) is recorded, then each
@@ -21,23 +21,23 @@ import sys
 
 import numpy as np
 
-from benchmarks.kernels import copy_bandwidth_gbs, gpu_times_ms
-from model_runtime.backends import make_backend
-from gpt2.checkpoint import random_parameters
-from gpt2.config import preset
-from generation.decoding import make_decoder
-from gpt2.model import GPT2
-from model_runtime.ops import FUSED_DECODE_FUNCTIONS
-from kernel_runtime import overlap
-from kernel_runtime.commands import POSITIVE_INT, OneLineArgumentParser, run_command
-from kernel_runtime.device import exit_without_gpu
-from reference.variants import variant_argument
+from gpt2kit.benchmarks.kernels import copy_bandwidth_gbs, gpu_times_ms
+from gpt2kit.model_runtime.backends import make_backend
+from gpt2kit.gpt2.checkpoint import random_parameters
+from gpt2kit.gpt2.config import preset
+from gpt2kit.generation.decoding import make_decoder
+from gpt2kit.gpt2.model import GPT2
+from gpt2kit.model_runtime.ops import FUSED_DECODE_FUNCTIONS
+from gpt2kit.kernel_runtime import overlap
+from gpt2kit.kernel_runtime.commands import POSITIVE_INT, OneLineArgumentParser, run_command
+from gpt2kit.kernel_runtime.device import exit_without_gpu
+from gpt2kit.reference.variants import variant_argument
 
 TIMING = dict(batches=2, per_batch=12, warmup=3)  # a call is microseconds; ~150 calls per step
 
 
 def main(argv=None) -> int:
-    parser = OneLineArgumentParser(prog="python -m benchmarks.decode", description=__doc__.splitlines()[0])
+    parser = OneLineArgumentParser(prog="python -m gpt2kit.benchmarks.decode", description=__doc__.splitlines()[0])
     parser.add_argument("--batch", type=POSITIVE_INT, nargs="+", default=[1, 8], help="rows (default: 1 8)")
     parser.add_argument("--length", type=POSITIVE_INT, default=256, help="tokens in the cache (default %(default)s)")
     parser.add_argument("--variant", nargs="*", default=[], type=variant_argument,
@@ -46,8 +46,8 @@ def main(argv=None) -> int:
     if args.length + 100 > preset("gpt2").max_T:
         parser.error(f"--length {args.length}: the graph's replays need 100 more positions of GPT-2's "
                      f"{preset('gpt2').max_T}")
-    exit_without_gpu("benchmarks.decode", "cannot run")
-    return run_command("benchmarks.decode", lambda: benchmark(args), error_status=2)
+    exit_without_gpu("gpt2kit.benchmarks.decode", "cannot run")
+    return run_command("gpt2kit.benchmarks.decode", lambda: benchmark(args), error_status=2)
 
 
 # the calls whose time is streaming a weight matrix: every array they take is read or written once

@@ -1,6 +1,6 @@
 """Greedy generation speed: KV-cache decoding against full recomputation.
 
-    python -m benchmarks.generation [--model random] [--backend kernels] [--hf] [--no-recompute]
+    python -m gpt2kit.benchmarks.generation [--model random] [--backend kernels] [--hf] [--no-recompute]
 
 GPT-2 124M (random weights unless --model: any family, e.g. random:gpt-j-6b), batch 1,
 float32, a 32-token prompt and 128 new tokens, greedy. Wall-clock time after a warm-up generation (the logits come
@@ -20,13 +20,13 @@ import warnings
 
 import numpy as np
 
-from model_runtime.backends import make_backend
-from generation.executors import make_executor
-from generation.generate import GREEDY, generate
-from kernel_runtime.commands import OneLineArgumentParser, run_command
-from kernel_runtime.device import exit_without_gpu, first_line
-from model_runtime.families import Family, check_sources, text_family_of
-from reference.variants import variant_argument
+from gpt2kit.model_runtime.backends import make_backend
+from gpt2kit.generation.executors import make_executor
+from gpt2kit.generation.generate import GREEDY, generate
+from gpt2kit.kernel_runtime.commands import OneLineArgumentParser, run_command
+from gpt2kit.kernel_runtime.device import exit_without_gpu, first_line
+from gpt2kit.model_runtime.families import Family, check_sources, text_family_of
+from gpt2kit.reference.variants import variant_argument
 
 PROMPT_TOKENS, NEW_TOKENS = 32, 128
 
@@ -90,7 +90,7 @@ def hf_generation(family: Family, config, params, prompt, compiled: bool, device
 
 
 def main(argv=None) -> int:
-    parser = OneLineArgumentParser(prog="python -m benchmarks.generation", description=__doc__.splitlines()[0])
+    parser = OneLineArgumentParser(prog="python -m gpt2kit.benchmarks.generation", description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="random")
     parser.add_argument("--backend", default="kernels", choices=("kernels", "gold"))
     parser.add_argument("--variant", nargs="*", default=[], type=variant_argument,
@@ -100,13 +100,13 @@ def main(argv=None) -> int:
     parser.add_argument("--no-recompute", action="store_true", help="leave out generating by full recomputation")
     parser.add_argument("--cprofile", action="store_true", help="print where the host's time goes (Python's cProfile)")
     args = parser.parse_args(argv)
-    return run_command("benchmarks.generation", lambda: benchmark(args), error_status=2)
+    return run_command("gpt2kit.benchmarks.generation", lambda: benchmark(args), error_status=2)
 
 
 def benchmark(args) -> int:
     check_sources(args.model)
     family = text_family_of(args.model)
-    exit_without_gpu("benchmarks.generation", "cannot run")
+    exit_without_gpu("gpt2kit.benchmarks.generation", "cannot run")
 
     backend = make_backend(args.backend, variants=tuple(args.variant))
     family.model.check_backend(backend)

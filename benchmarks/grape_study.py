@@ -1,14 +1,14 @@
 """The Grape study's three experiments on the kit's models: runtime, breakdown, graph memory.
 
-    python -m benchmarks.grape_study runtime      --out results/grape   # speedometer.csv + .png
-    python -m benchmarks.grape_study breakdown    --out results/grape   # gpt2_generate_profile.csv + .png
-    python -m benchmarks.grape_study graph-memory --out results/grape   # metadata_compression.csv + .png
-    python -m benchmarks.grape_study all          --out results/grape
-    python -m benchmarks.grape_study all --model random:gpt-j-6b --max-length 256 --out results/grape
-    python -m benchmarks.grape_study all --model wav2vec2 --out results/grape   # training (speech_study)
-    python -m benchmarks.grape_study runtime --executors grape --no-hf --variant layernorm_matmul ...
+    python -m gpt2kit.benchmarks.grape_study runtime      --out results/grape   # speedometer.csv + .png
+    python -m gpt2kit.benchmarks.grape_study breakdown    --out results/grape   # gpt2_generate_profile.csv + .png
+    python -m gpt2kit.benchmarks.grape_study graph-memory --out results/grape   # metadata_compression.csv + .png
+    python -m gpt2kit.benchmarks.grape_study all          --out results/grape
+    python -m gpt2kit.benchmarks.grape_study all --model random:gpt-j-6b --max-length 256 --out results/grape
+    python -m gpt2kit.benchmarks.grape_study all --model wav2vec2 --out results/grape   # training (speech_study)
+    python -m gpt2kit.benchmarks.grape_study runtime --executors grape --no-hf --variant layernorm_matmul ...
 
-GPT-2 124M in float32 (random weights unless --model; any source python -m gpt2 takes,
+GPT-2 124M in float32 (random weights unless --model; any source python -m gpt2kit takes,
 GPT-J's included), a random prompt of 5 tokens. A model's rows replace that model's
 rows in speedometer.csv and metadata_compression.csv and keep the other models', as
 the artifact lays them out (a row per executor per model); its breakdown goes to
@@ -51,19 +51,19 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.grape_tables import (FIGURES, Breakdown, GraphMemory, Timing, write_breakdown, write_graph_memory,
-                                     write_speedometer)
-from benchmarks.transformers_model import TRANSFORMERS
-from generation.beam_search import BeamSearch
-from generation.executors import StageClock, make_executor
-from generation.generate import GREEDY
-from kernel_runtime.commands import POSITIVE_INT, OneLineArgumentParser, check_installed, checked, run_command
-from kernel_runtime.device import exit_without_gpu, give_back_memory
-from kernel_runtime.files import check_writable_directory
-from model_runtime.backends import make_backend
-from model_runtime.executors import EXECUTORS
-from model_runtime.families import TRAINS_ON_SPEECH, Family, check_sources, family_of
-from reference.variants import variant_argument
+from gpt2kit.benchmarks.grape_tables import (FIGURES, Breakdown, GraphMemory, Timing, write_breakdown,
+                                             write_graph_memory, write_speedometer)
+from gpt2kit.benchmarks.transformers_model import TRANSFORMERS
+from gpt2kit.generation.beam_search import BeamSearch
+from gpt2kit.generation.executors import StageClock, make_executor
+from gpt2kit.generation.generate import GREEDY
+from gpt2kit.kernel_runtime.commands import POSITIVE_INT, OneLineArgumentParser, check_installed, checked, run_command
+from gpt2kit.kernel_runtime.device import exit_without_gpu, give_back_memory
+from gpt2kit.kernel_runtime.files import check_writable_directory
+from gpt2kit.model_runtime.backends import make_backend
+from gpt2kit.model_runtime.executors import EXECUTORS
+from gpt2kit.model_runtime.families import TRAINS_ON_SPEECH, Family, check_sources, family_of
+from gpt2kit.reference.variants import variant_argument
 
 EXPERIMENTS = ("runtime", "breakdown", "graph-memory")
 
@@ -256,10 +256,10 @@ def graph_memory(study: Study, out: Path, device: str) -> list[Path]:
 
 
 def main(argv=None) -> int:
-    parser = OneLineArgumentParser(prog="python -m benchmarks.grape_study", description=__doc__.splitlines()[0])
+    parser = OneLineArgumentParser(prog="python -m gpt2kit.benchmarks.grape_study", description=__doc__.splitlines()[0])
     parser.add_argument("experiment", choices=EXPERIMENTS + ("all",))
     parser.add_argument("--out", type=Path, default=Path("results/grape"), help="directory for the CSVs and PNGs")
-    parser.add_argument("--model", default="random", help="any model python -m gpt2 takes: a checkpoint, an HF "
+    parser.add_argument("--model", default="random", help="any model python -m gpt2kit takes: a checkpoint, an HF "
                                                           "directory, a hub name, random:gpt-j-6b (default: random, "
                                                           "GPT-2 124M); or a Wav2Vec2's, e.g. wav2vec2 (base, "
                                                           "random weights): its training")
@@ -278,7 +278,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
 
     def body() -> int:
-        from model_runtime.checkpoint_files import CheckpointError
+        from gpt2kit.model_runtime.checkpoint_files import CheckpointError
 
         experiments = EXPERIMENTS if args.experiment == "all" else (args.experiment,)
         # what can be checked at once, before hours on a GPU: the paths, then what must be installed
@@ -286,9 +286,9 @@ def main(argv=None) -> int:
         check_sources(args.model)
         family = family_of(args.model)
         check_installed(FIGURES | (TRANSFORMERS if "runtime" in experiments and not args.no_hf else {}))
-        exit_without_gpu("benchmarks.grape_study", "cannot run")
+        exit_without_gpu("gpt2kit.benchmarks.grape_study", "cannot run")
         if family.does == TRAINS_ON_SPEECH:
-            from benchmarks.speech_study import run_study
+            from gpt2kit.benchmarks.speech_study import run_study
 
             written = run_study(family, args.model, experiments, args.out, args.runs, args.executors,
                                 not args.no_hf, args.batch, args.steps)
@@ -315,7 +315,7 @@ def main(argv=None) -> int:
         print("wrote " + ", ".join(str(p) for p in written))
         return 0
 
-    return run_command("python -m benchmarks.grape_study", body)
+    return run_command("python -m gpt2kit.benchmarks.grape_study", body)
 
 
 if __name__ == "__main__":

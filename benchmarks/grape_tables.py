@@ -25,7 +25,7 @@ import textwrap
 from pathlib import Path
 from typing import Callable
 
-from kernel_runtime.files import replacing
+from gpt2kit.kernel_runtime.files import replacing
 
 SPEEDOMETER_COLUMNS = ("Name", "Attrs", "Avg", "Std", "min", "Median", "MAX")
 BREAKDOWN_COLUMNS = ("Name", "InputPrep", "Model", "BeamSearch")

@@ -1,7 +1,7 @@
 """Time every host function, and every milestone variant, at GPT-2 124M sizes against gold and
 the card's ceilings.
 
-    python -m benchmarks.kernels [--kernels DIR] [--only NAME] [--profile P] [--csv results.csv]
+    python -m gpt2kit.benchmarks.kernels [--kernels DIR] [--only NAME] [--profile P] [--csv results.csv]
 
 The rows are the benchmark sizes of the specs in reference/specs/: B=8, T=1024,
 C=768, NH=12; the matmul at OC = 2304 (qkv), 768 (attention projection), 3072 (MLP
@@ -32,14 +32,14 @@ import sys
 
 import numpy as np
 
-from kernel_runtime.commands import OneLineArgumentParser, run_command
-from kernel_runtime.device import exit_without_gpu
-from kernel_runtime.files import replacing
-from kernel_runtime.loader import use_kernels
-from reference.execution import call_arguments
-from reference.registry import SPECS, build, host_function, not_written_yet
-from reference.precision import TF32
-from reference.variants import VARIANTS, add_profile_option, resolve_profile
+from gpt2kit.kernel_runtime.commands import OneLineArgumentParser, run_command
+from gpt2kit.kernel_runtime.device import exit_without_gpu
+from gpt2kit.kernel_runtime.files import replacing
+from gpt2kit.kernel_runtime.loader import use_kernels
+from gpt2kit.reference.execution import call_arguments
+from gpt2kit.reference.registry import SPECS, build, host_function, not_written_yet
+from gpt2kit.reference.precision import TF32
+from gpt2kit.reference.variants import VARIANTS, add_profile_option, resolve_profile
 
 SPIN_SOURCE = r"""
 extern "C" __global__ void spin(long long nanoseconds) {
@@ -111,23 +111,23 @@ def cublas_tf32():
 
 
 def main(argv=None) -> int:
-    parser = OneLineArgumentParser(prog="python -m benchmarks.kernels", description=__doc__.splitlines()[0])
+    parser = OneLineArgumentParser(prog="python -m gpt2kit.benchmarks.kernels", description=__doc__.splitlines()[0])
     parser.add_argument("--kernels", help="kernels/ directory to time (default: this repo's)")
     parser.add_argument("--only", default="", help="time only the host functions whose name contains this")
     add_profile_option(parser.add_argument, "whose cuBLAS is a matmul's ceiling")
     parser.add_argument("--csv", help="also write the table to this CSV file")
     args = parser.parse_args(argv)
-    return run_command("benchmarks.kernels", lambda: benchmark(args), error_status=2)
+    return run_command("gpt2kit.benchmarks.kernels", lambda: benchmark(args), error_status=2)
 
 
 def benchmark(args) -> int:
     timed = workloads(args.only, args.profile)
     use_kernels(args.kernels)  # a wrong path is named before a missing GPU
-    exit_without_gpu("benchmarks.kernels", "cannot run")
+    exit_without_gpu("gpt2kit.benchmarks.kernels", "cannot run")
 
     import cupy
 
-    from reference import gold
+    from gpt2kit.reference import gold
 
     stubs = {name: not_written_yet([spec.function], module) for name, spec, module, _, _ in timed}
     rows = [(name, spec, case, host_function(spec.function, module), profile)

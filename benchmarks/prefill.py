@@ -1,7 +1,7 @@
 """Whole-model prefill: one forward pass of GPT-2 124M over B x T tokens, the kit's kernels
 (with each milestone-2 matmul, and flash attention) beside gold and transformers in the same process.
 
-    python -m benchmarks.prefill [--batch 8] [--tokens 1024] [--no-hf]
+    python -m gpt2kit.benchmarks.prefill [--batch 8] [--tokens 1024] [--no-hf]
 
 Random weights, float32, random token ids. Each row times `forward(tokens)` to the
 logits: CUDA events around each call, after warm-up, median of several (the events
@@ -30,14 +30,14 @@ import sys
 
 import numpy as np
 
-from benchmarks.kernels import gpu_times_ms
-from model_runtime.backends import make_backend
-from gpt2.checkpoint import random_parameters, transformers_model
-from gpt2.config import preset
-from gpt2.model import GPT2
-from kernel_runtime.commands import POSITIVE_INT, OneLineArgumentParser, run_command
-from kernel_runtime.device import exit_without_gpu
-from reference.variants import VARIANTS, first_unwritten
+from gpt2kit.benchmarks.kernels import gpu_times_ms
+from gpt2kit.model_runtime.backends import make_backend
+from gpt2kit.gpt2.checkpoint import random_parameters, transformers_model
+from gpt2kit.gpt2.config import preset
+from gpt2kit.gpt2.model import GPT2
+from gpt2kit.kernel_runtime.commands import POSITIVE_INT, OneLineArgumentParser, run_command
+from gpt2kit.kernel_runtime.device import exit_without_gpu
+from gpt2kit.reference.variants import VARIANTS, first_unwritten
 
 KIT_ROWS = (("kernels", "kernels", ()), ("kernels + matmul_tf32", "kernels", ("matmul_tf32",)),
             ("kernels + matmul_cublas", "kernels", ("matmul_cublas",)),
@@ -52,15 +52,15 @@ TIMING = dict(batches=2, per_batch=6, warmup=2)  # a call is tens of millisecond
 
 
 def main(argv=None) -> int:
-    parser = OneLineArgumentParser(prog="python -m benchmarks.prefill", description=__doc__.splitlines()[0])
+    parser = OneLineArgumentParser(prog="python -m gpt2kit.benchmarks.prefill", description=__doc__.splitlines()[0])
     parser.add_argument("--batch", type=POSITIVE_INT, default=8)
     parser.add_argument("--tokens", type=POSITIVE_INT, default=1024)
     parser.add_argument("--no-hf", action="store_true", help="leave transformers out")
     args = parser.parse_args(argv)
     if args.tokens > preset("gpt2").max_T:
         parser.error(f"--tokens {args.tokens}: GPT-2 holds at most {preset('gpt2').max_T} positions")
-    exit_without_gpu("benchmarks.prefill", "cannot run")
-    return run_command("benchmarks.prefill", lambda: benchmark(args), error_status=2)
+    exit_without_gpu("gpt2kit.benchmarks.prefill", "cannot run")
+    return run_command("gpt2kit.benchmarks.prefill", lambda: benchmark(args), error_status=2)
 
 
 def row_not_in_this_kit(variants: tuple[str, ...]) -> str | None:

@@ -1,6 +1,6 @@
 """Where a Wav2Vec2 training step's GPU time goes: host function by host function.
 
-    python -m benchmarks.speech_profile [--batch 4] [--seconds 16] [--runs 5]
+    python -m gpt2kit.benchmarks.speech_profile [--batch 4] [--seconds 16] [--runs 5]
 
 Wav2Vec2ForCTC base (random weights), float32, on the kernels backend: one training
 step (forward, CTC loss, backward) of `--batch` utterances of `--seconds` each, run
@@ -18,22 +18,23 @@ import sys
 
 import numpy as np
 
-from benchmarks.kernels import gpu_times_ms
-from kernel_runtime.commands import POSITIVE_INT, OneLineArgumentParser, run_command
-from kernel_runtime.device import exit_without_gpu
+from gpt2kit.benchmarks.kernels import gpu_times_ms
+from gpt2kit.kernel_runtime.commands import POSITIVE_INT, OneLineArgumentParser, run_command
+from gpt2kit.kernel_runtime.device import exit_without_gpu
 
 SAMPLE_RATE = 16000
 
 
 def main(argv=None) -> int:
-    parser = OneLineArgumentParser(prog="python -m benchmarks.speech_profile", description=__doc__.splitlines()[0])
+    parser = OneLineArgumentParser(prog="python -m gpt2kit.benchmarks.speech_profile",
+                                   description=__doc__.splitlines()[0])
     parser.add_argument("--batch", type=POSITIVE_INT, default=4, help="utterances a step (default %(default)s)")
     parser.add_argument("--seconds", type=POSITIVE_INT, default=16,
                         help="each utterance's length (default %(default)s)")
     parser.add_argument("--runs", type=POSITIVE_INT, default=5, help="timed steps (default %(default)s)")
     args = parser.parse_args(argv)
-    exit_without_gpu("benchmarks.speech_profile", "cannot run")
-    return run_command("benchmarks.speech_profile", lambda: benchmark(args), error_status=2)
+    exit_without_gpu("gpt2kit.benchmarks.speech_profile", "cannot run")
+    return run_command("gpt2kit.benchmarks.speech_profile", lambda: benchmark(args), error_status=2)
 
 
 ARITHMETIC = {  # the calls counted in FLOPs: where their sizes start among their arguments, and how many
@@ -105,9 +106,9 @@ def cublas_float32_tflops(n: int = 4096) -> float:
 def benchmark(args) -> int:
     import cupy
 
-    from wav2vec2.checkpoint import random_parameters
-    from wav2vec2.config import PRESETS
-    from wav2vec2.model import Wav2Vec2ForCTC
+    from gpt2kit.wav2vec2.checkpoint import random_parameters
+    from gpt2kit.wav2vec2.config import PRESETS
+    from gpt2kit.wav2vec2.model import Wav2Vec2ForCTC
 
     config = PRESETS["base"]
     model = Wav2Vec2ForCTC(config, random_parameters(config, seed=0), backend="kernels")

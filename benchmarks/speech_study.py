@@ -1,6 +1,6 @@
 """The Grape study's Wav2Vec2 rows: training steps on speech batches of different lengths.
 
-    python -m benchmarks.grape_study all --model wav2vec2 --out results/grape
+    python -m gpt2kit.benchmarks.grape_study all --model wav2vec2 --out results/grape
 
 Wav2Vec2ForCTC base (94M parameters, random weights: --model wav2vec2, or any Wav2Vec2
 source wav2vec2.checkpoint.load reads), float32, B utterances a batch
@@ -36,13 +36,13 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.grape_tables import (GraphMemory, Timing, TrainingBreakdown, write_graph_memory, write_speedometer,
-                                     write_training_breakdown)
-from generation.executors import StageClock
-from kernel_runtime.device import give_back_memory
-from model_runtime.families import Family
-from training.step import AdamW
-from wav2vec2.training import SpeechBatches, make_speech_step
+from gpt2kit.benchmarks.grape_tables import (GraphMemory, Timing, TrainingBreakdown, write_graph_memory,
+                                             write_speedometer, write_training_breakdown)
+from gpt2kit.generation.executors import StageClock
+from gpt2kit.kernel_runtime.device import give_back_memory
+from gpt2kit.model_runtime.families import Family
+from gpt2kit.training.step import AdamW
+from gpt2kit.wav2vec2.training import SpeechBatches, make_speech_step
 
 OPTIMIZER = AdamW(learning_rate=1e-5, weight_decay=0.0)
 

@@ -1,7 +1,7 @@
 """A configuration sweep of the fused decode kernels (kernels/fused_gemv.py): every tuning, its
 registers and spills, and its time at the decode step's shapes.
 
-    python -m benchmarks.sweep [--kind layernorm] [--batch 1 8] [--compile-only]
+    python -m gpt2kit.benchmarks.sweep [--kind layernorm] [--batch 1 8] [--compile-only]
 
 A tuning is PIECES, the float4s of a weight row each lane loads before using them (all in
 flight at once), and BLOCKS, the launch bounds' minimum of blocks per SM (which caps the
@@ -20,13 +20,13 @@ import sys
 
 import numpy as np
 
-from benchmarks.decode import moved_bytes
-from benchmarks.kernels import copy_bandwidth_gbs, gpu_times_ms
-from kernel_runtime.commands import POSITIVE_INT, OneLineArgumentParser, run_command
-from kernel_runtime.compiler import compile_report
-from kernel_runtime.device import exit_without_gpu, nvrtc_unavailable_reason
-from kernel_runtime.loader import use_kernels
-from reference.registry import kernel_module
+from gpt2kit.benchmarks.decode import moved_bytes
+from gpt2kit.benchmarks.kernels import copy_bandwidth_gbs, gpu_times_ms
+from gpt2kit.kernel_runtime.commands import POSITIVE_INT, OneLineArgumentParser, run_command
+from gpt2kit.kernel_runtime.compiler import compile_report
+from gpt2kit.kernel_runtime.device import exit_without_gpu, nvrtc_unavailable_reason
+from gpt2kit.kernel_runtime.loader import use_kernels
+from gpt2kit.reference.registry import kernel_module
 
 PIECES = (2, 4, 8)
 BLOCKS = (1, 2, 3)
@@ -41,7 +41,7 @@ KINDS = {
 
 
 def main(argv=None) -> int:
-    parser = OneLineArgumentParser(prog="python -m benchmarks.sweep", description=__doc__.splitlines()[0])
+    parser = OneLineArgumentParser(prog="python -m gpt2kit.benchmarks.sweep", description=__doc__.splitlines()[0])
     parser.add_argument("--kind", choices=tuple(KINDS), action="append",
                         help="sweep only this kind of kernel (default: all three; repeat for several)")
     parser.add_argument("--batch", type=POSITIVE_INT, nargs="+", default=[1, 8],
@@ -52,10 +52,10 @@ def main(argv=None) -> int:
     if args.compile_only:
         reason = nvrtc_unavailable_reason()
         if reason:
-            parser.exit(2, f"python -m benchmarks.sweep: cannot compile: {reason}\n")
+            parser.exit(2, f"python -m gpt2kit.benchmarks.sweep: cannot compile: {reason}\n")
     else:
-        exit_without_gpu("benchmarks.sweep", "cannot time kernels")
-    return run_command("benchmarks.sweep", lambda: sweep(args), error_status=2)
+        exit_without_gpu("gpt2kit.benchmarks.sweep", "cannot time kernels")
+    return run_command("gpt2kit.benchmarks.sweep", lambda: sweep(args), error_status=2)
 
 
 def tunings():

@@ -1,6 +1,6 @@
 """GPT-2 training steps: the kit's kernels against PyTorch (transformers' GPT2LMHeadModel), and their loss curves.
 
-    python -m benchmarks.training [--model random:124M] [--batch 4] [--tokens 1024] [--runs 10]
+    python -m gpt2kit.benchmarks.training [--model random:124M] [--batch 4] [--tokens 1024] [--runs 10]
                                   [--curve-steps 60] [--out results/training] [--no-compile]
 
 One training step is forward, loss, backward and AdamW on a batch of B rows of T
@@ -30,17 +30,17 @@ import time
 from pathlib import Path
 
 
-from benchmarks.grape_tables import FIGURES, pyplot, read_csv, save_figure, write_csv
-from benchmarks.transformers_model import TRANSFORMERS
-from gpt2.checkpoint import load as load_gpt2, transformers_model
-from gpt2.model import GPT2
-from gpt2.train import kit_texts, read_texts
-from kernel_runtime.commands import POSITIVE_INT, OneLineArgumentParser, check_installed, run_command
-from kernel_runtime.device import exit_without_gpu, first_line
-from kernel_runtime.files import check_writable_directory
-from model_runtime.backends import make_backend
-from training.data import TextBatches
-from training.step import AdamW, GraphTrainingStep, TrainingStep
+from gpt2kit.benchmarks.grape_tables import FIGURES, pyplot, read_csv, save_figure, write_csv
+from gpt2kit.benchmarks.transformers_model import TRANSFORMERS
+from gpt2kit.gpt2.checkpoint import load as load_gpt2, transformers_model
+from gpt2kit.gpt2.model import GPT2
+from gpt2kit.gpt2.train import kit_texts, read_texts
+from gpt2kit.kernel_runtime.commands import POSITIVE_INT, OneLineArgumentParser, check_installed, run_command
+from gpt2kit.kernel_runtime.device import exit_without_gpu, first_line
+from gpt2kit.kernel_runtime.files import check_writable_directory
+from gpt2kit.model_runtime.backends import make_backend
+from gpt2kit.training.data import TextBatches
+from gpt2kit.training.step import AdamW, GraphTrainingStep, TrainingStep
 
 OPTIMIZER = AdamW(learning_rate=3e-4, weight_decay=0.0)  # llm.c's
 CURVE_COLUMNS = ("step", "kit", "pytorch")  # LossPoint's
@@ -131,7 +131,7 @@ def plot_curve(csv_path: Path, title: str) -> Path:
 
 
 def main(argv=None) -> int:
-    parser = OneLineArgumentParser(prog="python -m benchmarks.training", description=__doc__.splitlines()[0])
+    parser = OneLineArgumentParser(prog="python -m gpt2kit.benchmarks.training", description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="random:124M", help="a GPT-2 source (default %(default)s)")
     parser.add_argument("--batch", type=POSITIVE_INT, default=4)
     parser.add_argument("--tokens", type=POSITIVE_INT, default=1024)
@@ -141,13 +141,13 @@ def main(argv=None) -> int:
     parser.add_argument("--out", type=Path, default=Path("results/training"), help="where the curve goes")
     parser.add_argument("--no-compile", action="store_true", help="leave out torch.compile")
     args = parser.parse_args(argv)
-    return run_command("benchmarks.training", lambda: benchmark(args), error_status=2)
+    return run_command("gpt2kit.benchmarks.training", lambda: benchmark(args), error_status=2)
 
 
 def benchmark(args) -> int:
     check_writable_directory(args.out, f"--out {args.out}")
     check_installed(TRANSFORMERS | (FIGURES if args.curve_steps > 0 else {}))
-    exit_without_gpu("benchmarks.training", "cannot run")
+    exit_without_gpu("gpt2kit.benchmarks.training", "cannot run")
     config, params = load_gpt2(args.model, lambda line: print(line, flush=True))
     B, T = args.batch, min(args.tokens, config.max_T)
     tokens = read_texts(kit_texts())

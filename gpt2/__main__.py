@@ -1,7 +1,7 @@
 """Complete text with the GPT-2 you wrote.
 
-    python -m gpt2 "The meaning of life is"       # one completion
-    python -m gpt2                                # an interactive loop (empty line or Ctrl-D ends it)
+    python -m gpt2kit "The meaning of life is"       # one completion
+    python -m gpt2kit                                # an interactive loop (empty line or Ctrl-D ends it)
 
 The model is --model if given, else the first of: $GPT2_MODEL; GPT-2 124M in the
 Hugging Face cache; gpt2_124M.bin in the working directory or the home directory
@@ -19,14 +19,14 @@ import os
 import sys
 from pathlib import Path
 
-from model_runtime.backends import BACKENDS, make_backend
-from generation.generate import Sampling, fit_prompt, generate
-from kernel_runtime import GPUUnavailableError, gpu_unavailable_reason
-from kernel_runtime.commands import (NON_NEGATIVE_INT, SEED, OneLineArgumentParser, checked, raise_lost_interrupt,
-                                     run_command)
-from model_runtime.families import check_sources, load_model, longest_context
-from model_runtime.tokenizer import get_tokenizer
-from reference.variants import variant_argument
+from gpt2kit.model_runtime.backends import BACKENDS, make_backend
+from gpt2kit.generation.generate import Sampling, fit_prompt, generate
+from gpt2kit.kernel_runtime import GPUUnavailableError, gpu_unavailable_reason
+from gpt2kit.kernel_runtime.commands import (NON_NEGATIVE_INT, SEED, OneLineArgumentParser, checked,
+                                             raise_lost_interrupt, run_command)
+from gpt2kit.model_runtime.families import check_sources, load_model, longest_context
+from gpt2kit.model_runtime.tokenizer import get_tokenizer
+from gpt2kit.reference.variants import variant_argument
 
 COURSE_CHECKPOINT = "gpt2_124M.bin"
 
@@ -80,7 +80,7 @@ NEW_TOKENS = checked(int, lambda n: 0 <= n < LONGEST_CONTEXT, f"an integer from 
 
 
 def build_parser() -> OneLineArgumentParser:
-    parser = OneLineArgumentParser(prog="python -m gpt2", description="Complete text with GPT-2 (or GPT-J) on the kit's "
+    parser = OneLineArgumentParser(prog="python -m gpt2kit", description="Complete text with GPT-2 (or GPT-J) on the kit's "
                                                                    "kernels.")
     parser.add_argument("prompt", nargs="?", help="text to complete (default: read one prompt per line from stdin)")
     parser.add_argument("--model", help="llm.c .bin file, Hugging Face directory (GPT-2 or GPT-J), hub name "
@@ -124,7 +124,7 @@ def parse_args(argv) -> argparse.Namespace:
 
 def choose_backend(args, note) -> str:
     """--backend if given; else kernels where there is a GPU, the NumPy reference where there is none (args of
-    this command, or of one with --backend and --kernels only: python -m gpt2.train)."""
+    this command, or of one with --backend and --kernels only: python -m gpt2kit.gpt2.train)."""
     if args.backend == "reference":
         return "reference"
     reason = gpu_unavailable_reason()
@@ -143,13 +143,13 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     if args.max_new_tokens == 0:
         return 0  # nothing to generate, so no model to load and no prompt to echo
-    return run_command("gpt2", lambda: complete(args))
+    return run_command("gpt2kit", lambda: complete(args))
 
 
 def complete(args) -> None:
     """Load the model, then complete the prompt, or each line of stdin."""
     def note(message: str) -> None:
-        print(f"[gpt2] {message}", file=sys.stderr)
+        print(f"[gpt2kit] {message}", file=sys.stderr)
 
     sampling = Sampling(args.temperature, args.top_k or None, args.top_p, args.seed)
     source = args.model or default_model(note)

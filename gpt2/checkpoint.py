@@ -27,7 +27,7 @@ line), reading, writing and random init report each tenth of their bytes: the co
 line prints those lines on stderr. transformers_model puts weights into transformers'
 GPT2LMHeadModel, which the benchmarks run beside the kit's model.
 
-    python -m gpt2.checkpoint convert gpt2 gpt2_124M.bin   # any source -> llm.c float32 (version 3)
+    python -m gpt2kit.gpt2.checkpoint convert gpt2 gpt2_124M.bin   # any source -> llm.c float32 (version 3)
 """
 
 from __future__ import annotations
@@ -40,14 +40,14 @@ from pathlib import Path
 
 import numpy as np
 
-from gpt2.config import PRESET_ALIASES, PRESETS, ConfigError, GPT2Config, preset
-from kernel_runtime.commands import OneLineArgumentParser, run_command
-from kernel_runtime.files import check_writable_file, replacing
-from model_runtime import checkpoint_files
-from model_runtime.checkpoint_files import (HF_PREFIX, CheckpointError, Parameters, Progress, Tenths,
-                                            bfloat16_to_float32, download_from_hub, expect_shape, float32_to_bfloat16,
-                                            open_weights, os_errors, read_json_object, transformers_sizes, write_text,
-                                            write_safetensors_directory)
+from gpt2kit.gpt2.config import PRESET_ALIASES, PRESETS, ConfigError, GPT2Config, preset
+from gpt2kit.kernel_runtime.commands import OneLineArgumentParser, run_command
+from gpt2kit.kernel_runtime.files import check_writable_file, replacing
+from gpt2kit.model_runtime import checkpoint_files
+from gpt2kit.model_runtime.checkpoint_files import (HF_PREFIX, CheckpointError, Parameters, Progress, Tenths,
+                                                    bfloat16_to_float32, download_from_hub, expect_shape,
+                                                    float32_to_bfloat16, open_weights, os_errors, read_json_object,
+                                                    transformers_sizes, write_text, write_safetensors_directory)
 
 LLMC_MAGIC = 20240326
 LLMC_VERSIONS = {3: "float32", 5: "bfloat16"}
@@ -310,7 +310,7 @@ def check_parameters(config: GPT2Config, params: Parameters, where: str) -> None
 
 
 def main(argv=None) -> int:
-    parser = OneLineArgumentParser(prog="python -m gpt2.checkpoint", description="Convert GPT-2 weights.")
+    parser = OneLineArgumentParser(prog="python -m gpt2kit.gpt2.checkpoint", description="Convert GPT-2 weights.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     convert = commands.add_parser("convert", help="write SOURCE as an llm.c float32 checkpoint (version 3), "
                                                   "the format of the course's gpt2_124M.bin",
@@ -319,7 +319,7 @@ def main(argv=None) -> int:
                                                           "directory, an llm.c .bin file, or random / random:<size>")
     convert.add_argument("out", metavar="OUT.bin", help="the file to write (replaced if it exists)")
     args = parser.parse_args(argv)
-    return run_command("gpt2.checkpoint", lambda: convert_to_llmc(args.source, args.out))
+    return run_command("gpt2kit.gpt2.checkpoint", lambda: convert_to_llmc(args.source, args.out))
 
 
 def convert_to_llmc(source, out) -> None:

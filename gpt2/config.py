@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from kernel_runtime import KitError
+from gpt2kit.kernel_runtime import KitError
 
 
 class ConfigError(KitError):
@@ -68,7 +68,7 @@ PRESETS = {
     "gpt2-xl": GPT2Config.sized(48, 25, 1600),
 }
 PRESET_ALIASES = {"124M": "gpt2", "355M": "gpt2-medium", "774M": "gpt2-large", "1558M": "gpt2-xl"}
-# a size with no published weights, to train from scratch in minutes (python -m gpt2.train): 30M parameters,
+# a size with no published weights, to train from scratch in minutes (python -m gpt2kit.gpt2.train): 30M parameters,
 # 19M of them the token table
 SMALL_PRESETS = {"gpt2-mini": GPT2Config.sized(6, 6, 384)}
 # every size by each of its names: what random:<size> may name

@@ -2,10 +2,10 @@
 
 from pathlib import Path
 
-from gpt2 import checkpoint
-from gpt2.config import SIZES
-from gpt2.model import GPT2
-from model_runtime.families import GENERATES_TEXT, Family
+from gpt2kit.gpt2 import checkpoint
+from gpt2kit.gpt2.config import SIZES
+from gpt2kit.gpt2.model import GPT2
+from gpt2kit.model_runtime.families import GENERATES_TEXT, Family
 
 
 def names_gpt2(source: str) -> bool:

@@ -17,16 +17,16 @@ import types
 
 import numpy as np
 
-from model_runtime.backends import Backend, make_backend
-from gpt2.model import GPT2
-from reference.precision import Profile, to_tf32
+from gpt2kit.model_runtime.backends import Backend, make_backend
+from gpt2kit.gpt2.model import GPT2
+from gpt2kit.reference.precision import Profile, to_tf32
 
 LOGITS_TOLERANCE = 2e-4  # of max |logit|, under fp32
 TF32_MARGIN = 4          # times the emulated TF32 error
 
 
 def tf32_reference_backend() -> Backend:
-    """reference.cpu in float64, every matmul's inputs first rounded to TF32 (to nearest)."""
+    """gpt2kit.reference.cpu in float64, every matmul's inputs first rounded to TF32 (to nearest)."""
     reference = make_backend("reference")
 
     def matmul_forward(out, inp, weight, bias, B, T, C, OC):

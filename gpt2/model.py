@@ -37,12 +37,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from gpt2.config import GPT2Config
-from model_runtime.backends import Backend, BackendError
-from model_runtime.causal_lm import CausalLM, KVCache
+from gpt2kit.gpt2.config import GPT2Config
+from gpt2kit.model_runtime.backends import Backend, BackendError
+from gpt2kit.model_runtime.causal_lm import CausalLM, KVCache
 
 if TYPE_CHECKING:
-    from gpt2.checkpoint import Parameters
+    from gpt2kit.gpt2.checkpoint import Parameters
 
 # name -> shape; L layers, B rows, T tokens, C channels, NH heads, Vp padded vocabulary
 ACTIVATION_SHAPES = {
@@ -78,7 +78,7 @@ class GPT2(CausalLM):
     @staticmethod
     def load_checkpoint(source, progress=None) -> tuple:
         """An llm.c .bin file, an HF directory, a hub name (gpt2, gpt2-medium, ...) or "random"."""
-        from gpt2 import checkpoint  # here: `import gpt2` leaves it to its command line
+        from gpt2kit.gpt2 import checkpoint  # here: `import gpt2kit.gpt2` leaves it to its command line
 
         return checkpoint.load(source, progress)
 

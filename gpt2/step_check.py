@@ -1,6 +1,6 @@
 """Step-by-step check: your kernels and gold side by side through a whole forward pass.
 
-    python -m gpt2.step_check [--model M] [--kernels DIR] [--variant NAME ...] [--profile P]
+    python -m gpt2kit.gpt2.step_check [--model M] [--kernels DIR] [--variant NAME ...] [--profile P]
                               [--backward] [--batch 4] [--tokens 64] [--seed 0]
 
 Every host-function call of the forward pass runs twice on the same inputs: gold's into
@@ -31,14 +31,14 @@ import sys
 
 import numpy as np
 
-from model_runtime.ops import parameters
-from kernel_runtime.commands import SEED, OneLineArgumentParser, run_command
-from kernel_runtime.device import exit_without_gpu
-from reference.judging import rounding_bounds
-from reference.numerics import element_errors, rms, worst_fraction
-from reference.precision import COURSE, COURSE_ELEMENT, COURSE_RMSE, Profile, course_errors
-from reference.registry import spec
-from reference.variants import add_profile_option, resolve_profile, variant_argument, variant_named
+from gpt2kit.model_runtime.ops import parameters
+from gpt2kit.kernel_runtime.commands import SEED, OneLineArgumentParser, run_command
+from gpt2kit.kernel_runtime.device import exit_without_gpu
+from gpt2kit.reference.judging import rounding_bounds
+from gpt2kit.reference.numerics import element_errors, rms, worst_fraction
+from gpt2kit.reference.precision import COURSE, COURSE_ELEMENT, COURSE_RMSE, Profile, course_errors
+from gpt2kit.reference.registry import spec
+from gpt2kit.reference.variants import add_profile_option, resolve_profile, variant_argument, variant_named
 
 
 @functools.cache
@@ -138,7 +138,7 @@ def run(model, tokens: np.ndarray, candidate, profile: Profile) -> StepChecker:
 def run_training(model, tokens: np.ndarray, targets: np.ndarray, candidate, profile: Profile) -> StepChecker:
     """A training step's gradients on `model` (gold): the forward pass, the loss and the backward pass, every call
     checked against `candidate` under `profile`."""
-    from training.step import TrainingStep
+    from gpt2kit.training.step import TrainingStep
 
     checker = StepChecker(candidate, model.backend, profile)
     step = TrainingStep(model, *tokens.shape)
@@ -151,7 +151,7 @@ def run_training(model, tokens: np.ndarray, targets: np.ndarray, candidate, prof
 
 
 def main(argv=None) -> int:
-    parser = OneLineArgumentParser(prog="python -m gpt2.step_check", description=__doc__.splitlines()[0])
+    parser = OneLineArgumentParser(prog="python -m gpt2kit.gpt2.step_check", description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="random", help="weights (default: random 124M)")
     parser.add_argument("--kernels", help="kernels/ directory to check (default: this repo's)")
     parser.add_argument("--variant", action="append", default=[], metavar="NAME", type=variant_argument,
@@ -164,16 +164,16 @@ def main(argv=None) -> int:
     parser.add_argument("--seed", type=SEED, default=0, help="seed of the random token ids, from 0 to 2**31 - 1 "
                                                                "(default %(default)s)")
     args = parser.parse_args(argv)
-    return run_command("gpt2.step_check", lambda: check(args), error_status=2)
+    return run_command("gpt2kit.gpt2.step_check", lambda: check(args), error_status=2)
 
 
 def check(args) -> int:
-    from model_runtime.backends import kernel_ops, make_backend, uses_flash
-    from model_runtime.families import check_sources, load_model
+    from gpt2kit.model_runtime.backends import kernel_ops, make_backend, uses_flash
+    from gpt2kit.model_runtime.families import check_sources, load_model
 
     profile = resolve_profile(args.profile, [variant_named(name) for name in args.variant])
     check_sources(args.model, args.kernels)
-    exit_without_gpu("gpt2.step_check")
+    exit_without_gpu("gpt2kit.gpt2.step_check")
     candidate = kernel_ops(args.kernels, tuple(args.variant))
     model = load_model(args.model, make_backend("gold"))
     model.flash_attention = uses_flash(tuple(args.variant))  # gold's attention step as the candidate's

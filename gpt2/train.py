@@ -1,9 +1,9 @@
 """Train GPT-2 on a text, on the kit's kernels (milestone 4's backward passes).
 
-    python -m gpt2.train                                      # GPT-2 mini from scratch, on the kit's READMEs
-    python -m gpt2.train --text book.txt --model random:124M --steps 2000
-    python -m gpt2.train --resume results/gpt2_trained.state.npz --steps 400   # 200 steps more
-    python -m gpt2 --model results/gpt2_trained.bin "The kit"   # then complete text with what it learned
+    python -m gpt2kit.gpt2.train                                      # GPT-2 mini from scratch, on the kit's READMEs
+    python -m gpt2kit.gpt2.train --text book.txt --model random:124M --steps 2000
+    python -m gpt2kit.gpt2.train --resume results/gpt2_trained.state.npz --steps 400   # 200 steps more
+    python -m gpt2kit --model results/gpt2_trained.bin "The kit"   # then complete text with what it learned
 
 The text (--text, repeatable; default: the kit's own README files, so a first run
 needs no download) is read through GPT-2's BPE, each file followed by end-of-text.
@@ -11,7 +11,7 @@ Every step takes the next B rows of T tokens and their targets (training.data), 
 forward, loss, backward and AdamW (training.step; on the kernels backend the forward
 and backward passes replay two CUDA graphs), and every --every steps prints the step,
 the loss and tokens per second. At the end the weights are written to --out as
-an llm.c checkpoint (float32), which `python -m gpt2 --model` reads: by default
+an llm.c checkpoint (float32), which `python -m gpt2kit --model` reads: by default
 results/gpt2_trained.bin, in a directory git ignores.
 
 Beside --out goes the training state (NAME.state.npz for --out NAME.bin; see
@@ -23,7 +23,7 @@ again while the state is saved stops without it. `--resume STATE` goes on from i
 with the options it was started with (each is checked), to --steps in all: the same
 weights, bit for bit on the CPU, as a run never stopped.
 
---model starts from any GPT-2 source python -m gpt2 takes: random:<size> (gpt2-mini,
+--model starts from any GPT-2 source python -m gpt2kit takes: random:<size> (gpt2-mini,
 30M parameters, is the default: minutes on a GPU), or a checkpoint to go on training.
 Without a GPU the NumPy reference backend trains, in float64 (slowly).
 """
@@ -38,22 +38,22 @@ from pathlib import Path
 
 import numpy as np
 
-from gpt2.__main__ import choose_backend
-from gpt2.checkpoint import check_parameters, write_llmc
-from gpt2.config import ConfigError, GPT2Config
-from gpt2.family import FAMILY
-from gpt2.model import GPT2
-from kernel_runtime import KitError
-from kernel_runtime.commands import (POSITIVE_INT, OneLineArgumentParser, checked, forget_interrupts,
-                                     interrupts_deferred, raise_lost_interrupt, run_command)
-from kernel_runtime.files import check_writable_file
-from model_runtime.backends import make_backend
-from model_runtime.checkpoint_files import CheckpointError
-from model_runtime.families import check_sources, family_of, load_model
-from model_runtime.tokenizer import get_tokenizer
-from training.data import TextBatches
-from training.state import TrainingState, read_state, save_state
-from training.step import AdamW, GraphTrainingStep, TrainingStep
+from gpt2kit.gpt2.__main__ import choose_backend
+from gpt2kit.gpt2.checkpoint import check_parameters, write_llmc
+from gpt2kit.gpt2.config import ConfigError, GPT2Config
+from gpt2kit.gpt2.family import FAMILY
+from gpt2kit.gpt2.model import GPT2
+from gpt2kit.kernel_runtime import KitError
+from gpt2kit.kernel_runtime.commands import (POSITIVE_INT, OneLineArgumentParser, checked, forget_interrupts,
+                                             interrupts_deferred, raise_lost_interrupt, run_command)
+from gpt2kit.kernel_runtime.files import check_writable_file
+from gpt2kit.model_runtime.backends import make_backend
+from gpt2kit.model_runtime.checkpoint_files import CheckpointError
+from gpt2kit.model_runtime.families import check_sources, family_of, load_model
+from gpt2kit.model_runtime.tokenizer import get_tokenizer
+from gpt2kit.training.data import TextBatches
+from gpt2kit.training.state import TrainingState, read_state, save_state
+from gpt2kit.training.step import AdamW, GraphTrainingStep, TrainingStep
 
 KIT_TEXTS = ("README.md", "benchmarks/README.md", "grading/README.md")  # the default text: the kit's own
 DEFAULT_OUT = Path("results/gpt2_trained.bin")  # results/ is the kit's place for what it makes: git ignores it
@@ -62,7 +62,7 @@ DECAY = checked(float, lambda x: 0 <= x < 1, "a number in [0, 1)")
 
 
 def build_parser() -> OneLineArgumentParser:
-    parser = OneLineArgumentParser(prog="python -m gpt2.train", description=__doc__.splitlines()[0])
+    parser = OneLineArgumentParser(prog="python -m gpt2kit.gpt2.train", description=__doc__.splitlines()[0])
     parser.add_argument("--text", action="append", type=Path, metavar="FILE",
                         help="a UTF-8 text to train on (repeatable; default: the kit's README files)")
     parser.add_argument("--model", default="random:gpt2-mini",
@@ -91,7 +91,7 @@ def build_parser() -> OneLineArgumentParser:
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
-    return run_command("gpt2.train", lambda: train(args))
+    return run_command("gpt2kit.gpt2.train", lambda: train(args))
 
 
 def read_texts(paths: list[Path]) -> list[int]:
@@ -221,7 +221,7 @@ def train(args) -> None:
             save()
             note(f"saved: go on with --resume {state_path(out)}")
         raise
-    note(f"wrote {out}: complete text with python -m gpt2 --model {out}; the training state is {state_path(out)}")
+    note(f"wrote {out}: complete text with python -m gpt2kit --model {out}; the training state is {state_path(out)}")
 
 
 if __name__ == "__main__":

@@ -1,1 +1,1 @@
-"""The TAs' grader: python -m grading <submission>... (see grading/__main__.py)."""
+"""The TAs' grader: python -m gpt2kit.grading <submission>... (see grading/__main__.py)."""

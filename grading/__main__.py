@@ -1,10 +1,10 @@
 """Grade kernel submissions, or write the students' handout.
 
-    python -m grading SUBMISSION [SUBMISSION ...] [--milestone N] [--seed N] [--out DIR] [--results-json PATH]
-    python -m grading --class-list FILE [--out DIR]       # one submission directory per line
-    python -m grading gather DIR [--milestone N]          # gradebook.csv from DIR/*/results.json, of their milestone
-    python -m grading handout OUT_DIR [--milestone N]     # the starter kit, solutions stubbed
-    python -m grading leaderboard SUBMISSION [...] [--variant NAME] [--seed N] [--out DIR]   # checked tok/s
+    python -m gpt2kit.grading SUBMISSION [SUBMISSION ...] [--milestone N] [--seed N] [--out DIR] [--results-json PATH]
+    python -m gpt2kit.grading --class-list FILE [--out DIR]    # one submission directory per line
+    python -m gpt2kit.grading gather DIR [--milestone N]       # gradebook.csv of DIR/*/results.json, of their milestone
+    python -m gpt2kit.grading handout OUT_DIR [--milestone N]  # the starter kit, solutions stubbed
+    python -m gpt2kit.grading leaderboard SUBMISSION [...] [--variant NAME] [--seed N] [--out DIR]   # checked tok/s
 
 A submission is a directory holding a student's kernels/ (or a kernels/ directory
 itself). Each item of the milestone's weights file (grading/weights.toml for milestone
@@ -24,18 +24,18 @@ import secrets
 import sys
 from pathlib import Path
 
-from grading import reports
-from grading.grade import grade_submission
-from grading.handout import make_handout
-from grading.items import WEIGHTS_FILES, scheme_for
-from kernel_runtime import KitError
-from kernel_runtime.commands import SEED, SEED_LIMIT, OneLineArgumentParser, run_command
-from kernel_runtime.device import exit_without_gpu, keep_compiled_kernels_private
-from kernel_runtime.files import check_writable_directory, check_writable_file
+from gpt2kit.grading import reports
+from gpt2kit.grading.grade import grade_submission
+from gpt2kit.grading.handout import make_handout
+from gpt2kit.grading.items import WEIGHTS_FILES, scheme_for
+from gpt2kit.kernel_runtime import KitError
+from gpt2kit.kernel_runtime.commands import SEED, SEED_LIMIT, OneLineArgumentParser, run_command
+from gpt2kit.kernel_runtime.device import exit_without_gpu, keep_compiled_kernels_private
+from gpt2kit.kernel_runtime.files import check_writable_directory, check_writable_file
 
 
 def grade_main(argv) -> int:
-    parser = OneLineArgumentParser(prog="python -m grading", description=__doc__,
+    parser = OneLineArgumentParser(prog="python -m gpt2kit.grading", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("submissions", nargs="*", type=Path, help="submission directories")
     add_milestone_option(parser)
@@ -57,7 +57,7 @@ def grade_main(argv) -> int:
     if args.results_json:
         check_writable_file(args.results_json, f"--results-json {args.results_json}", parents_made=True)
     scheme = scheme_for(args.milestone)
-    exit_without_gpu("grading", "cannot grade without a GPU")
+    exit_without_gpu("gpt2kit.grading", "cannot grade without a GPU")
     rows = []
     for number, submission in enumerate(submissions, start=1):
         # fresh for each submission: a seed in one report must not be the next submission's secret
@@ -116,14 +116,14 @@ def submission_problem(submission: Path) -> str | None:
 
 
 def gather_main(argv) -> int:
-    parser = OneLineArgumentParser(prog="python -m grading gather")
+    parser = OneLineArgumentParser(prog="python -m gpt2kit.grading gather")
     parser.add_argument("directory", type=Path, help="the --out directory of the grading runs")
     add_milestone_option(parser, default=None, help="the milestone the results were graded under "
                                                     "(default: the one they say; given, it is checked against it)")
     args = parser.parse_args(argv)
     rows = reports.read_results(args.directory)
     if not rows:
-        print(f"grading gather: no */results.json under {args.directory}", file=sys.stderr)
+        print(f"gpt2kit.grading gather: no */results.json under {args.directory}", file=sys.stderr)
         return 2
     scheme = scheme_for(reports.gathered_milestone(rows, args.directory, args.milestone))
     reports.write_gradebook(rows, scheme, args.directory / "gradebook.csv")
@@ -132,7 +132,7 @@ def gather_main(argv) -> int:
 
 
 def handout_main(argv) -> int:
-    parser = OneLineArgumentParser(prog="python -m grading handout")
+    parser = OneLineArgumentParser(prog="python -m gpt2kit.grading handout")
     parser.add_argument("destination", type=Path)
     add_milestone_option(parser)
     args = parser.parse_args(argv)
@@ -142,11 +142,11 @@ def handout_main(argv) -> int:
 
 
 def leaderboard_main(argv) -> int:
-    from grading import leaderboard
-    from grading.ranking import commands, make_judge, rank_submission
-    from reference.variants import resolve_profile, variant_named
+    from gpt2kit.grading import leaderboard
+    from gpt2kit.grading.ranking import commands, make_judge, rank_submission
+    from gpt2kit.reference.variants import resolve_profile, variant_named
 
-    parser = OneLineArgumentParser(prog="python -m grading leaderboard", description=leaderboard.__doc__,
+    parser = OneLineArgumentParser(prog="python -m gpt2kit.grading leaderboard", description=leaderboard.__doc__,
                                    formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("submissions", nargs="+", type=Path, help="submission directories")
     parser.add_argument("--variant", action="append", default=[], metavar="NAME",
@@ -163,7 +163,7 @@ def leaderboard_main(argv) -> int:
     workload = leaderboard.load_workload(args.table)
     # the variants' own profile, whatever the TA's shell holds: a standing must not depend on it
     profile = resolve_profile(None, [variant_named(name) for name in args.variant], environ={})
-    exit_without_gpu("grading leaderboard", "cannot time kernels without a GPU")
+    exit_without_gpu("gpt2kit.grading leaderboard", "cannot time kernels without a GPU")
     print(f"computing the gate's reference ({profile.name} profile) and the roofline ...", file=sys.stderr, flush=True)
     judge = make_judge(workload, profile)
     standings = []
@@ -188,8 +188,8 @@ def main(argv=None) -> int:
     keep_compiled_kernels_private()  # before CUDA starts: the grader and the ranking trust what they compile
     commands = {"handout": handout_main, "gather": gather_main, "leaderboard": leaderboard_main}
     if argv and argv[0] in commands:
-        return run_command("grading", lambda: commands[argv[0]](argv[1:]), error_status=2)
-    return run_command("grading", lambda: grade_main(argv), error_status=2)
+        return run_command("gpt2kit.grading", lambda: commands[argv[0]](argv[1:]), error_status=2)
+    return run_command("gpt2kit.grading", lambda: grade_main(argv), error_status=2)
 
 
 if __name__ == "__main__":

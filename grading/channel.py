@@ -23,7 +23,7 @@ from typing import BinaryIO
 
 import numpy as np
 
-from kernel_runtime import KitError
+from gpt2kit.kernel_runtime import KitError
 
 MAX_LINE = 1 << 20         # bytes of a message's JSON line: its fields are a few numbers and names
 MAX_ARRAY_BYTES = 1 << 30  # the gate's logits are a few MB, a run's tokens less

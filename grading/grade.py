@@ -32,21 +32,21 @@ import threading
 from pathlib import Path
 from typing import Callable
 
-from grading.items import Item, Scheme, capped_total
-from grading.channel import Channel, ChannelError
-from grading.provenance import staff_kernels_taped
-from grading.replayer import split_arrays
-from grading.sandbox import Sandbox, WorkerDirectory, worker_sandbox
-from kernel_runtime.device import PRIVATE_KERNEL_CACHES
-from kernel_runtime.errors import KitError
-from kernel_runtime.loader import kernels_directory
-from reference.execution import CUDA_CONTEXT_LOST, Execution, load_records
-from reference.judging import Result, judge
-from reference.registry import build, cases
-from reference.techniques import TECHNIQUES, missing_technique, products_of
-from reference.variants import Variant, first_unwritten, resolve_profile
+import gpt2kit
+from gpt2kit.grading.items import Item, Scheme, capped_total
+from gpt2kit.grading.channel import Channel, ChannelError
+from gpt2kit.grading.provenance import staff_kernels_taped
+from gpt2kit.grading.replayer import split_arrays
+from gpt2kit.grading.sandbox import Sandbox, WorkerDirectory, worker_sandbox
+from gpt2kit.kernel_runtime.device import PRIVATE_KERNEL_CACHES
+from gpt2kit.kernel_runtime.errors import KitError
+from gpt2kit.kernel_runtime.loader import kernels_directory
+from gpt2kit.reference.execution import CUDA_CONTEXT_LOST, Execution, load_records
+from gpt2kit.reference.judging import Result, judge
+from gpt2kit.reference.registry import build, cases
+from gpt2kit.reference.techniques import TECHNIQUES, missing_technique, products_of
+from gpt2kit.reference.variants import Variant, first_unwritten, resolve_profile
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
 RECORDING_SEED = 0  # the inputs the worker's calls are recorded on: no secret, since only replays are judged
 
 
@@ -98,7 +98,7 @@ def grade_item(submission: Path, item: Item, scheme: Scheme, seed: int, sandbox:
     sandbox = sandbox or worker_sandbox(scheme.milestone)
     with sandbox.directory(submission) as place:
         try:
-            crash = run_worker(sandbox, place, ["-m", "grading.worker", "--submission", str(place.submission),
+            crash = run_worker(sandbox, place, ["-m", "gpt2kit.grading.worker", "--submission", str(place.submission),
                                                 "--weights", str(place.copy_in(scheme.path)), "--item", item.name,
                                                 "--seed", str(RECORDING_SEED), "--out", str(place.work)],
                                scheme.time_limit_seconds)
@@ -168,12 +168,12 @@ class Replayed:
 def trusted_environment() -> dict[str, str]:
     """The environment of a trusted process (the grader's replayer, the leaderboard's): this kit's checkout on
     its path, its compiled kernels kept in memory."""
-    return os.environ | {"PYTHONPATH": str(REPO_ROOT)} | PRIVATE_KERNEL_CACHES
+    return os.environ | {"PYTHONPATH": str(gpt2kit.PATH_ENTRY)} | PRIVATE_KERNEL_CACHES
 
 
 def replayer_command(records: Path, scheme: Scheme, item: Item) -> list[str]:
     # -P: not the working directory on the path; -s: not the user's site-packages
-    return [sys.executable, "-P", "-s", "-m", "grading.replayer", "--records", str(records),
+    return [sys.executable, "-P", "-s", "-m", "gpt2kit.grading.replayer", "--records", str(records),
             "--weights", str(Path(scheme.path).resolve()), "--item", item.name]
 
 

@@ -32,7 +32,11 @@ every step instead of using the KV cache, and says so (generation.decoding).
 The grader's workers run a kit of their own (`make_worker_kit`, grading.sandbox): a
 milestone's handout plus the few grader modules a worker imports (WORKER_FILES), built
 the same way, from the files git tracks or, in an installed copy (pip install .), from
-the files the package installed.
+the files the package installed, laid out as a checkout lays them out (gpt2kit/kernels/
+of the wheel is kernels/).
+
+A kit's pyproject.toml loses its lines that name a package of a folder the kit leaves
+out (gpt2kit.grading), so that the kit installs.
 
 The README loses what it says of what the kit leaves out: each section between
 `<!-- staff only -->` and `<!-- end staff only -->`, each line that ends with
@@ -48,15 +52,16 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from grading.items import WEIGHTS_FILES
-from kernel_runtime import KitError
-from kernel_runtime.commands import raise_lost_interrupt
-from kernel_runtime.files import replacing
-from kernel_runtime.stubs import STUB_LINES
-from reference.registry import SPEC_FILES, SPECS
-from reference.variants import new_modules
+import gpt2kit
+from gpt2kit.grading.items import WEIGHTS_FILES
+from gpt2kit.kernel_runtime import KitError
+from gpt2kit.kernel_runtime.commands import raise_lost_interrupt
+from gpt2kit.kernel_runtime.files import replacing
+from gpt2kit.kernel_runtime.stubs import STUB_LINES
+from gpt2kit.reference.registry import SPEC_FILES, SPECS
+from gpt2kit.reference.variants import new_modules
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = gpt2kit.KIT_ROOT
 MILESTONES = tuple(sorted(WEIGHTS_FILES))  # a handout for each milestone the grader knows
 
 
@@ -96,7 +101,7 @@ STAFF_FILES = ("grading/", "tests/grading/", "tests/kernels/wrong/", "tests/kern
                "slurm/grade_class.slurm", ".ci/",
                # the kit's own build: its layering, how the suite spreads, its install lines, its setups without CuPy
                "tests/test_layering.py", "tests/test_spreading.py", "tests/test_install_lines.py",
-               "tests/test_degraded_setups.py",
+               "tests/test_degraded_setups.py", "tests/test_hugging_face_kernels.py",
                # the study's own checks (transformers' compiled generate, its tables, its commands), which no
                # kernel changes
                "tests/benchmarks/test_generation_hf.py", "tests/benchmarks/test_grape_tables.py",
@@ -112,6 +117,7 @@ SOLUTION = re.compile(r"^([ \t]*)(//|#) BEGIN SOLUTION\n.*?^[ \t]*\2 END SOLUTIO
 LEFTOVER_MARKER = re.compile(r"^[ \t]*(//|#) (BEGIN|END) SOLUTION", re.MULTILINE)
 STAFF_SECTION = re.compile(r"^<!-- staff only.*?^<!-- end staff only -->\n\n?", re.MULTILINE | re.DOTALL)
 STAFF_LINE = re.compile(r"^.*<!-- staff -->\n", re.MULTILINE)
+PACKAGE_LINE = re.compile(r'^.*"gpt2kit\.(\w+)[."].*\n', re.MULTILINE)  # a line of pyproject.toml naming a package
 
 
 class HandoutError(KitError):
@@ -137,6 +143,13 @@ def students_readme(text: str, milestone: int = 1) -> str:
                   flags=re.MULTILINE)
 
 
+def students_pyproject(text: str, folders: set[str]) -> str:
+    """pyproject.toml without the lines naming a package of a course folder not among `folders` (those the kit
+    holds)."""
+    return PACKAGE_LINE.sub(lambda line: line.group(0) if line.group(1) in folders
+                            or line.group(1) not in gpt2kit.COURSE_FOLDERS else "", text)
+
+
 def kit_files(root: Path) -> list[Path]:
     """The files git tracks in the kit checkout at `root`; HandoutError unless `root` is the top of a git
     work tree."""
@@ -149,7 +162,7 @@ def kit_files(root: Path) -> list[Path]:
             raise HandoutError(f"{root} is not a git checkout of the kit ({why}): {fix}")
         listed = subprocess.run(["git", "ls-files", "-z"], cwd=root, capture_output=True, check=True).stdout
         tracked = sorted(Path(p) for p in listed.decode().split("\0") if p)
-        packages = sorted({path.parts[0] for path in tracked if len(path.parts) == 2 and path.name == "__init__.py"})
+        packages = sorted({path.parts[0] for path in tracked if len(path.parts) > 1 and path.suffix == ".py"})
         others = subprocess.run(["git", "ls-files", "-z", "--others", "--exclude-standard", "--", *packages],
                                 cwd=root, capture_output=True, check=True).stdout if packages else b""
     except OSError as err:
@@ -164,15 +177,22 @@ def kit_files(root: Path) -> list[Path]:
     return tracked
 
 
-def installed_files(root: Path) -> list[Path]:
-    """The files the kit's installed package (pip install .) put under `root`, byte code and its metadata left
-    out; HandoutError when `root` holds no installed copy of the kit."""
-    names = importlib.metadata.packages_distributions().get(__name__.split(".")[0], [])
-    for name in names:
+def checkout_sources(root: Path) -> dict[Path, Path]:
+    """The files git tracks in the kit checkout at `root` (kit_files), each by its path there."""
+    return {path: root / path for path in kit_files(root)}
+
+
+def installed_sources(root: Path) -> dict[Path, Path]:
+    """The files the kit's installed package (pip install .) put in `root`, its gpt2kit/, byte code left out: each
+    by the path a checkout gives it (a course folder at the top, the rest in gpt2kit/), and where it is;
+    HandoutError when `root` is no installed copy of the kit."""
+    for name in importlib.metadata.packages_distributions().get("gpt2kit", []):
         distribution = importlib.metadata.distribution(name)
-        if Path(distribution.locate_file("")).resolve() == root.resolve():
-            return sorted(Path(file) for file in distribution.files or () if not file.parts[0].startswith("..")
-                          and not file.parts[0].endswith(".dist-info") and file.suffix != ".pyc")
+        if Path(distribution.locate_file("gpt2kit")).resolve() == root.resolve():
+            inside = [Path(*file.parts[1:]) for file in distribution.files or ()
+                      if file.parts[0] == "gpt2kit" and file.suffix != ".pyc"]
+            return {(path if path.parts[0] in gpt2kit.COURSE_FOLDERS else "gpt2kit" / path): root / path
+                    for path in sorted(inside)}
     raise HandoutError(f"{root} is neither a git checkout of the kit nor an installed copy of it")
 
 
@@ -180,50 +200,52 @@ def make_handout(destination: Path, root: Path = REPO_ROOT, milestone: int = 1) 
     """Write milestone `milestone`'s starter kit to `destination` (which must not exist); returns the
     stubbed kernel files. The kit is written to a temporary directory beside `destination` and renamed
     into place when complete, so a handout stopped midway leaves no half kit to hand out."""
-    return _write_kit(destination, root, kit_files, milestone, ())
+    return _write_kit(destination, root, checkout_sources, milestone, ())
 
 
 def make_worker_kit(destination: Path, root: Path = REPO_ROOT, milestone: int = 1) -> list[str]:
     """Write the kit a grading worker of milestone `milestone` runs to `destination`: the milestone's handout
     and WORKER_FILES, from the files git tracks in `root` or, when `root` is an installed copy, from its
     installed files. Returns the stubbed kernel files."""
-    listed = kit_files if (root / ".git").exists() else installed_files
-    return _write_kit(destination, root, listed, milestone, WORKER_FILES)
+    sources = checkout_sources if (root / ".git").exists() else installed_sources
+    return _write_kit(destination, root, sources, milestone, WORKER_FILES)
 
 
-def _write_kit(destination: Path, root: Path, listed, milestone: int, kept: tuple[str, ...]) -> list[str]:
-    """The handout of `milestone` written as make_handout says, from the files listed(root), with `kept` kept."""
+def _write_kit(destination: Path, root: Path, sources, milestone: int, kept: tuple[str, ...]) -> list[str]:
+    """The handout of `milestone` written as make_handout says, from the files sources(root), with `kept` kept."""
     if milestone not in MILESTONES:
         raise HandoutError(f"no milestone {milestone}; the handouts are for milestones {', '.join(map(str, MILESTONES))}")
     if destination.exists():
         raise HandoutError(f"{destination} already exists; choose a new directory")
     try:
         with replacing(destination, directory=True) as partial:
-            return _write_handout(partial, root, listed(root), milestone, kept)
+            return _write_handout(partial, sources(root), milestone, kept)
     except OSError as err:
         raise HandoutError(f"{destination}: cannot write the handout ({err.strerror or err})") from None
 
 
-def _write_handout(destination: Path, root: Path, files: list[Path], milestone: int,
-                   kept: tuple[str, ...]) -> list[str]:
-    stubbed, leave_out = [], left_out(milestone)
-    for relative in files:
+def _write_handout(destination: Path, sources: dict[Path, Path], milestone: int, kept: tuple[str, ...]) -> list[str]:
+    leave_out = left_out(milestone)
+    written = {relative: source for relative, source in sources.items() if source.exists() and (
+        relative.as_posix() in kept or not any(relative.as_posix().startswith(left) for left in leave_out))}
+    folders = {relative.parts[0] for relative in written if len(relative.parts) > 1}
+    stubbed = []
+    for relative, source in written.items():
         raise_lost_interrupt()  # a file at a time: a Ctrl-C swallowed anywhere stops the kit here
         name = relative.as_posix()
-        staff_or_later = name not in kept and any(name == left or name.startswith(left) for left in leave_out)
-        if staff_or_later or not (root / relative).exists():
-            continue
         target = destination / relative
         target.parent.mkdir(parents=True, exist_ok=True)
         if name == "README.md":
-            target.write_text(students_readme((root / relative).read_text(), milestone))
+            target.write_text(students_readme(source.read_text(), milestone))
+        elif name == "pyproject.toml":
+            target.write_text(students_pyproject(source.read_text(), folders))
         elif name.startswith("kernels/") and name.endswith(".py"):
-            text, count = strip_solutions((root / relative).read_text())
+            text, count = strip_solutions(source.read_text())
             if LEFTOVER_MARKER.search(text):
                 raise HandoutError(f"{name}: unbalanced solution markers")
             target.write_text(text)
             if count:
                 stubbed.append(f"{name} ({count} block{'s' if count > 1 else ''})")
         else:
-            shutil.copy2(root / relative, target)
+            shutil.copy2(source, target)
     return stubbed

@@ -19,8 +19,8 @@ import dataclasses
 import tomllib
 from pathlib import Path
 
-from kernel_runtime import KitError
-from reference.variants import VARIANTS, Variant, milestone_variants, plain
+from gpt2kit.kernel_runtime import KitError
+from gpt2kit.reference.variants import VARIANTS, Variant, milestone_variants, plain
 
 WEIGHTS_FILE = Path(__file__).with_name("weights.toml")
 WEIGHTS_FILES = {1: WEIGHTS_FILE, **{m: Path(__file__).with_name(f"weights_m{m}.toml") for m in (2, 3, 4)}}

@@ -2,7 +2,7 @@
 correctness gate, every timed token checked, and none of the submission's code running
 while it is timed.
 
-    python -m grading leaderboard SUBMISSION [SUBMISSION ...] [--variant NAME] [--seed N] [--out DIR]
+    python -m gpt2kit.grading leaderboard SUBMISSION [SUBMISSION ...] [--variant NAME] [--seed N] [--out DIR]
 
 The workload is fixed in grading/leaderboard.toml: GPT-2 124M with seeded random
 weights, every batch size x count of new tokens x prompt length, sampled (temperature,
@@ -39,14 +39,14 @@ from pathlib import Path
 
 import numpy as np
 
-from gpt2.checkpoint import Parameters, perturbed_parameters
-from gpt2.config import GPT2Config, preset
-from gpt2.model import GPT2
-from generation.decoding import make_decoder
-from generation.generate import Sampling, decoder_kind
-from kernel_runtime import KitError
-from model_runtime.backends import Backend, uses_flash, uses_fused_decode
-from reference.numerics import element_errors
+from gpt2kit.gpt2.checkpoint import Parameters, perturbed_parameters
+from gpt2kit.gpt2.config import GPT2Config, preset
+from gpt2kit.gpt2.model import GPT2
+from gpt2kit.generation.decoding import make_decoder
+from gpt2kit.generation.generate import Sampling, decoder_kind
+from gpt2kit.kernel_runtime import KitError
+from gpt2kit.model_runtime.backends import Backend, uses_flash, uses_fused_decode
+from gpt2kit.reference.numerics import element_errors
 
 TABLE_FILE = Path(__file__).with_name("leaderboard.toml")
 WARM_UP_TOKENS = 2

@@ -1,6 +1,6 @@
 """Runs and times the leaderboard's model on a submission's tapes: the kit's code only.
 
-    python -m grading.leaderboard_replayer --table FILE [--variant NAME ...]
+    python -m gpt2kit.grading.leaderboard_replayer --table FILE [--variant NAME ...]
 
 The ranking process (grading.ranking) starts it once the submission's worker has ended,
 with Python's -P and -s, the kit's own checkout on its path and CuPy's kernel cache kept
@@ -32,15 +32,15 @@ from typing import Callable
 
 import numpy as np
 
-from generation.executors import make_executor
-from grading.channel import Channel, worker_channel
-from gpt2.model import GPT2
-from grading.leaderboard import Workload, gate_outputs, leaderboard_model, load_workload, warm_up
-from grading.taped_calls import TapedOps, permits, read_tapes
-from kernel_runtime import KitError
-from kernel_runtime.loader import use_kernels
-from model_runtime.tokenizer import get_tokenizer
-from reference.execution import describe
+from gpt2kit.generation.executors import make_executor
+from gpt2kit.grading.channel import Channel, worker_channel
+from gpt2kit.gpt2.model import GPT2
+from gpt2kit.grading.leaderboard import Workload, gate_outputs, leaderboard_model, load_workload, warm_up
+from gpt2kit.grading.taped_calls import TapedOps, permits, read_tapes
+from gpt2kit.kernel_runtime import KitError
+from gpt2kit.kernel_runtime.loader import use_kernels
+from gpt2kit.model_runtime.tokenizer import get_tokenizer
+from gpt2kit.reference.execution import describe
 
 
 def taped_model(channel: Channel, workload: Workload, variants: tuple[str, ...]) -> GPT2:
@@ -81,7 +81,7 @@ def refusing(channel: Channel, run: Callable[[], None]) -> int:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m grading.leaderboard_replayer")
+    parser = argparse.ArgumentParser(prog="python -m gpt2kit.grading.leaderboard_replayer")
     parser.add_argument("--table", required=True)
     parser.add_argument("--variant", action="append", default=[])
     args = parser.parse_args(argv)

@@ -1,6 +1,6 @@
 """Tapes one submission's kernels for the leaderboard, in a process of its own.
 
-    python -m grading.leaderboard_worker --submission DIR --table FILE [--variant NAME ...]
+    python -m gpt2kit.grading.leaderboard_worker --submission DIR --table FILE [--variant NAME ...]
 
 The ranking process (grading.ranking) starts one worker per submission, sandboxed and
 under the table's time limit, and reads its stdout (grading.channel). The worker loads
@@ -21,14 +21,14 @@ import sys
 
 import numpy as np
 
-from generation.executors import make_executor
-from grading.channel import worker_channel
-from grading.leaderboard import configurations, gate_outputs, leaderboard_model, load_workload, warm_up
-from grading.taped_calls import Taper, permits
-from grading.worker import fence_references
-from kernel_runtime import recording
-from model_runtime.backends import kernel_ops
-from model_runtime.tokenizer import get_tokenizer
+from gpt2kit.generation.executors import make_executor
+from gpt2kit.grading.channel import worker_channel
+from gpt2kit.grading.leaderboard import configurations, gate_outputs, leaderboard_model, load_workload, warm_up
+from gpt2kit.grading.taped_calls import Taper, permits
+from gpt2kit.grading.worker import fence_references
+from gpt2kit.kernel_runtime import recording
+from gpt2kit.model_runtime.backends import kernel_ops
+from gpt2kit.model_runtime.tokenizer import get_tokenizer
 
 
 def tape_the_model(submission: str, table: str, variants: tuple[str, ...]) -> dict[str, str]:
@@ -44,7 +44,7 @@ def tape_the_model(submission: str, table: str, variants: tuple[str, ...]) -> di
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m grading.leaderboard_worker")
+    parser = argparse.ArgumentParser(prog="python -m gpt2kit.grading.leaderboard_worker")
     parser.add_argument("--submission", required=True)
     parser.add_argument("--table", required=True)
     parser.add_argument("--variant", action="append", default=[])

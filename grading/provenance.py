@@ -27,9 +27,9 @@ import re
 from pathlib import Path
 from typing import Iterable
 
-from kernel_runtime.hermetic import without_comments
-from kernel_runtime.loader import KIT_KERNELS
-from kernel_runtime.tape import Tape
+from gpt2kit.kernel_runtime.hermetic import without_comments
+from gpt2kit.kernel_runtime.loader import KIT_KERNELS
+from gpt2kit.kernel_runtime.tape import Tape
 
 SOLUTION_MARKER = "// BEGIN SOLUTION"
 QUALIFIERS = ("__global__", "__device__")

@@ -44,19 +44,19 @@ from typing import Callable
 
 import numpy as np
 
-from gpt2.config import GPT2Config
-from gpt2.logits_check import allowed_logit_error
-from gpt2.model import GPT2
-from grading.channel import Channel, ChannelError
-from grading.grade import crash_reason, kill_group, trusted_environment
-from grading.handout import MILESTONES
-from grading.leaderboard import (Configuration, GateOutputs, Row, Standing, Workload, configurations, gate_failure,
-                                 model_weights, standing)
-from grading.sandbox import Sandbox, WorkerDirectory, worker_sandbox
-from grading.token_check import check_run
-from kernel_runtime.device import keep_compiled_kernels_private
-from model_runtime.tokenizer import bpe_path, get_tokenizer
-from reference.precision import Profile
+from gpt2kit.gpt2.config import GPT2Config
+from gpt2kit.gpt2.logits_check import allowed_logit_error
+from gpt2kit.gpt2.model import GPT2
+from gpt2kit.grading.channel import Channel, ChannelError
+from gpt2kit.grading.grade import crash_reason, kill_group, trusted_environment
+from gpt2kit.grading.handout import MILESTONES
+from gpt2kit.grading.leaderboard import (Configuration, GateOutputs, Row, Standing, Workload, configurations,
+                                         gate_failure, model_weights, standing)
+from gpt2kit.grading.sandbox import Sandbox, WorkerDirectory, worker_sandbox
+from gpt2kit.grading.token_check import check_run
+from gpt2kit.kernel_runtime.device import keep_compiled_kernels_private
+from gpt2kit.model_runtime.tokenizer import bpe_path, get_tokenizer
+from gpt2kit.reference.precision import Profile
 
 BANDWIDTH_HEADROOM = 1.5  # a device-to-device copy reaches 80-90% of the peak: 1.5x the copy is above any kernel
 
@@ -160,9 +160,9 @@ def commands(table: Path, variants: tuple[str, ...]) -> Commands:
     """The worker's command (its copies of the submission and of `table`) and the replayer's (the kit's own
     code only: -P, not the working directory on its path; -s, not the user's site-packages)."""
     chosen = [f"--variant={v}" for v in variants]
-    return Commands(lambda place: [sys.executable, "-m", "grading.leaderboard_worker", "--submission",
+    return Commands(lambda place: [sys.executable, "-m", "gpt2kit.grading.leaderboard_worker", "--submission",
                                    str(place.submission), "--table", str(place.copy_in(table)), *chosen],
-                    [sys.executable, "-P", "-s", "-m", "grading.leaderboard_replayer", "--table",
+                    [sys.executable, "-P", "-s", "-m", "gpt2kit.grading.leaderboard_replayer", "--table",
                      str(Path(table).resolve()), *chosen])
 
 

@@ -1,6 +1,6 @@
 """Replays a worker's tapes on inputs only the grader knows: the outputs that are judged.
 
-    python -m grading.replayer --records DIR --weights FILE --item NAME     (the seed comes on stdin)
+    python -m gpt2kit.grading.replayer --records DIR --weights FILE --item NAME     (the seed comes on stdin)
 
 The grader (grading.grade) starts it after the item's worker has ended, in a fresh
 directory of its own, with Python's -P and -s (neither the working directory nor the
@@ -34,12 +34,12 @@ import argparse
 import sys
 from pathlib import Path
 
-from grading.channel import worker_channel
-from grading.items import load_scheme
-from kernel_runtime.replay import device_arch
-from reference.execution import CUDA_CONTEXT_LOST, describe, is_cuda_error, load_records, replay_on
-from reference.registry import build, cases
-from reference.techniques import INSTRUCTION_CLASSES, TECHNIQUES, add_counts, static_classes
+from gpt2kit.grading.channel import worker_channel
+from gpt2kit.grading.items import load_scheme
+from gpt2kit.kernel_runtime.replay import device_arch
+from gpt2kit.reference.execution import CUDA_CONTEXT_LOST, describe, is_cuda_error, load_records, replay_on
+from gpt2kit.reference.registry import build, cases
+from gpt2kit.reference.techniques import INSTRUCTION_CLASSES, TECHNIQUES, add_counts, static_classes
 
 ARRAYS = {"out_": 0, "in_": 1, "replay_": 2}  # prefix of each array -> which of the three dicts it is
 
@@ -56,7 +56,7 @@ def split_arrays(arrays: dict) -> tuple[dict, dict, dict]:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m grading.replayer")
+    parser = argparse.ArgumentParser(prog="python -m gpt2kit.grading.replayer")
     parser.add_argument("--records", required=True, type=Path)
     parser.add_argument("--weights", required=True, type=Path)
     parser.add_argument("--item", required=True)

@@ -15,10 +15,10 @@ import csv
 import json
 from pathlib import Path
 
-from grading.grade import SubmissionGrade
-from grading.items import Scheme
-from kernel_runtime import KitError
-from kernel_runtime.files import replacing
+from gpt2kit.grading.grade import SubmissionGrade
+from gpt2kit.grading.items import Scheme
+from gpt2kit.kernel_runtime import KitError
+from gpt2kit.kernel_runtime.files import replacing
 
 
 def console_table(grade: SubmissionGrade, width: int = 100) -> str:

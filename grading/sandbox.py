@@ -41,16 +41,16 @@ import tempfile
 from pathlib import Path
 from typing import Iterator
 
-from grading import namespace
-from grading.handout import HandoutError, installed_files, make_worker_kit
-from kernel_runtime import KitError
-from kernel_runtime.loader import kernels_directory
+import gpt2kit
+from gpt2kit.grading import namespace
+from gpt2kit.grading.handout import make_worker_kit
+from gpt2kit.kernel_runtime import KitError
+from gpt2kit.kernel_runtime.loader import kernels_directory
 
 ISOLATION_VARIABLE = "KIT_GRADING_ISOLATION"
 ISOLATION_LEVELS = ("bwrap", "unshare", "none")
 KEPT_VARIABLES = ("PATH", "LD_LIBRARY_PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "CUDA_VISIBLE_DEVICES",
                   "CUDA_DEVICE_ORDER", "CUDA_PATH", "CUDA_HOME")
-KIT_ROOT = Path(__file__).resolve().parents[1]
 
 
 class SandboxError(KitError):
@@ -172,18 +172,14 @@ def planned_mounts(hidden: list[Path], read: list[Path], written: Path) -> list[
 
 def checkouts() -> list[Path]:
     """Where the kit's own files are: the directory holding this kit's checkout (and so any clone beside it), or
-    its installed packages' directories; and the directory holding the checkout that an editable install of the
-    kit in this Python maps the kit's packages to."""
-    try:
-        found = [KIT_ROOT.parent] if (KIT_ROOT / ".git").exists() else sorted(
-            {KIT_ROOT / file.parts[0] for file in installed_files(KIT_ROOT) if len(file.parts) > 1})
-    except HandoutError:  # a copy that is neither a checkout nor installed: all of it is the kit's
-        found = [KIT_ROOT]
+    all of a copy that is no checkout (an installed package, gpt2kit/ in site-packages); and the directory holding
+    the checkout that an editable install of the kit in this Python maps the package to."""
+    found = [gpt2kit.KIT_ROOT.parent] if (gpt2kit.KIT_ROOT / ".git").exists() else [gpt2kit.KIT_ROOT]
     for directory in site.getsitepackages():
         for finder in Path(directory).glob("__editable__*_finder.py"):
             mapping = editable_mapping(finder.read_text(errors="replace"))
-            if "kernel_runtime" in mapping:
-                found.append(Path(mapping["kernel_runtime"]).parents[1])
+            if "gpt2kit" in mapping:
+                found.append(Path(mapping["gpt2kit"]).parents[1])
     return found
 
 

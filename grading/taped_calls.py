@@ -25,11 +25,11 @@ import functools
 import json
 import types
 
-from kernel_runtime import KitError, recording
-from kernel_runtime import tape as tapes
-from kernel_runtime.replay import PreparedTape, check_scratch
-from model_runtime.ops import MODEL_FUNCTIONS, OPTIONAL_FUNCTIONS, parameters
-from reference.variants import variant_named
+from gpt2kit.kernel_runtime import KitError, recording
+from gpt2kit.kernel_runtime import tape as tapes
+from gpt2kit.kernel_runtime.replay import PreparedTape, check_scratch
+from gpt2kit.model_runtime.ops import MODEL_FUNCTIONS, OPTIONAL_FUNCTIONS, parameters
+from gpt2kit.reference.variants import variant_named
 
 FUNCTIONS = MODEL_FUNCTIONS + OPTIONAL_FUNCTIONS  # what a generating model may call
 

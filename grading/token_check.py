@@ -44,8 +44,8 @@ import math
 
 import numpy as np
 
-from generation.generate import Sampling
-from gpt2.model import GPT2
+from gpt2kit.generation.generate import Sampling
+from gpt2kit.gpt2.model import GPT2
 
 FALSE_ALARM = 1e-6      # the chance that a correct sampler's run is refused by the mean log-probability check
 POSITIONS_AT_ONCE = 512  # positions whose logits are sorted and summed together (memory: a few of (512, V))

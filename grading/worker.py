@@ -1,6 +1,6 @@
 """Records one submission's calls for one grading item, in a process of its own.
 
-    python -m grading.worker --submission DIR --weights FILE --item NAME --seed N --out DIR
+    python -m gpt2kit.grading.worker --submission DIR --weights FILE --item NAME --seed N --out DIR
 
 The grader starts one worker per item, so a crash, a hang or a corrupted CUDA
 context costs that item only. The worker only records: for each variant of the item
@@ -13,8 +13,8 @@ process never sees, and only those replayed outputs are judged. The seed given h
 draws the inputs the calls are recorded on; it is no secret.
 
 Inside the worker:
-* `kernels` is the submission's own directory (kernel_runtime.loader), so
-  `import kernels.x` in a submission finds the student's file, never the kit's;
+* `gpt2kit.kernels` is the submission's own directory (kernel_runtime.loader), so
+  `import gpt2kit.kernels.x` in a submission finds the student's file, never the kit's;
 * the oracle is fenced off (reference.cpu, reference.gold and reference.judging
   fail to import), so a mistake that reaches for it fails plainly;
 * CuPy is watched (kernel_runtime.recording) before the submission is imported.
@@ -28,13 +28,13 @@ import sys
 import types
 from pathlib import Path
 
-from grading.items import load_scheme
-from kernel_runtime import KitError, recording
-from kernel_runtime.loader import use_kernels
-from reference.execution import CUDA_CONTEXT_LOST, Execution, record_call, save_records
-from reference.registry import build, cases, host_function
+from gpt2kit.grading.items import load_scheme
+from gpt2kit.kernel_runtime import KitError, recording
+from gpt2kit.kernel_runtime.loader import use_kernels
+from gpt2kit.reference.execution import CUDA_CONTEXT_LOST, Execution, record_call, save_records
+from gpt2kit.reference.registry import build, cases, host_function
 
-FENCED = ("reference.cpu", "reference.gold", "reference.judging")
+FENCED = ("gpt2kit.reference.cpu", "gpt2kit.reference.gold", "gpt2kit.reference.judging")
 
 
 class OffLimits(types.ModuleType):
@@ -46,7 +46,7 @@ class OffLimits(types.ModuleType):
 
 def fence_references() -> None:
     """Make the oracle modules unimportable here (they are not loaded: nothing this program imports needs them)."""
-    import reference
+    from gpt2kit import reference
 
     for qualified in FENCED:
         if qualified in sys.modules:
@@ -57,7 +57,7 @@ def fence_references() -> None:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m grading.worker")
+    parser = argparse.ArgumentParser(prog="python -m gpt2kit.grading.worker")
     parser.add_argument("--submission", required=True, type=Path)
     parser.add_argument("--weights", required=True, type=Path)
     parser.add_argument("--item", required=True)

@@ -21,7 +21,7 @@ on consecutive parameters keep every access coalesced.
 
 import numpy as np
 
-from kernel_runtime import CudaKernel, KernelArgumentError, ceil_div, check_array, check_dims
+from gpt2kit.kernel_runtime import CudaKernel, KernelArgumentError, ceil_div, check_array, check_dims
 
 ADAMW_SOURCE = r"""
 extern "C" __global__ void adamw_kernel(float* params, const float* grads, float* m, float* v, long long N,

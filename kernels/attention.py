@@ -31,7 +31,7 @@ import math
 
 import numpy as np
 
-from kernel_runtime import CudaKernel, KernelArgumentError, ceil_div, check_array, check_dims
+from gpt2kit.kernel_runtime import CudaKernel, KernelArgumentError, ceil_div, check_array, check_dims
 
 # The maximum and the sum over a warp's 32 lanes, in every lane (kernels/attention_backward.py's too).
 WARP_REDUCTIONS = r"""

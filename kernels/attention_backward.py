@@ -47,9 +47,9 @@ import math
 
 import numpy as np
 
-from kernel_runtime import CudaKernel, KernelArgumentError, ceil_div, check_array, check_dims
-from kernels.attention import (ATTENTION_DEFINES, SOFTMAX_BLOCK_SIZE, THREADS, TILE, TILE_PRODUCT_SOURCE,
-                               WARP_REDUCTIONS)
+from gpt2kit.kernel_runtime import CudaKernel, KernelArgumentError, ceil_div, check_array, check_dims
+from gpt2kit.kernels.attention import (ATTENTION_DEFINES, SOFTMAX_BLOCK_SIZE, THREADS, TILE, TILE_PRODUCT_SOURCE,
+                                       WARP_REDUCTIONS)
 
 ATTENTION_BACKWARD_SOURCE = TILE_PRODUCT_SOURCE + WARP_REDUCTIONS + r"""
 // Whether entry (row, column) is one of a rows x columns matrix's; of a `lower` one (ds, p), only those on or

@@ -57,8 +57,8 @@ import functools
 
 import numpy as np
 
-from kernel_runtime import CudaKernel, KernelArgumentError, ceil_div, check_array
-from kernels.sampling import CHUNK, EXCHANGE, ROW_LOADS, ROW_PASSES, THREADS
+from gpt2kit.kernel_runtime import CudaKernel, KernelArgumentError, ceil_div, check_array
+from gpt2kit.kernels.sampling import CHUNK, EXCHANGE, ROW_LOADS, ROW_PASSES, THREADS
 
 MAX_BEAMS = 16        # per prompt: count, 2 * MAX_BEAMS at most, is at most THREADS
 MAX_V = THREADS * CHUNK  # a row's chunks: one thread each of its last block

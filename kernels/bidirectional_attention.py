@@ -49,8 +49,8 @@ import math
 
 import numpy as np
 
-from kernel_runtime import CudaKernel, KernelArgumentError, ceil_div, check_array, check_dims
-from kernel_runtime.device import cupy
+from gpt2kit.kernel_runtime import CudaKernel, KernelArgumentError, ceil_div, check_array, check_dims
+from gpt2kit.kernel_runtime.device import cupy
 
 TILE = 64      # rows and columns of a product's tile
 TILE_K = 16    # depth of one shared-memory slice

@@ -33,7 +33,7 @@ check the targets without copying them back and waiting for the GPU.
 
 import numpy as np
 
-from kernel_runtime import CudaKernel, KernelArgumentError, ceil_div, check_array, check_dims
+from gpt2kit.kernel_runtime import CudaKernel, KernelArgumentError, ceil_div, check_array, check_dims
 
 MAX_THREADS = 1024  # a block per row; fewer for short rows (a warp multiple covering Vp / 4)
 

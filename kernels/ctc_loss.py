@@ -40,8 +40,8 @@ kernel_runtime.device.captured). No atomics: every sum has a fixed order.
 
 import numpy as np
 
-from kernel_runtime import CudaKernel, KernelArgumentError, ceil_div, check_array, check_dims
-from kernel_runtime.device import cupy
+from gpt2kit.kernel_runtime import CudaKernel, KernelArgumentError, ceil_div, check_array, check_dims
+from gpt2kit.kernel_runtime.device import cupy
 
 WARPS_PER_BLOCK = 8    # frames per block of the softmax and the gradient
 STATE_THREADS = 256    # threads over an utterance's states in the recursions

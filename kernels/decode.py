@@ -5,7 +5,7 @@ its own query against the keys and values of every earlier token. Those are kept
 per layer, in a cache of shape (B, NH, max_T, HS), filled as tokens arrive.
 
 Every kernel here waits for the previous kernel first thing, so that on sm_90 and later
-its launch overlaps the end of the kernel before it (kernel_runtime/overlap.py).
+its launch overlaps the end of the kernel before it (gpt2kit/kernel_runtime/overlap.py).
 
 Positions and cache lengths are read from device memory (`lengths`, int32 (B,)),
 never passed as launch arguments. The launches of a decode step are therefore the
@@ -40,8 +40,8 @@ import math
 
 import numpy as np
 
-from kernel_runtime import (CudaKernel, KernelArgumentError, ceil_div, check_array, check_dims, check_rows,
-                            multiprocessor_count, power_of_two_at_least)
+from gpt2kit.kernel_runtime import (CudaKernel, KernelArgumentError, ceil_div, check_array, check_dims, check_rows,
+                                    multiprocessor_count, power_of_two_at_least)
 
 MAX_THREADS = 1024  # per decode_attention block
 

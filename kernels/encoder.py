@@ -18,7 +18,7 @@ row is filled with NaN, which any later check sees.
 
 import numpy as np
 
-from kernel_runtime import CudaKernel, KernelArgumentError, ceil_div, check_array, check_dims, check_rows
+from gpt2kit.kernel_runtime import CudaKernel, KernelArgumentError, ceil_div, check_array, check_dims, check_rows
 
 ENCODER_SOURCE = r"""
 extern "C" __global__ void encoder_forward_kernel(float* out, const int* inp, const float* wte,

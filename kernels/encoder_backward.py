@@ -31,7 +31,7 @@ turned its output into NaN (kernels/encoder.py), which the loss shows.
 
 import numpy as np
 
-from kernel_runtime import CudaKernel, KernelArgumentError, ceil_div, check_array, check_dims, check_rows
+from gpt2kit.kernel_runtime import CudaKernel, KernelArgumentError, ceil_div, check_array, check_dims, check_rows
 
 BLOCK_SIZE = 256
 

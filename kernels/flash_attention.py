@@ -52,7 +52,7 @@ import math
 
 import numpy as np
 
-from kernel_runtime import CudaKernel, KernelArgumentError, ceil_div, check_array, check_dims
+from gpt2kit.kernel_runtime import CudaKernel, KernelArgumentError, ceil_div, check_array, check_dims
 
 QUERY_ROWS = 32   # queries per block
 KEY_TILE = 64     # keys (and values) per shared-memory tile

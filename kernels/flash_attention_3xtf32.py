@@ -52,9 +52,9 @@ import math
 
 import numpy as np
 
-from kernel_runtime import CudaKernel, ceil_div
-from kernels.flash_attention import check_attention_arguments
-from kernels.matmul_tf32 import TF32_HELPERS
+from gpt2kit.kernel_runtime import CudaKernel, ceil_div
+from gpt2kit.kernels.flash_attention import check_attention_arguments
+from gpt2kit.kernels.matmul_tf32 import TF32_HELPERS
 
 QUERY_ROWS = 64   # queries per block: 16 per warp
 KEY_TILE = 64     # keys (and values) per shared-memory tile

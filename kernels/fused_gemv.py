@@ -52,7 +52,7 @@ defines that the compiler folds away):
   its bias and residual before the dot products, so that their latency hides behind them;
 * overlap with the kernel before (sm_90 and later): a block first asks L2 for its
   first columns' weights, which no kernel writes, and only then waits for the previous
-  kernel's rows (kernel_runtime/overlap.py). At one or two rows a chunk it also loads
+  kernel's rows (gpt2kit/kernel_runtime/overlap.py). At one or two rows a chunk it also loads
   its first weights into registers before it waits.
 """
 
@@ -60,8 +60,8 @@ import functools
 
 import numpy as np
 
-from kernel_runtime import (CudaKernel, KernelArgumentError, ceil_div, check_array, check_dims, multiprocessor_count,
-                            power_of_two_at_least)
+from gpt2kit.kernel_runtime import (CudaKernel, KernelArgumentError, ceil_div, check_array, check_dims,
+                                    multiprocessor_count, power_of_two_at_least)
 
 THREADS = 256              # 8 warps per block
 ROWS = 8                   # most rows per chunk: each thread keeps a chunk's accumulators
@@ -202,7 +202,7 @@ fused_gemv_kernel(float* out, const float* inp, const float* ln_weight, const fl
     const int first_k = 4 * (part * 32 + lane);
 
     // The weights are no kernel's output: the block's first columns start on their way to L2 while
-    // the kernel before this one finishes (on sm_90; kernel_runtime/overlap.py).
+    // the kernel before this one finishes (on sm_90; gpt2kit/kernel_runtime/overlap.py).
     const int first_column = blockIdx.x * columns, group_stride = gridDim.x * columns;
     if (first_column < N) {
         const float* slab = weight + (long long)first_column * K;

@@ -13,7 +13,7 @@ tail and for unaligned arrays. out may be the same array as inp.
 
 import numpy as np
 
-from kernel_runtime import CudaKernel, ceil_div, check_array, check_dims
+from gpt2kit.kernel_runtime import CudaKernel, ceil_div, check_array, check_dims
 
 GELU_SOURCE = r"""
 #define GELU_SCALE 0.7978845608028654f  // sqrt(2 / pi)

@@ -15,7 +15,7 @@ Bandwidth-bound like the forward pass: 4 consecutive elements per thread through
 
 import numpy as np
 
-from kernel_runtime import CudaKernel, ceil_div, check_array, check_dims
+from gpt2kit.kernel_runtime import CudaKernel, ceil_div, check_array, check_dims
 
 GELU_BACKWARD_SOURCE = r"""
 #define GELU_SCALE 0.7978845608028654f  // sqrt(2 / pi)

@@ -22,7 +22,7 @@ that are not 16-byte aligned.
 
 import numpy as np
 
-from kernel_runtime import CudaKernel, ceil_div, check_array, check_dims
+from gpt2kit.kernel_runtime import CudaKernel, ceil_div, check_array, check_dims
 
 GELU_ERF_SOURCE = r"""
 #define INV_SQRT2 0.70710678118654752f      // 1 / sqrt(2)

@@ -68,9 +68,9 @@ backward reads dout and inp twice and writes dinp once; the slices add 2C floats
 
 import numpy as np
 
-from kernel_runtime import CudaKernel, KernelArgumentError, ceil_div, check_array, check_dims
-from kernel_runtime.device import cupy
-from kernels.cross_entropy import BLOCK_REDUCTIONS
+from gpt2kit.kernel_runtime import CudaKernel, KernelArgumentError, ceil_div, check_array, check_dims
+from gpt2kit.kernel_runtime.device import cupy
+from gpt2kit.kernels.cross_entropy import BLOCK_REDUCTIONS
 
 LANES = 32   # columns per tile: one per lane
 WARPS = 8    # warps per tile block, each taking every WARPS-th row of the tile

@@ -37,7 +37,8 @@ import functools
 
 import numpy as np
 
-from kernel_runtime import CudaKernel, KernelArgumentError, ceil_div, check_array, check_dims, power_of_two_at_least
+from gpt2kit.kernel_runtime import (CudaKernel, KernelArgumentError, ceil_div, check_array, check_dims,
+                                    power_of_two_at_least)
 
 COPY_THREADS = 256
 COPY_POSITIONS = 16

@@ -32,7 +32,7 @@ the two-pass sum of squared deviations, never sum(x^2) - mean^2.
 
 import numpy as np
 
-from kernel_runtime import CudaKernel, ceil_div, check_array, check_dims
+from gpt2kit.kernel_runtime import CudaKernel, ceil_div, check_array, check_dims
 
 LAYERNORM_SOURCE = r"""
 #define VECTORS_PER_LANE 8  // float4s a lane keeps: rows up to 32 * 4 * 8 = 1024 wide stay in registers

@@ -44,7 +44,7 @@ its first sixteenth.
 
 import numpy as np
 
-from kernel_runtime import CudaKernel, KernelArgumentError, ceil_div, check_array, check_dims
+from gpt2kit.kernel_runtime import CudaKernel, KernelArgumentError, ceil_div, check_array, check_dims
 
 ROWS_PER_BLOCK = 16  # rows a block sums into one slice of scratch
 SLICES = 32  # threads per column in the parameter kernel: each adds every SLICES-th slice

@@ -40,7 +40,7 @@ with each input row: the weights stream through once and the time is memory time
 
 import numpy as np
 
-from kernel_runtime import CudaKernel, ceil_div, check_array, check_dims
+from gpt2kit.kernel_runtime import CudaKernel, ceil_div, check_array, check_dims
 
 TILE = 128      # rows and columns of out per block
 TILE_K = 8      # depth of one shared-memory slice

@@ -37,11 +37,11 @@ cores. Short prompts (few tiles of out) split K over more blocks, as the TF32 ke
 does (matmul_tf32.launch_tiles).
 """
 
-from kernel_runtime import CudaKernel
-from kernels import matmul
+from gpt2kit.kernel_runtime import CudaKernel
+from gpt2kit.kernels import matmul
 
 # BEGIN SOLUTION
-from kernels.matmul_tf32 import MATMUL_TF32_SOURCE, TF32_DEFINES, launch_tiles
+from gpt2kit.kernels.matmul_tf32 import MATMUL_TF32_SOURCE, TF32_DEFINES, launch_tiles
 
 matmul_3xtf32_kernel = CudaKernel(MATMUL_TF32_SOURCE, "matmul_tf32_kernel", defines=dict(TF32_DEFINES, PASSES=3))
 # END SOLUTION

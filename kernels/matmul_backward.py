@@ -38,7 +38,7 @@ sizes alone (no atomics), so the results are the same bits on every run.
 
 import numpy as np
 
-from kernel_runtime import CudaKernel, ceil_div, check_array, check_dims
+from gpt2kit.kernel_runtime import CudaKernel, ceil_div, check_array, check_dims
 
 TILE = 64        # rows and columns of a product's out per block
 TILE_K = 16      # depth of one shared-memory slice

@@ -20,8 +20,8 @@ math mode it computes in float32 (the fp32 precision profile). In TF32 mode
 benchmarks.kernels measures both as the ceilings of the hand-written matmuls.
 """
 
-from kernel_runtime import CudaKernel, ceil_div
-from kernels.matmul import matmul_arguments
+from gpt2kit.kernel_runtime import CudaKernel, ceil_div
+from gpt2kit.kernels.matmul import matmul_arguments
 
 THREADS = 256
 

@@ -32,8 +32,8 @@ multiply-adds.
 
 import numpy as np
 
-from kernel_runtime import CudaKernel, ceil_div, multiprocessor_count
-from kernels import matmul
+from gpt2kit.kernel_runtime import CudaKernel, ceil_div, multiprocessor_count
+from gpt2kit.kernels import matmul
 
 TILE = 64        # rows and columns of out per block
 SLICE = 16       # k per shared-memory slice; a block's slice of K is a multiple of it

@@ -64,8 +64,8 @@ larger N with Hopper's own wgmma instructions, which need sm_90a and do not exis
 the A40.
 """
 
-from kernel_runtime import CudaKernel, ceil_div, multiprocessor_count
-from kernels.matmul import matmul_arguments
+from gpt2kit.kernel_runtime import CudaKernel, ceil_div, multiprocessor_count
+from gpt2kit.kernels.matmul import matmul_arguments
 
 TILE_M = 128    # rows of out per block
 TILE_N = 128    # columns of out per block

@@ -12,7 +12,7 @@ take a scalar path. out may be the same array as inp1 or inp2.
 
 import numpy as np
 
-from kernel_runtime import CudaKernel, ceil_div, check_array, check_dims
+from gpt2kit.kernel_runtime import CudaKernel, ceil_div, check_array, check_dims
 
 RESIDUAL_SOURCE = r"""
 extern "C" __global__ void residual_forward_kernel(float* out, const float* inp1,

@@ -9,7 +9,7 @@ accesses, a scalar path for the tail and for unaligned arrays.
 
 import numpy as np
 
-from kernel_runtime import CudaKernel, ceil_div, check_array, check_dims
+from gpt2kit.kernel_runtime import CudaKernel, ceil_div, check_array, check_dims
 
 RESIDUAL_BACKWARD_SOURCE = r"""
 extern "C" __global__ void residual_backward_kernel(float* dinp1, float* dinp2, const float* dout, long long N) {

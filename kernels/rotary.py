@@ -31,7 +31,7 @@ every read and write is coalesced. out must not be inp.
 
 import numpy as np
 
-from kernel_runtime import CudaKernel, KernelArgumentError, ceil_div, check_array, check_dims, check_rows
+from gpt2kit.kernel_runtime import CudaKernel, KernelArgumentError, ceil_div, check_array, check_dims, check_rows
 
 ROTARY_SOURCE = r"""
 extern "C" __global__ void rotary_forward_kernel(float* out, const float* inp, const int* positions,

@@ -71,7 +71,7 @@ import functools
 
 import numpy as np
 
-from kernel_runtime import CudaKernel, KernelArgumentError, ceil_div, check_array
+from gpt2kit.kernel_runtime import CudaKernel, KernelArgumentError, ceil_div, check_array
 
 THREADS = 256         # a block: one chunk of a row, and one thread a digit of a radix pass
 ROW_LOADS = 32        # a thread's logits of its chunk, loaded at once: few blocks a row (GPT-2's, 7), so few

@@ -38,9 +38,9 @@ of zeros has no direction: its weight is NaN, as torch's.
 
 import numpy as np
 
-from kernel_runtime import CudaKernel, KernelArgumentError, ceil_div, check_array, check_dims
-from kernel_runtime.device import cupy
-from kernels.group_norm import CHUNK, COLUMN_TILES, DEFINES, LANES, MAX_GRID_YZ, THREADS
+from gpt2kit.kernel_runtime import CudaKernel, KernelArgumentError, ceil_div, check_array, check_dims
+from gpt2kit.kernel_runtime.device import cupy
+from gpt2kit.kernels.group_norm import CHUNK, COLUMN_TILES, DEFINES, LANES, MAX_GRID_YZ, THREADS
 
 WEIGHT_NORM_SOURCE = COLUMN_TILES + r"""
 // Per tile of v seen as (R, K): the column sums of v^2 and, when dweight is not NULL, of dweight * v, stored as

@@ -9,7 +9,7 @@
   benchmark sizes) and everything derived from them.
 * reference.execution: calling a host function on a case and recording what it did.
 * reference.judging: the oracle's answer, the error bounds, the comparison.
-* reference.verify: the quick check, python -m reference.verify.
+* reference.verify: the quick check, python -m gpt2kit.reference.verify.
 
 A process that runs a submission for the grader imports spec, registry and
 execution only: the oracle and gold never enter it.

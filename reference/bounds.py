@@ -8,7 +8,7 @@ import math
 
 import numpy as np
 
-from reference.numerics import TINY, U
+from gpt2kit.reference.numerics import TINY, U
 
 
 def split_heads(x, NH, HS):

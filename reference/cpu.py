@@ -8,7 +8,7 @@ float32 kernel should produce.
 
 import numpy as np
 
-from reference.numerics import draw_fractions, normal_cdf, softmax_rows, window_mask
+from gpt2kit.reference.numerics import draw_fractions, normal_cdf, softmax_rows, window_mask
 
 LAYERNORM_EPS = 1e-5
 

@@ -30,11 +30,11 @@ from typing import Callable
 
 import numpy as np
 
-from kernel_runtime import recording
-from kernel_runtime.replay import count_instructions, replay
-from kernel_runtime.tape import Tape, TapeError, plain
-from reference.registry import build
-from reference.spec import Problem
+from gpt2kit.kernel_runtime import recording
+from gpt2kit.kernel_runtime.replay import count_instructions, replay
+from gpt2kit.kernel_runtime.tape import Tape, TapeError, plain
+from gpt2kit.reference.registry import build
+from gpt2kit.reference.spec import Problem
 
 RECORDS = "records.jsonl"
 CUDA_CONTEXT_LOST = 3  # exit status of a process whose CUDA context a call destroyed; its records say how

@@ -16,8 +16,8 @@ import math
 
 import numpy
 
-from kernel_runtime.device import cupy
-from reference.numerics import draw_fractions
+from gpt2kit.kernel_runtime.device import cupy
+from gpt2kit.reference.numerics import draw_fractions
 
 LAYERNORM_EPS = 1e-5
 GROUP_NORM_EPS = 1e-5  # torch.nn.GroupNorm's default, which Wav2Vec2 keeps

@@ -19,12 +19,12 @@ from typing import Callable
 
 import numpy as np
 
-from reference import cpu
-from reference.execution import Execution, call_arguments, execute, starting_output
-from reference.numerics import TINY, element_errors, worst_fraction
-from reference.precision import FP32, Profile, course_failures
-from reference.registry import build
-from reference.spec import Case, Problem, Spec
+from gpt2kit.reference import cpu
+from gpt2kit.reference.execution import Execution, call_arguments, execute, starting_output
+from gpt2kit.reference.numerics import TINY, element_errors, worst_fraction
+from gpt2kit.reference.precision import FP32, Profile, course_failures
+from gpt2kit.reference.registry import build
+from gpt2kit.reference.spec import Case, Problem, Spec
 
 
 @dataclasses.dataclass
@@ -56,7 +56,7 @@ def _reference_outputs(problem: Problem, against: str) -> dict:
         return {k: args[k] for k in problem.outputs}
     import cupy
 
-    from reference import gold
+    from gpt2kit.reference import gold
 
     args = call_arguments(problem, cupy)  # exactly what the call under test gets
     getattr(gold, problem.spec.function)(*args.values())

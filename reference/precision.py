@@ -21,8 +21,8 @@ import dataclasses
 
 import numpy as np
 
-from kernel_runtime import KitError
-from reference.numerics import element_errors, rms
+from gpt2kit.kernel_runtime import KitError
+from gpt2kit.reference.numerics import element_errors, rms
 
 TF32_INPUT_ROUNDING = 2.0**-10  # a product's input cut to 10 bits of mantissa (rounding to nearest: half)
 COURSE_ELEMENT, COURSE_RMSE = 0.05, 1e-3

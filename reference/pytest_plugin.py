@@ -22,12 +22,12 @@ import os
 
 import pytest
 
-from kernel_runtime import recording
-from kernel_runtime.commands import SEED
-from kernel_runtime.errors import KernelLoadError
-from kernel_runtime.loader import use_kernels
-from reference.precision import ProfileError
-from reference.variants import add_profile_option, resolve_profile
+from gpt2kit.kernel_runtime import recording
+from gpt2kit.kernel_runtime.commands import SEED
+from gpt2kit.kernel_runtime.errors import KernelLoadError
+from gpt2kit.kernel_runtime.loader import use_kernels
+from gpt2kit.reference.precision import ProfileError
+from gpt2kit.reference.variants import add_profile_option, resolve_profile
 
 
 def pytest_addoption(parser):

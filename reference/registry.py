@@ -26,17 +26,17 @@ from typing import Callable
 
 import numpy as np
 
-from kernel_runtime.errors import KernelLoadError, KitError
-from kernel_runtime.loader import KIT_KERNELS, bound_directory
-from kernel_runtime.stubs import function_holds_stub
-from reference import specs as _specs
-from reference.spec import Case, Problem, Spec
+from gpt2kit.kernel_runtime.errors import KernelLoadError, KitError
+from gpt2kit.kernel_runtime.loader import KIT_KERNELS, bound_directory
+from gpt2kit.kernel_runtime.stubs import function_holds_stub
+from gpt2kit.reference import specs as _specs
+from gpt2kit.reference.spec import Case, Problem, Spec
 
 
 def _discover() -> dict[str, Spec]:
     found: dict[str, Spec] = {}
     for info in sorted(pkgutil.iter_modules(_specs.__path__), key=lambda info: info.name):
-        module = importlib.import_module(f"reference.specs.{info.name}")
+        module = importlib.import_module(f"gpt2kit.reference.specs.{info.name}")
         spec = getattr(module, "SPEC", None)
         if not isinstance(spec, Spec):
             raise TypeError(f"{module.__file__} defines no SPEC = Spec(...)")
@@ -95,7 +95,7 @@ def host_function(function: str, module_name: str | None = None) -> Callable:
 def kernel_module(module_name: str) -> types.ModuleType:
     """kernels/<module_name>.py of the kernels directory this process runs."""
     try:
-        return importlib.import_module(f"kernels.{module_name}")
+        return importlib.import_module(f"gpt2kit.kernels.{module_name}")
     except Exception as err:  # a student's file: a syntax error, a missing import, ...
         raise KernelLoadError(f"cannot load {_where(module_name, err)}: {type(err).__name__}: {err}") from None
 

@@ -80,11 +80,11 @@ class Spec:
     error_bound: Callable[[dict, dict], dict]  # (float64 inputs, the `updates` outputs' content before the
                                                # call, integer sizes; float64 expected outputs) -> allowed |error|
     cases: tuple[dict, ...]             # sizes, and values= or variant= where they differ from the default
-    quick: dict | None = None           # the quick check's case (python -m reference.verify)
+    quick: dict | None = None           # the quick check's case (python -m gpt2kit.reference.verify)
     scratch: tuple[str, ...] = ()       # arguments it may write that nobody checks
     updates: tuple[str, ...] = ()       # outputs whose content before the call it reads (gradients added to, the
                                         # optimizer's moments): every case gives their `initial` content
-    benchmark: tuple[dict, ...] = ()    # the sizes python -m benchmarks.kernels times
+    benchmark: tuple[dict, ...] = ()    # the sizes python -m gpt2kit.benchmarks.kernels times
     traffic: Callable[[dict], int] | None = None  # the fewest bytes a call must move (each input read
                                                   # once, each output written once), for GB/s
     flops: Callable[[dict], int] | None = None    # useful floating-point operations, for TFLOP/s

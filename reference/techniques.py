@@ -46,11 +46,11 @@ from __future__ import annotations
 import dataclasses
 import re
 
-from kernel_runtime.compiler import compile_ptx
-from kernel_runtime.replay import (InstructionClass, calls_of, device_arch, functions_of, instructions_of,
-                                   multiply_adds, reachable)
-from reference.execution import replay_on
-from reference.registry import spec
+from gpt2kit.kernel_runtime.compiler import compile_ptx
+from gpt2kit.kernel_runtime.replay import (InstructionClass, calls_of, device_arch, functions_of, instructions_of,
+                                           multiply_adds, reachable)
+from gpt2kit.reference.execution import replay_on
+from gpt2kit.reference.registry import spec
 
 ARCH = "sm_86"  # the course's GPU (A40); every technique here exists there
 COVERAGE = 0.5  # the share of a case's multiply-adds its tensor-core instructions must do

@@ -51,11 +51,11 @@ import os
 from pathlib import Path
 from typing import Callable, Iterable, Mapping
 
-from kernel_runtime import KitError
-from kernel_runtime.loader import KIT_KERNELS
-from reference.precision import PROFILES, Profile, ProfileError, profile_named
-from reference.registry import SPECS, not_written_yet
-from reference.techniques import TECHNIQUES
+from gpt2kit.kernel_runtime import KitError
+from gpt2kit.kernel_runtime.loader import KIT_KERNELS
+from gpt2kit.reference.precision import PROFILES, Profile, ProfileError, profile_named
+from gpt2kit.reference.registry import SPECS, not_written_yet
+from gpt2kit.reference.techniques import TECHNIQUES
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,9 +1,9 @@
 """Quick check: run each host function once on fresh random inputs and print PASS/FAIL.
 
-    python -m reference.verify                  # this kit's kernels/
-    python -m reference.verify --kernels DIR    # another kernels/ directory
-    python -m reference.verify --seed 1234      # repeat a run exactly
-    python -m reference.verify --profile tf32   # judged under a precision profile (reference.precision)
+    python -m gpt2kit.reference.verify                  # this kit's kernels/
+    python -m gpt2kit.reference.verify --kernels DIR    # another kernels/ directory
+    python -m gpt2kit.reference.verify --seed 1234      # repeat a run exactly
+    python -m gpt2kit.reference.verify --profile tf32   # judged under a precision profile (reference.precision)
 
 Each host function with a quick case in its spec gets that one GPT-2-sized case,
 compared with the float64 NumPy reference under the same tolerances as the tests
@@ -16,14 +16,14 @@ extreme values run `pytest tests/kernels`.
 import random
 import sys
 
-from kernel_runtime import recording
-from kernel_runtime.commands import SEED, OneLineArgumentParser, run_command
-from kernel_runtime.device import exit_without_gpu
-from kernel_runtime.errors import KitError
-from kernel_runtime.loader import use_kernels
-from reference.judging import run_case
-from reference.registry import SPECS, host_function, not_written_yet
-from reference.variants import add_profile_option, resolve_profile
+from gpt2kit.kernel_runtime import recording
+from gpt2kit.kernel_runtime.commands import SEED, OneLineArgumentParser, run_command
+from gpt2kit.kernel_runtime.device import exit_without_gpu
+from gpt2kit.kernel_runtime.errors import KitError
+from gpt2kit.kernel_runtime.loader import use_kernels
+from gpt2kit.reference.judging import run_case
+from gpt2kit.reference.registry import SPECS, host_function, not_written_yet
+from gpt2kit.reference.variants import add_profile_option, resolve_profile
 
 
 def quick_cases(seed: int) -> list:
@@ -32,19 +32,19 @@ def quick_cases(seed: int) -> list:
 
 
 def main(argv=None) -> int:
-    parser = OneLineArgumentParser(prog="python -m reference.verify", description=__doc__.splitlines()[0])
+    parser = OneLineArgumentParser(prog="python -m gpt2kit.reference.verify", description=__doc__.splitlines()[0])
     parser.add_argument("--kernels", help="kernels/ directory to check (default: this kit's)")
     parser.add_argument("--seed", type=SEED, help="base seed, from 0 to 2**31 - 1 (default: a fresh one, printed)")
     add_profile_option(parser.add_argument, "the checks judge by", "fp32")
     args = parser.parse_args(argv)
-    return run_command("reference.verify", lambda: verify(args), error_status=2)
+    return run_command("gpt2kit.reference.verify", lambda: verify(args), error_status=2)
 
 
 def verify(args) -> int:
     seed = args.seed if args.seed is not None else random.randrange(1_000_000)
     profile = resolve_profile(args.profile)
     directory = use_kernels(args.kernels)  # a wrong path is named before a missing GPU
-    exit_without_gpu("reference.verify")
+    exit_without_gpu("gpt2kit.reference.verify")
     recording.install()  # before any kernel module is imported
     rows = quick_cases(seed)
     print(f"checking {directory} with seed {seed} (--seed {seed} repeats this run), "

@@ -15,7 +15,7 @@ cd "$KIT_DIR" || exit 1
 export PYTHONUNBUFFERED=1
 
 echo "== $job_name: job ${SLURM_JOB_ID:-none} on $(hostname) at $(date -Is)"
-GPU_MISSING=$(python -c 'from kernel_runtime import gpu_unavailable_reason as r; print(r() or "")')
+GPU_MISSING=$(python -c 'from gpt2kit.kernel_runtime import gpu_unavailable_reason as r; print(r() or "")')
 if [ -z "$GPU_MISSING" ]; then
     nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null || true
 else

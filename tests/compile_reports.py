@@ -18,7 +18,7 @@ import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
-from kernel_runtime.compiler import KernelResources, ModuleProgram, compile_report
+from gpt2kit.kernel_runtime.compiler import KernelResources, ModuleProgram, compile_report
 
 RUN_DIRECTORY = "KIT_COMPILE_REPORTS"
 

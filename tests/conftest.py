@@ -27,7 +27,7 @@ import os
 
 import pytest
 
-from kernel_runtime.device import gpu_unavailable_reason, nvrtc_unavailable_reason
+from gpt2kit.kernel_runtime.device import gpu_unavailable_reason, nvrtc_unavailable_reason
 from tests.compile_reports import end_of_run, share_in_this_run
 from tests.spreading import ONE_THREAD, suite_workers
 
@@ -79,7 +79,7 @@ def pytest_collection_modifyitems(config, items):
             if marker in item.keywords:
                 item.add_marker(skip)
     # after those: a test this machine cannot run says why first (the first skip marker is the one reported)
-    from reference.registry import not_written_yet
+    from gpt2kit.reference.registry import not_written_yet
 
     stubs = {}
     for item in items:
@@ -94,7 +94,7 @@ def pytest_collection_modifyitems(config, items):
 def not_in_this_kit(config, functions, module) -> str | None:
     """One line naming what a `calls` marker's host functions need that the kit under test lacks: `module`'s file,
     or (without one) the spec of a function; None when nothing is missing."""
-    from reference.registry import SPECS
+    from gpt2kit.reference.registry import SPECS
 
     if module is not None:
         absent = [] if (config.kernels_directory / f"{module}.py").exists() else [f"kernels/{module}.py"]
@@ -111,7 +111,7 @@ def pytest_sessionfinish(session):
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_testnodedown(node, error):
-    from kernel_runtime.compiler import KernelResources
+    from gpt2kit.kernel_runtime.compiler import KernelResources
 
     reports = getattr(node, "workeroutput", {}).get("compile_reports", [])
     node.config.compile_reports.extend(KernelResources(**r) for r in reports)

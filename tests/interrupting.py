@@ -1,6 +1,6 @@
 """Ctrl-C as a user presses it, sent to a kit command at a moment the test knows.
 
-    stopped = interrupted([sys.executable, "-m", "gpt2.checkpoint", "convert", ...], when="writing ")
+    stopped = interrupted([sys.executable, "-m", "gpt2kit.gpt2.checkpoint", "convert", ...], when="writing ")
     assert stopped.status == 130 and stopped.seconds < PROMPTLY
 
 The command runs in a child process, with SIGINT at its default (as a terminal's foreground process has it), and

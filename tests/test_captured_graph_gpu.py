@@ -1,12 +1,12 @@
-"""kernel_runtime.device.captured on a GPU: scratch that a host function takes from cupy.empty while it is
+"""gpt2kit.kernel_runtime.device.captured on a GPU: scratch that a host function takes from cupy.empty while it is
 captured stays the graph's. Taken from CuPy's shared pool, the scratch would go back to the pool when the capture
 drops it, the next array of that size would get the same memory, and every replay would overwrite that array."""
 
 import numpy as np
 import pytest
 
-from kernel_runtime import CudaKernel
-from kernel_runtime.device import captured
+from gpt2kit.kernel_runtime import CudaKernel
+from gpt2kit.kernel_runtime.device import captured
 
 pytestmark = pytest.mark.gpu
 

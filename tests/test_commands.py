@@ -15,10 +15,11 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).parents[1]
-COMMANDS = ["gpt2", "gpt2.checkpoint", "gpt2.nsight", "gpt2.step_check", "gpt2.tokenizer", "reference.verify",
-            "benchmarks.kernels", "benchmarks.generation", "benchmarks.grape_study", "benchmarks.speech_profile"]
+COMMANDS = ["gpt2kit", "gpt2kit.gpt2.checkpoint", "gpt2kit.gpt2.nsight", "gpt2kit.gpt2.step_check",
+            "gpt2kit.gpt2.tokenizer", "gpt2kit.reference.verify", "gpt2kit.benchmarks.kernels",
+            "gpt2kit.benchmarks.generation", "gpt2kit.benchmarks.grape_study", "gpt2kit.benchmarks.speech_profile"]
 if (ROOT / "grading").exists():  # a student's kit has no grader
-    COMMANDS.append("grading")
+    COMMANDS.append("gpt2kit.grading")
 
 
 def run_fresh(*args, env=None):
@@ -41,9 +42,9 @@ def test_an_unknown_flag_is_one_line(command):
     (["--max-length", "3"], "argument --max-length: must be an integer >= 7"),
 ], ids=["executor", "beams", "max-length"])
 def test_the_grape_study_names_a_bad_option(flags, message, run_kit):
-    done = run_kit("benchmarks.grape_study", "runtime", *flags)
-    assert done.returncode == 2 and done.stderr.splitlines() == [f"python -m benchmarks.grape_study: {message}, "
-                                                                 f"got {flags[1]} (see --help)"], done.stderr
+    done = run_kit("gpt2kit.benchmarks.grape_study", "runtime", *flags)
+    assert done.returncode == 2 and done.stderr.splitlines() == [
+        f"python -m gpt2kit.benchmarks.grape_study: {message}, got {flags[1]} (see --help)"], done.stderr
 
 
 @pytest.fixture
@@ -73,9 +74,9 @@ def run_kit(capsys, monkeypatch):
 
 
 SEED_RULE = "must be a seed, an integer from 0 to 2**31 - 1"
-SEED_FLAGS = [("gpt2", "hi"), ("gpt2.step_check",), ("reference.verify",)]
+SEED_FLAGS = [("gpt2kit", "hi"), ("gpt2kit.gpt2.step_check",), ("gpt2kit.reference.verify",)]
 if (ROOT / "grading").exists():
-    SEED_FLAGS += [("grading", "submission"), ("grading", "leaderboard", "submission")]
+    SEED_FLAGS += [("gpt2kit.grading", "submission"), ("gpt2kit.grading", "leaderboard", "submission")]
 
 
 @pytest.mark.parametrize("seed", ["-5", "2147483648", "99999999999999999999999", "abc"])
@@ -99,19 +100,23 @@ def test_pytest_s_seed_out_of_range_is_one_usage_line(flag, env, source):
 
 
 @pytest.mark.parametrize("command, message", [
-    (("reference.verify", "--kernels", "/no/such/kernels"), "reference.verify: no kernels directory at "),
-    (("gpt2.step_check", "--kernels", "/no/such/kernels"), "gpt2.step_check: no kernels directory at "),
-    (("gpt2.step_check", "--model", "/no/such/model.bin"), "gpt2.step_check: /no/such/model.bin: no such file"),
-    (("gpt2.nsight", "--kernels", "/no/such/kernels"), "gpt2.nsight: no kernels directory at "),
-    (("gpt2.nsight", "--model", "/no/such/model.bin"), "gpt2.nsight: /no/such/model.bin: no such file"),
-    (("benchmarks.kernels", "--kernels", "/no/such/kernels"), "benchmarks.kernels: no kernels directory at "),
-    (("benchmarks.generation", "--model", "/no/such/model.bin"), "benchmarks.generation: /no/such/model.bin: no "),
-    (("benchmarks.grape_study", "runtime", "--model", "/no/such/model.bin"),
-     "python -m benchmarks.grape_study: /no/such/model.bin: no such file"),
-    (("benchmarks.grape_study", "runtime", "--out", "README.md"),
-     "python -m benchmarks.grape_study: --out README.md: README.md is not a directory"),
-    (("benchmarks.training", "--out", "README.md/training"),
-     "benchmarks.training: --out README.md/training: README.md is not a directory"),
+    (("gpt2kit.reference.verify", "--kernels", "/no/such/kernels"),
+     "gpt2kit.reference.verify: no kernels directory at "),
+    (("gpt2kit.gpt2.step_check", "--kernels", "/no/such/kernels"), "gpt2kit.gpt2.step_check: no kernels directory at "),
+    (("gpt2kit.gpt2.step_check", "--model", "/no/such/model.bin"),
+     "gpt2kit.gpt2.step_check: /no/such/model.bin: no such file"),
+    (("gpt2kit.gpt2.nsight", "--kernels", "/no/such/kernels"), "gpt2kit.gpt2.nsight: no kernels directory at "),
+    (("gpt2kit.gpt2.nsight", "--model", "/no/such/model.bin"), "gpt2kit.gpt2.nsight: /no/such/model.bin: no such file"),
+    (("gpt2kit.benchmarks.kernels", "--kernels", "/no/such/kernels"),
+     "gpt2kit.benchmarks.kernels: no kernels directory at "),
+    (("gpt2kit.benchmarks.generation", "--model", "/no/such/model.bin"),
+     "gpt2kit.benchmarks.generation: /no/such/model.bin: no "),
+    (("gpt2kit.benchmarks.grape_study", "runtime", "--model", "/no/such/model.bin"),
+     "python -m gpt2kit.benchmarks.grape_study: /no/such/model.bin: no such file"),
+    (("gpt2kit.benchmarks.grape_study", "runtime", "--out", "README.md"),
+     "python -m gpt2kit.benchmarks.grape_study: --out README.md: README.md is not a directory"),
+    (("gpt2kit.benchmarks.training", "--out", "README.md/training"),
+     "gpt2kit.benchmarks.training: --out README.md/training: README.md is not a directory"),
 ], ids=["verify-kernels", "step_check-kernels", "step_check-model", "nsight-kernels", "nsight-model",
         "benchmarks.kernels", "benchmarks.generation", "grape_study-model", "grape_study-out", "training-out"])
 def test_a_missing_path_is_named_before_a_missing_gpu(command, message, run_kit):
@@ -120,10 +125,11 @@ def test_a_missing_path_is_named_before_a_missing_gpu(command, message, run_kit)
     assert done.returncode in (1, 2) and len(lines) == 1 and lines[0].startswith(message), done.stderr
 
 
-@pytest.mark.parametrize("command", [("gpt2", "hi"), ("gpt2.step_check",), ("benchmarks.grape_study", "runtime"),
-                                     ("benchmarks.generation",), ("benchmarks.decode",)], ids=" ".join)
+@pytest.mark.parametrize("command", [("gpt2kit", "hi"), ("gpt2kit.gpt2.step_check",),
+                                     ("gpt2kit.benchmarks.grape_study", "runtime"), ("gpt2kit.benchmarks.generation",),
+                                     ("gpt2kit.benchmarks.decode",)], ids=" ".join)
 def test_an_unknown_variant_is_named_at_parsing(command, run_kit):
-    from reference.variants import VARIANTS
+    from gpt2kit.reference.variants import VARIANTS
 
     done = run_kit(*command, "--variant", "bogus")
     prog = " ".join(part for part in command if part not in ("hi", "runtime"))
@@ -133,11 +139,11 @@ def test_an_unknown_variant_is_named_at_parsing(command, run_kit):
 
 
 @pytest.mark.parametrize("command, hidden, message", [
-    (("benchmarks.grape_study", "breakdown"), "matplotlib",
+    (("gpt2kit.benchmarks.grape_study", "breakdown"), "matplotlib",
      "matplotlib is not installed: the figures are drawn with it: pip install -e '.[experiments]'"),
-    (("benchmarks.grape_study", "runtime"), "transformers",
+    (("gpt2kit.benchmarks.grape_study", "runtime"), "transformers",
      "transformers is not installed: the comparison with transformers needs it: pip install -e '.[hf]'"),
-    (("benchmarks.training",), "torch",
+    (("gpt2kit.benchmarks.training",), "torch",
      "torch is not installed: the comparison with transformers needs PyTorch: the README's Setup says how to add it"),
 ], ids=["study-figures", "study-transformers", "training-torch"])
 def test_a_benchmark_names_what_to_install_before_a_missing_gpu(command, hidden, message, run_kit, monkeypatch):
@@ -148,7 +154,7 @@ def test_a_benchmark_names_what_to_install_before_a_missing_gpu(command, hidden,
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *args: (
         None if name == hidden else object() if name in installed else find_spec(name, *args)))
     done = run_kit(*command)
-    prog = "python -m benchmarks.grape_study" if command[0] == "benchmarks.grape_study" else command[0]
+    prog = "python -m gpt2kit.benchmarks.grape_study" if command[0] == "gpt2kit.benchmarks.grape_study" else command[0]
     assert done.returncode in (1, 2) and done.stderr.splitlines() == [f"{prog}: {message}"], done.stderr
 
 
@@ -157,6 +163,6 @@ def test_a_benchmark_names_what_to_install_before_a_missing_gpu(command, hidden,
     ([], {"KIT_PROFILE": "bogus"}, "$KIT_PROFILE: no precision profile 'bogus'"),
 ], ids=["flag", "environment"])
 def test_verify_takes_a_profile_as_the_other_checks_do(flag, env, message, run_kit):
-    done = run_kit("reference.verify", *flag, env=env)
-    assert done.returncode == 2 and done.stderr.splitlines() == [f"reference.verify: {message}; the profiles are "
-                                                                 "fp32, tf32, course"], done.stderr
+    done = run_kit("gpt2kit.reference.verify", *flag, env=env)
+    assert done.returncode == 2 and done.stderr.splitlines() == [
+        f"gpt2kit.reference.verify: {message}; the profiles are fp32, tf32, course"], done.stderr

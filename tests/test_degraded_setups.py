@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from kernel_runtime.device import cupy
+from gpt2kit.kernel_runtime.device import cupy
 
 ROOT = Path(__file__).parents[1]
 

@@ -1,14 +1,14 @@
-"""kernel_runtime.files: a file or directory appears whole under its name, or not at all, and a path that cannot be
-written is named before the work that would write it. Where the kit writes by default, git ignores."""
+"""gpt2kit.kernel_runtime.files: a file or directory appears whole under its name, or not at all, and a path that
+cannot be written is named before the work that would write it. Where the kit writes by default, git ignores."""
 
 import os
 import signal
 
 import pytest
 
-from kernel_runtime.commands import run_command
-from gpt2 import train
-from kernel_runtime.files import OutputPathError, check_writable_directory, check_writable_file, replacing
+from gpt2kit.kernel_runtime.commands import run_command
+from gpt2kit.gpt2 import train
+from gpt2kit.kernel_runtime.files import OutputPathError, check_writable_directory, check_writable_file, replacing
 from tests.repository import ignored_by_the_kit
 
 
@@ -92,9 +92,9 @@ def test_what_the_kit_writes_by_default_git_ignores(tmp_path):
     """A checkout stays clean however the kit runs in it: each command's default output (its --help says where),
     and the course's checkpoint as the README converts it."""
     written = [train.DEFAULT_OUT.as_posix(), train.state_path(train.DEFAULT_OUT).as_posix(),
-               "gpt2_124M.bin",                                 # python -m gpt2.checkpoint convert gpt2 gpt2_124M.bin
-               "results/grape/speedometer.csv",                 # python -m benchmarks.grape_study
-               "results/training/training_loss.png",            # python -m benchmarks.training
-               "grading-results/gradebook.csv",                 # python -m grading
-               "leaderboard-results/alice/leaderboard.json"]    # python -m grading leaderboard
+               "gpt2_124M.bin",                         # python -m gpt2kit.gpt2.checkpoint convert gpt2 gpt2_124M.bin
+               "results/grape/speedometer.csv",         # python -m gpt2kit.benchmarks.grape_study
+               "results/training/training_loss.png",    # python -m gpt2kit.benchmarks.training
+               "grading-results/gradebook.csv",         # python -m gpt2kit.grading
+               "leaderboard-results/alice/leaderboard.json"]    # python -m gpt2kit.grading leaderboard
     assert ignored_by_the_kit(tmp_path, written) == written

@@ -5,12 +5,12 @@ library steps their caller permits and only the scratch a call's arrays justify.
 
 import pytest
 
-from kernel_runtime.compiler import compile_ptx
-from kernel_runtime.errors import KernelCompileError
-from kernel_runtime.hermetic import HermeticBuildError, check_includes, check_options
-from kernel_runtime.replay import SCRATCH_FLOOR, replay
-from kernel_runtime.tape import Buffer, Library, Program, Tape, TapeError
-from reference.techniques import static_classes
+from gpt2kit.kernel_runtime.compiler import compile_ptx
+from gpt2kit.kernel_runtime.errors import KernelCompileError
+from gpt2kit.kernel_runtime.hermetic import HermeticBuildError, check_includes, check_options
+from gpt2kit.kernel_runtime.replay import SCRATCH_FLOOR, replay
+from gpt2kit.kernel_runtime.tape import Buffer, Library, Program, Tape, TapeError
+from gpt2kit.reference.techniques import static_classes
 
 KERNEL = 'extern "C" __global__ void k(float* out) { out[0] = VALUE; }\n'
 

@@ -4,7 +4,7 @@ Only when asked (KIT_INSTALL_TESTS=1; CI asks): each check asks PyPI, with pip's
 defaults (`--isolated`: no local mirror or config) and the pip the README's commands
 upgrade to, for a dry run. A line naming `cuda13` is also checked with `cuda12`, and
 the other way round, unless it picks a PyTorch for its CUDA. A line that asks
-kernel_runtime/install_target.py is checked with each requirement it can print. A
+gpt2kit/kernel_runtime/install_target.py is checked with each requirement it can print. A
 CPU-only line must bring no CUDA library and no PyTorch.
 """
 
@@ -19,11 +19,11 @@ from pathlib import Path
 
 import pytest
 
-from kernel_runtime import install_target
+from gpt2kit.kernel_runtime import install_target
 from tests.readme import READMES, install_lines
 
 ROOT = Path(__file__).parents[1]
-ASKED = re.compile(r'"\$\(python3 kernel_runtime/install_target\.py ?(?P<extras>[^)]*)\)"')
+ASKED = re.compile(r'"\$\(python3 gpt2kit/kernel_runtime/install_target\.py ?(?P<extras>[^)]*)\)"')
 
 pytestmark = pytest.mark.skipif(os.environ.get("KIT_INSTALL_TESTS") != "1",
                                 reason="install checks ask PyPI: set KIT_INSTALL_TESTS=1 to run them")
@@ -81,8 +81,8 @@ def reachable(url: str) -> bool:
 
 def test_the_readme_gives_the_setups_it_promises():
     lines = readme_install_lines()
-    for expected in ('-e "$(python3 kernel_runtime/install_target.py)"',
-                     '-e "$(python3 kernel_runtime/install_target.py test)"',
+    for expected in ('-e "$(python3 gpt2kit/kernel_runtime/install_target.py)"',
+                     '-e "$(python3 gpt2kit/kernel_runtime/install_target.py test)"',
                      "-e '.[cuda13,test]'", "-e '.[cuda12,test]'", "-e '.[test]'", "-e .",
                      "-e '.[nvrtc13,test]'", "-e '.[cuda13,test,hf]' 'torch>=2.11'",
                      "-e '.[cuda12,test,hf]' 'torch>=2.4,<2.11'", "-e '.[test,hf]'", "-e '.[experiments]'"):

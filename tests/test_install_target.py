@@ -1,4 +1,4 @@
-"""The README's first lines ask kernel_runtime/install_target.py what to install: run as a file, as they run it,
+"""The README's first lines ask gpt2kit/kernel_runtime/install_target.py what to install: run as a file, as they run it,
 with nothing but a stand-in nvidia-smi on PATH (or none), it prints the requirement for that driver and says why."""
 
 import subprocess
@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).parents[1]
-SCRIPT = ROOT / "kernel_runtime" / "install_target.py"
+SCRIPT = ROOT / "gpt2kit" / "kernel_runtime" / "install_target.py"
 
 # what nvidia-smi's header shows, cut to the line the script reads
 SMI_HEADER = "| NVIDIA-SMI 580.65.06   Driver Version: 580.65.06   CUDA Version: {cuda}     |"

@@ -12,11 +12,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from kernel_runtime import (CudaKernel, KernelArgumentError, KernelCompileError, check_array, power_of_two_at_least,
-                            recording)
-from kernel_runtime.compiler import (SourceOrigin, compile_report, describe_compile_log, programs_in,
-                                     parse_ptxas_log)
-from kernel_runtime.device import INSTALL_CUPY, cupy
+from gpt2kit.kernel_runtime import (CudaKernel, KernelArgumentError, KernelCompileError, check_array,
+                                    power_of_two_at_least, recording)
+from gpt2kit.kernel_runtime.compiler import (SourceOrigin, compile_report, describe_compile_log, programs_in,
+                                             parse_ptxas_log)
+from gpt2kit.kernel_runtime.device import INSTALL_CUPY, cupy
 
 ROOT = Path(__file__).parents[1]
 def cublas_loads() -> bool:
@@ -30,7 +30,7 @@ def cublas_loads() -> bool:
 needs_cupy = pytest.mark.skipif(cupy is None, reason=f"CuPy is not installed ({INSTALL_CUPY})")
 
 BROKEN_MODULE = '''\
-from kernel_runtime import CudaKernel
+from gpt2kit.kernel_runtime import CudaKernel
 
 SOURCE = r"""
 extern "C" __global__ void broken(float* out) {
@@ -134,11 +134,11 @@ def run_python(code: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
 def test_a_process_runs_one_kernels_directory(tmp_path):
     (tmp_path / "kernels").mkdir()
     done = run_python(f"""
-from kernel_runtime.loader import use_kernels, KIT_KERNELS
-from kernel_runtime import KernelLoadError
+from gpt2kit.kernel_runtime.loader import use_kernels, KIT_KERNELS
+from gpt2kit.kernel_runtime import KernelLoadError
 assert use_kernels({str(tmp_path)!r}) == use_kernels({str(tmp_path / 'kernels')!r})
-import kernels
-assert kernels.__path__ == [{str(tmp_path / 'kernels')!r}]
+import gpt2kit.kernels
+assert gpt2kit.kernels.__path__ == [{str(tmp_path / 'kernels')!r}]
 try:
     use_kernels(None)
 except KernelLoadError as err:
@@ -149,10 +149,41 @@ except KernelLoadError as err:
                                    f"run {ROOT / 'kernels'} in a process of its own")
 
 
-def test_a_missing_kernels_directory_is_one_line(tmp_path):
-    done = run_python(f"from kernel_runtime.loader import use_kernels; use_kernels({str(tmp_path / 'nowhere')!r})")
+def test_a_bound_directory_is_the_only_one_its_modules_come_from(tmp_path):
+    """gpt2kit's __path__ holds the checkout's top, where the kit's kernels/ is, and an editable install maps
+    gpt2kit.kernels there too: with another directory bound, a module that directory lacks is missing, never the
+    kit's."""
+    (tmp_path / "kernels").mkdir()
+    (tmp_path / "kernels" / "residual.py").write_text("MARK = 'bound'\n")
+    done = run_python(f"""
+from gpt2kit.kernel_runtime.loader import use_kernels
+use_kernels({str(tmp_path)!r})
+import gpt2kit.kernels.residual
+print(gpt2kit.kernels.residual.MARK)
+import gpt2kit.kernels.gelu
+""")
+    assert done.stdout.split() == ["bound"], done.stderr
+    assert done.stderr.strip().splitlines()[-1] == "ModuleNotFoundError: No module named 'gpt2kit.kernels.gelu'"
+
+
+def test_an_import_before_any_binding_binds_the_kit_s_own_through_the_loader(tmp_path):
+    (tmp_path / "kernels").mkdir()
+    done = run_python(f"""
+import gpt2kit.kernels.gelu
+from gpt2kit.kernel_runtime.loader import KIT_KERNELS, bound_directory, use_kernels
+assert bound_directory() == KIT_KERNELS and gpt2kit.kernels.__file__ is None, "bound by a search"  # __init__ not run
+use_kernels({str(tmp_path)!r})
+""")
     assert done.stderr.strip().splitlines()[-1] == (
-        f"kernel_runtime.errors.KernelLoadError: no kernels directory at {tmp_path / 'nowhere'}")
+        f"gpt2kit.kernel_runtime.errors.KernelLoadError: this process already runs the kernels in {ROOT / 'kernels'}; "
+        f"run {tmp_path / 'kernels'} in a process of its own")
+
+
+def test_a_missing_kernels_directory_is_one_line(tmp_path):
+    done = run_python("from gpt2kit.kernel_runtime.loader import use_kernels; "
+                      f"use_kernels({str(tmp_path / 'nowhere')!r})")
+    assert done.stderr.strip().splitlines()[-1] == (
+        f"gpt2kit.kernel_runtime.errors.KernelLoadError: no kernels directory at {tmp_path / 'nowhere'}")
 
 
 @needs_cupy
@@ -240,7 +271,7 @@ def test_programs_in_finds_cupy_s_own_kernels():
 
 @pytest.mark.nvrtc
 def test_a_kernel_that_waits_for_the_previous_compiles_on_both_architectures_and_reports_its_lines(tmp_path):
-    from kernel_runtime.compiler import compile_ptx
+    from gpt2kit.kernel_runtime.compiler import compile_ptx
 
     source = r"""extern "C" __global__ void copy(float* y, const float* x) {
         let_next_kernel_start();
@@ -258,7 +289,7 @@ def test_a_kernel_that_waits_for_the_previous_compiles_on_both_architectures_and
 
 
 def test_an_address_where_one_buffer_ends_and_the_next_begins_is_the_next_one_s():
-    from kernel_runtime.tape import Pointer
+    from gpt2kit.kernel_runtime.tape import Pointer
 
     taping = recording.Recording(frozenset(), {})
     taping.add_buffer(1000, 512, "out")
@@ -272,7 +303,7 @@ def test_an_address_where_one_buffer_ends_and_the_next_begins_is_the_next_one_s(
 def test_kept_arrays_that_touch_are_each_a_buffer_of_their_own_memory():
     """Arrays a call kept from before (a cache of scratch), laid end to end by the pool: the second is not the
     first one's past-the-end, or a replay would put it outside the first's buffer."""
-    from kernel_runtime.tape import Buffer, Pointer
+    from gpt2kit.kernel_runtime.tape import Buffer, Pointer
 
     def kept(ptr, nbytes, memory_size):  # what a recording reads of a CuPy array: its address, size and memory
         return types.SimpleNamespace(data=types.SimpleNamespace(ptr=ptr, mem=types.SimpleNamespace(
@@ -304,7 +335,7 @@ def test_a_ctrl_c_that_raised_nothing_ends_the_command_at_its_next_step(capsys):
     import os
     import signal
 
-    from kernel_runtime.commands import raise_lost_interrupt, run_command
+    from gpt2kit.kernel_runtime.commands import raise_lost_interrupt, run_command
 
     steps = []
 

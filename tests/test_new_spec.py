@@ -27,7 +27,7 @@ KERNEL_MODULE = '''"""Scale: out = alpha * inp, elementwise over N floats."""
 
 import numpy as np
 
-from kernel_runtime import CudaKernel, ceil_div, check_array, check_dims
+from gpt2kit.kernel_runtime import CudaKernel, ceil_div, check_array, check_dims
 
 BLOCK_SIZE = 128
 
@@ -63,8 +63,8 @@ def scale_forward(out, inp, alpha, N):
 
 SPEC_MODULE = '''"""scale_forward(out, inp, alpha, N): out = alpha * inp."""
 
-from reference.numerics import half_ulp
-from reference.spec import Arguments, Spec, normal
+from gpt2kit.reference.numerics import half_ulp
+from gpt2kit.reference.spec import Arguments, Spec, normal
 
 
 def build(case, rng):
@@ -134,7 +134,7 @@ def test_its_kernel_compiles_and_its_bounds_admit_float32(kit):
 
 
 def test_it_gets_its_quick_check_and_benchmark_rows(kit):
-    code = ("from reference.verify import quick_cases; from benchmarks.kernels import workloads; "
+    code = ("from gpt2kit.reference.verify import quick_cases; from gpt2kit.benchmarks.kernels import workloads; "
             "print([c.id for c in quick_cases(0) if c.function == 'scale_forward'], "
             "[row[-1].id for row in workloads() if row[1].function == 'scale_forward'])")
     done = run(kit, "-c", code)
@@ -145,7 +145,7 @@ def test_it_gets_its_quick_check_and_benchmark_rows(kit):
 @pytest.mark.skipif(not (ROOT / "grading").exists(), reason="this kit has no grader")
 def test_declared_graded_the_grader_wants_it_scored(tmp_path):
     graded_kit = kit_with_scale(tmp_path, graded=True)
-    done = run(graded_kit, "-c", "from grading.items import load_scheme; load_scheme()")
+    done = run(graded_kit, "-c", "from gpt2kit.grading.items import load_scheme; load_scheme()")
     assert "must score each host function students write once" in done.stderr and "scale_forward" in done.stderr
 
 

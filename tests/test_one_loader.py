@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from model_runtime.ops import MODEL_FUNCTIONS
+from gpt2kit.model_runtime.ops import MODEL_FUNCTIONS
 from tests import KIT_PACKAGES
 
 ROOT = Path(__file__).parents[1]
@@ -31,7 +31,7 @@ def own_kit(tmp_path_factory):
     with open(kit / "kernels" / "encoder.py", "a") as f:
         f.write(f"\nMARK = {MARK!r}\n")
     with open(kit / "kernels" / "residual.py", "a") as f:
-        f.write("\nfrom kernels.encoder import MARK  # noqa: E402,F401  (this kit's own encoder)\n")
+        f.write("\nfrom gpt2kit.kernels.encoder import MARK  # noqa: E402,F401  (this kit's own encoder)\n")
     return kit
 
 
@@ -59,8 +59,9 @@ def test_pytest_reports_a_compile_error_in_the_kernels_it_is_given(own_kit, tmp_
 
 @pytest.mark.calls(*MODEL_FUNCTIONS)  # the copy holds the kit's kernels, which the backend refuses as stubs
 def test_the_model_backend_loads_the_kernels_it_is_given(own_kit):
-    done = run("-c", "import sys; from model_runtime.backends import kernel_ops; ops = kernel_ops(sys.argv[1]); "
-                     "print(sys.modules[ops.residual_forward.__module__].MARK)", str(own_kit))
+    done = run("-c", "import sys; from gpt2kit.model_runtime.backends import kernel_ops; "
+                     "ops = kernel_ops(sys.argv[1]); print(sys.modules[ops.residual_forward.__module__].MARK)",
+               str(own_kit))
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == MARK
 
@@ -74,13 +75,13 @@ def test_a_bad_kernels_option_is_one_line():
 @pytest.mark.calls(*MODEL_FUNCTIONS)  # the copy holds the kit's kernels
 @pytest.mark.parametrize("command", [
     ("-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/kernels", "-k", "residual", "--kernels", "{kit}"),
-    ("-m", "reference.verify", "--kernels", "{kit}", "--seed", "5"),
-    ("-m", "gpt2.step_check", "--kernels", "{kit}", "--batch", "1", "--tokens", "8"),
-    ("-m", "benchmarks.kernels", "--kernels", "{kit}", "--only", "residual"),
-    ("-c", "import sys; from gpt2.model import GPT2; from gpt2.checkpoint import random_parameters; "
-           "from gpt2.config import GPT2Config; config = GPT2Config.sized(2, 2, 64); "
+    ("-m", "gpt2kit.reference.verify", "--kernels", "{kit}", "--seed", "5"),
+    ("-m", "gpt2kit.gpt2.step_check", "--kernels", "{kit}", "--batch", "1", "--tokens", "8"),
+    ("-m", "gpt2kit.benchmarks.kernels", "--kernels", "{kit}", "--only", "residual"),
+    ("-c", "import sys; from gpt2kit.gpt2.model import GPT2; from gpt2kit.gpt2.checkpoint import random_parameters; "
+           "from gpt2kit.gpt2.config import GPT2Config; config = GPT2Config.sized(2, 2, 64); "
            "model = GPT2(config, random_parameters(config), backend='kernels', kernels=sys.argv[1]); "
-           "model([[1, 2, 3]]); print(sys.modules['kernels.residual'].MARK)", "{kit}"),
+           "model([[1, 2, 3]]); print(sys.modules['gpt2kit.kernels.residual'].MARK)", "{kit}"),
 ], ids=["pytest", "quick-check", "step-check", "benchmark", "model"])
 def test_every_path_runs_the_submission_s_own_files(own_kit, command):
     done = run(*(part.format(kit=own_kit) for part in command))
@@ -90,8 +91,8 @@ def test_every_path_runs_the_submission_s_own_files(own_kit, command):
 @pytest.mark.gpu
 @pytest.mark.skipif(not (ROOT / "grading").exists(), reason="this kit has no grader")
 def test_the_grader_runs_the_submission_s_own_files(own_kit):
-    from grading.grade import grade_item
-    from grading.items import load_scheme
+    from gpt2kit.grading.grade import grade_item
+    from gpt2kit.grading.items import load_scheme
 
     scheme = load_scheme()
     grade = grade_item(own_kit, scheme.item("residual"), scheme, seed=3)

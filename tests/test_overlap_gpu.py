@@ -1,4 +1,4 @@
-"""kernel_runtime.overlap on a GPU: captured into a CUDA graph on sm_90 and later, a
+"""gpt2kit.kernel_runtime.overlap on a GPU: captured into a CUDA graph on sm_90 and later, a
 kernel that waits for the previous one starts early, and still sees everything the
 previous kernel wrote.
 
@@ -10,7 +10,7 @@ values (which shows the overlap is real); one that waits reads this round's.
 import numpy as np
 import pytest
 
-from kernel_runtime import CudaKernel, overlap
+from gpt2kit.kernel_runtime import CudaKernel, overlap
 
 pytestmark = pytest.mark.gpu
 

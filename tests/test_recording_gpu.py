@@ -1,4 +1,4 @@
-"""kernel_runtime.recording on real arrays: what is taped, what is allowed, what is refused,
+"""gpt2kit.kernel_runtime.recording on real arrays: what is taped, what is allowed, what is refused,
 and kernel_runtime.replay of what was taped.
 
 A call is taped as data: its own kernel launches (CudaKernel, cupy.RawKernel,
@@ -14,10 +14,10 @@ import re
 import numpy as np
 import pytest
 
-from kernel_runtime import CudaKernel, recording
-from kernel_runtime.replay import count_instructions, replay
-from kernel_runtime.tape import Launch, Pointer, Scalar, Tape, Write
-from reference.techniques import INSTRUCTION_CLASSES
+from gpt2kit.kernel_runtime import CudaKernel, recording
+from gpt2kit.kernel_runtime.replay import count_instructions, replay
+from gpt2kit.kernel_runtime.tape import Launch, Pointer, Scalar, Tape, Write
+from gpt2kit.reference.techniques import INSTRUCTION_CLASSES
 
 pytestmark = pytest.mark.gpu
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from kernel_runtime.compiler import CudaKernel
-from kernel_runtime.errors import KernelCompileError
+from gpt2kit.kernel_runtime.compiler import CudaKernel
+from gpt2kit.kernel_runtime.errors import KernelCompileError
 from tests import compile_reports
 from tests.compile_reports import Compiling
 from tests.readme import READMES

@@ -3,9 +3,9 @@ torch.optim.AdamW (step counts from 1); m and v updated in place, then params.""
 
 import numpy as np
 
-from reference.numerics import TINY, U
-from reference.spec import Arguments, Spec, normal
-from reference.specs.residual import signed_magnitudes
+from gpt2kit.reference.numerics import TINY, U
+from gpt2kit.reference.spec import Arguments, Spec, normal
+from gpt2kit.reference.specs.residual import signed_magnitudes
 
 # torch.optim.AdamW's defaults, with GPT-2's weight decay
 LEARNING_RATE, BETA1, BETA2, EPS, WEIGHT_DECAY = 1e-3, 0.9, 0.999, 1e-8, 0.1

@@ -3,9 +3,9 @@ q|k|v (B, T, 3C); att (B, NH, T, T) gets the probabilities; qkvr is scratch."""
 
 import numpy as np
 
-from reference.bounds import attention_bounds
-from reference.spec import Arguments, Spec, normal
-from reference.specs.softmax import causal, causal_pairs
+from gpt2kit.reference.bounds import attention_bounds
+from gpt2kit.reference.spec import Arguments, Spec, normal
+from gpt2kit.reference.specs.softmax import causal, causal_pairs
 
 
 def build(case, rng):

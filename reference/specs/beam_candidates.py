@@ -7,8 +7,8 @@ kernels/beam_search.py."""
 
 import numpy as np
 
-from reference.numerics import U
-from reference.spec import Arguments, Spec, normal
+from gpt2kit.reference.numerics import U
+from gpt2kit.reference.spec import Arguments, Spec, normal
 
 NEGATIVE = np.float32(-1e9)  # the score of a beam that must not go on, as every beam but the first at the first step
 

@@ -10,7 +10,7 @@ is set. The kit provides it whole: kernels/beam_search.py."""
 
 import numpy as np
 
-from reference.spec import Arguments, Spec, exact
+from gpt2kit.reference.spec import Arguments, Spec, exact
 
 NEGATIVE = np.float32(-1e9)  # transformers' "impossible" score: beams that must not go on, hypotheses never made
 

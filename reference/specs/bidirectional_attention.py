@@ -4,8 +4,8 @@ least 1); att (B, NH, T, T) gets the probabilities, 0 at padded keys; out (B, T,
 
 import numpy as np
 
-from reference.bounds import attention_bounds
-from reference.spec import Arguments, Spec, normal
+from gpt2kit.reference.bounds import attention_bounds
+from gpt2kit.reference.spec import Arguments, Spec, normal
 
 CASES = (
     dict(B=1, T=1, C=64, NH=1),

@@ -7,10 +7,10 @@ import math
 
 import numpy as np
 
-from reference.bounds import attention_backward_bounds, split_heads
-from reference.numerics import softmax_rows
-from reference.spec import Arguments, Spec, normal
-from reference.specs.bidirectional_attention import CASES, WAV2VEC2, draw_lengths, real_keys
+from gpt2kit.reference.bounds import attention_backward_bounds, split_heads
+from gpt2kit.reference.numerics import softmax_rows
+from gpt2kit.reference.spec import Arguments, Spec, normal
+from gpt2kit.reference.specs.bidirectional_attention import CASES, WAV2VEC2, draw_lengths, real_keys
 
 
 def build(case, rng):

@@ -7,8 +7,8 @@ import math
 
 import numpy as np
 
-from reference.numerics import U
-from reference.spec import Arguments, Spec, normal
+from gpt2kit.reference.numerics import U
+from gpt2kit.reference.spec import Arguments, Spec, normal
 
 SIZES = ("B", "T", "C", "OC", "K", "stride", "padding", "groups", "T_out")
 EXTREME_MEAN = 1e4  # the extreme cases' frames: every value near 1e4, as a large DC offset of audio would make them
@@ -45,7 +45,7 @@ def error_bound(x, e):
     # Each output is a sum of K * C / groups float32 products and the bias, bounded as a matmul's is
     # (reference/specs/matmul.py): 4 sqrt(n) U times the sum of the terms' magnitudes (rounding errors partly
     # cancel), which is the convolution of |inp| with |weight| plus |bias|; plus U |e| for the last rounding.
-    from reference.cpu import conv1d_forward  # here, not at the top: a submission's process never loads the oracle
+    from gpt2kit.reference.cpu import conv1d_forward  # here, not at the top: a submission's process never loads it
     B, T, C, OC, K, stride, padding, groups, T_out = sizes_of(x)
     bias = x.get("bias")
     magnitude = np.zeros((B, T_out, OC))

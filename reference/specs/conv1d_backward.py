@@ -6,9 +6,10 @@ import math
 
 import numpy as np
 
-from reference.numerics import U
-from reference.spec import Arguments, Spec, normal
-from reference.specs.conv1d import CASES, FIRST, LAST, LATER, POSITIONAL, SIZES, conv, frames, size_values, sizes_of
+from gpt2kit.reference.numerics import U
+from gpt2kit.reference.spec import Arguments, Spec, normal
+from gpt2kit.reference.specs.conv1d import (CASES, FIRST, LAST, LATER, POSITIONAL, SIZES, conv, frames, size_values,
+                                            sizes_of)
 
 
 def build(case, rng):
@@ -28,7 +29,7 @@ def error_bound(x, e):
     # last rounding, which for dweight and dbias is the addition onto the gradient they held. dinp sums the n =
     # ceil(K / stride) * OC / groups taps and channels that read a frame; dweight and dbias sum the n = B*T_out
     # rows, so their bound grows as (B*T_out)^1.5 U times a typical term (in whatever fixed order, split or not).
-    from reference.cpu import conv1d_backward  # here, not at the top: a submission's process never loads the oracle
+    from gpt2kit.reference.cpu import conv1d_backward  # here, not at the top: a submission's process never loads it
     B, T, C, OC, K, stride, padding, groups, T_out = sizes_of(x)
     dinp, dweight = np.zeros((B, T, C)), np.zeros((OC, C // groups, K))
     conv1d_backward(dinp, dweight, None, np.abs(x["dout"]), np.abs(x["inp"]), np.abs(x["weight"]), *sizes_of(x))

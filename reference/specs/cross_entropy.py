@@ -5,9 +5,9 @@ logits."""
 
 import numpy as np
 
-from reference.bounds import exponent_error
-from reference.numerics import TINY, U, softmax_rows
-from reference.spec import Arguments, Spec, normal
+from gpt2kit.reference.bounds import exponent_error
+from gpt2kit.reference.numerics import TINY, U, softmax_rows
+from gpt2kit.reference.spec import Arguments, Spec, normal
 
 GPT2 = dict(V=50257, Vp=50304)  # GPT-2's vocabulary, padded to a multiple of 128
 

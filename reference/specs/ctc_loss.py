@@ -7,9 +7,9 @@ import math
 
 import numpy as np
 
-from reference.numerics import TINY, U
-from reference.spec import Arguments, Spec, normal
-from reference.specs.bidirectional_attention import draw_lengths
+from gpt2kit.reference.numerics import TINY, U
+from gpt2kit.reference.spec import Arguments, Spec, normal
+from gpt2kit.reference.specs.bidirectional_attention import draw_lengths
 
 CASES = (
     dict(B=1, T=1, V=2, S=1),            # one frame, one label: a single alignment

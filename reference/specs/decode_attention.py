@@ -6,9 +6,9 @@ import math
 
 import numpy as np
 
-from reference.bounds import attention_bounds
-from reference.numerics import softmax_rows
-from reference.spec import Arguments, Spec, cache_lengths, normal
+from gpt2kit.reference.bounds import attention_bounds
+from gpt2kit.reference.numerics import softmax_rows
+from gpt2kit.reference.spec import Arguments, Spec, cache_lengths, normal
 
 
 def build(case, rng):

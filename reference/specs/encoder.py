@@ -2,8 +2,8 @@
 
 import numpy as np
 
-from reference.numerics import half_ulp
-from reference.spec import Arguments, Spec, normal
+from gpt2kit.reference.numerics import half_ulp
+from gpt2kit.reference.spec import Arguments, Spec, normal
 
 
 def build(case, rng):

@@ -3,8 +3,8 @@ out[b, t] = wte[inp[b, t]] + wpe[positions[b] + t] (the KV-cache decoder's encod
 
 import numpy as np
 
-from reference.numerics import half_ulp
-from reference.spec import Arguments, Spec, cache_lengths, normal
+from gpt2kit.reference.numerics import half_ulp
+from gpt2kit.reference.spec import Arguments, Spec, cache_lengths, normal
 
 
 def build(case, rng):

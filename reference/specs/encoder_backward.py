@@ -3,10 +3,10 @@ dout[b, t]; dwpe's rows from T on are left as they are."""
 
 import numpy as np
 
-from reference.numerics import U
-from reference.spec import Arguments, Spec, normal
-from reference.specs.encoder import GPT2
-from reference.specs.residual import signed_magnitudes
+from gpt2kit.reference.numerics import U
+from gpt2kit.reference.spec import Arguments, Spec, normal
+from gpt2kit.reference.specs.encoder import GPT2
+from gpt2kit.reference.specs.residual import signed_magnitudes
 
 
 def build(case, rng):

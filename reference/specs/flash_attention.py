@@ -6,10 +6,10 @@ import math
 
 import numpy as np
 
-from reference.bounds import exponent_error, output_bound, probability_bound, score_error_scale
-from reference.numerics import TINY, U, window_mask
-from reference.spec import Arguments, Spec, normal
-from reference.specs.attention import BENCHMARK, CASES, QUICK, flops
+from gpt2kit.reference.bounds import exponent_error, output_bound, probability_bound, score_error_scale
+from gpt2kit.reference.numerics import TINY, U, window_mask
+from gpt2kit.reference.spec import Arguments, Spec, normal
+from gpt2kit.reference.specs.attention import BENCHMARK, CASES, QUICK, flops
 
 
 def build(case, rng):

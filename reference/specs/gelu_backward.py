@@ -2,9 +2,9 @@
 
 import numpy as np
 
-from reference.numerics import U
-from reference.spec import Arguments, Spec, normal
-from reference.specs.residual import ELEMENTWISE_CASES, GPT2_N, signed_magnitudes
+from gpt2kit.reference.numerics import U
+from gpt2kit.reference.spec import Arguments, Spec, normal
+from gpt2kit.reference.specs.residual import ELEMENTWISE_CASES, GPT2_N, signed_magnitudes
 
 GELU_SCALE = np.sqrt(2.0 / np.pi)
 

@@ -2,9 +2,9 @@
 
 import numpy as np
 
-from reference.numerics import TINY, U
-from reference.spec import Arguments, Spec, normal
-from reference.specs.residual import ELEMENTWISE_CASES, signed_magnitudes
+from gpt2kit.reference.numerics import TINY, U
+from gpt2kit.reference.spec import Arguments, Spec, normal
+from gpt2kit.reference.specs.residual import ELEMENTWISE_CASES, signed_magnitudes
 
 WAV2VEC2_FEED_FORWARD_N = 8 * 800 * 3072  # B * T * I of Wav2Vec2 base's feed-forward: 8 utterances of 16 s
 

@@ -3,10 +3,10 @@ be dout."""
 
 import numpy as np
 
-from reference.numerics import TINY, U, normal_cdf
-from reference.spec import Arguments, Spec, normal
-from reference.specs.gelu_erf import WAV2VEC2_FEED_FORWARD_N, cdf_relative_error, draw_inputs
-from reference.specs.residual import ELEMENTWISE_CASES
+from gpt2kit.reference.numerics import TINY, U, normal_cdf
+from gpt2kit.reference.spec import Arguments, Spec, normal
+from gpt2kit.reference.specs.gelu_erf import WAV2VEC2_FEED_FORWARD_N, cdf_relative_error, draw_inputs
+from gpt2kit.reference.specs.residual import ELEMENTWISE_CASES
 
 
 def build(case, rng):

@@ -7,9 +7,9 @@ import math
 
 import numpy as np
 
-from reference.numerics import U
-from reference.spec import Arguments, Spec, normal
-from reference.specs.bidirectional_attention import draw_lengths
+from gpt2kit.reference.numerics import U
+from gpt2kit.reference.spec import Arguments, Spec, normal
+from gpt2kit.reference.specs.bidirectional_attention import draw_lengths
 
 WAV2VEC2 = dict(B=4, T=16000, C=512, G=512)  # the first feature-encoder layer's output: 512 channels, a group each,
                                              # 16,000 frames of 5 samples (5 s of audio at 16 kHz)

@@ -7,10 +7,10 @@ import math
 
 import numpy as np
 
-from reference.numerics import U
-from reference.spec import Arguments, Spec, normal
-from reference.specs.bidirectional_attention import draw_lengths
-from reference.specs.group_norm import CASES, WAV2VEC2, draw_inputs
+from gpt2kit.reference.numerics import U
+from gpt2kit.reference.spec import Arguments, Spec, normal
+from gpt2kit.reference.specs.bidirectional_attention import draw_lengths
+from gpt2kit.reference.specs.group_norm import CASES, WAV2VEC2, draw_inputs
 
 EPS = 1e-5  # torch.nn.GroupNorm's, as the forward pass
 

@@ -4,7 +4,7 @@ max_T new tokens only the last max_T (the ring of a local model's cache)."""
 
 import numpy as np
 
-from reference.spec import Arguments, Spec, cache_lengths, exact, normal
+from gpt2kit.reference.spec import Arguments, Spec, cache_lengths, exact, normal
 
 
 def build(case, rng):

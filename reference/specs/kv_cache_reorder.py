@@ -6,7 +6,7 @@ kernels/kv_cache_reorder.py."""
 
 import numpy as np
 
-from reference.spec import Arguments, Spec, exact, normal
+from gpt2kit.reference.spec import Arguments, Spec, exact, normal
 
 
 def build(case, rng):

@@ -5,8 +5,8 @@ import math
 
 import numpy as np
 
-from reference.numerics import U
-from reference.spec import Arguments, Spec, normal
+from gpt2kit.reference.numerics import U
+from gpt2kit.reference.spec import Arguments, Spec, normal
 
 
 def draw_rows(case, rng) -> np.ndarray:

@@ -7,9 +7,9 @@ import math
 
 import numpy as np
 
-from reference.numerics import U
-from reference.spec import Arguments, Spec, normal
-from reference.specs.layernorm import draw_rows
+from gpt2kit.reference.numerics import U
+from gpt2kit.reference.spec import Arguments, Spec, normal
+from gpt2kit.reference.specs.layernorm import draw_rows
 
 EPS = 1e-5  # GPT-2's, as the forward pass
 def saved_statistics(x):

@@ -6,10 +6,10 @@ import math
 
 import numpy as np
 
-from reference.numerics import U
-from reference.spec import Arguments, Spec, normal
-from reference.specs import layernorm
-from reference.specs.matmul import flops, rounding_error
+from gpt2kit.reference.numerics import U
+from gpt2kit.reference.spec import Arguments, Spec, normal
+from gpt2kit.reference.specs import layernorm
+from gpt2kit.reference.specs.matmul import flops, rounding_error
 
 LAYERNORM_EPS = 1e-5  # layernorm_forward's
 

@@ -4,10 +4,10 @@ step's ln2 + fc + GELU."""
 
 import numpy as np
 
-from reference.numerics import U
-from reference.spec import Spec
-from reference.specs.layernorm_matmul import BENCHMARK, CASES, build, normalised_with_bound, traffic
-from reference.specs.matmul import flops, rounding_error
+from gpt2kit.reference.numerics import U
+from gpt2kit.reference.spec import Spec
+from gpt2kit.reference.specs.layernorm_matmul import BENCHMARK, CASES, build, normalised_with_bound, traffic
+from gpt2kit.reference.specs.matmul import flops, rounding_error
 
 GELU_SLOPE = 1.13  # the largest |gelu'(z)|, at z ~ 2.4: how much an error in z can grow
 

@@ -3,10 +3,10 @@
 keys t - W + 1 .. t (those >= 0). W >= T is causal attention; W = 1, each query only itself (out = v).
 lse (B, NH, T) gets each softmax's log-sum-exp. Milestone 3: kernels/flash_attention.py."""
 
-from reference.spec import Arguments, Spec, normal
-from reference.specs.attention import QUICK
-from reference.specs.flash_attention import traffic, windowed_error_bound
-from reference.specs.softmax import causal_pairs
+from gpt2kit.reference.spec import Arguments, Spec, normal
+from gpt2kit.reference.specs.attention import QUICK
+from gpt2kit.reference.specs.flash_attention import traffic, windowed_error_bound
+from gpt2kit.reference.specs.softmax import causal_pairs
 
 
 def build(case, rng):

@@ -4,9 +4,9 @@ B*T rows; dbias None: no bias."""
 
 import numpy as np
 
-from reference.numerics import U
-from reference.spec import Arguments, Spec, normal
-from reference.specs import matmul
+from gpt2kit.reference.numerics import U
+from gpt2kit.reference.spec import Arguments, Spec, normal
+from gpt2kit.reference.specs import matmul
 
 
 def build(case, rng):

@@ -6,9 +6,9 @@ import math
 
 import numpy as np
 
-from reference.numerics import U
-from reference.spec import Arguments, Spec, normal
-from reference.specs.matmul import flops, rounding_error
+from gpt2kit.reference.numerics import U
+from gpt2kit.reference.spec import Arguments, Spec, normal
+from gpt2kit.reference.specs.matmul import flops, rounding_error
 
 # The decode step's shapes, at each of the row counts the kernel is compiled for (1, 2, 4 and 8: the
 # batch rounded up) and at beam 5's, odd sizes, chunks of rows beyond 8, extreme values.

@@ -2,8 +2,8 @@
 
 import numpy as np
 
-from reference.numerics import half_ulp
-from reference.spec import Arguments, Spec, normal
+from gpt2kit.reference.numerics import half_ulp
+from gpt2kit.reference.spec import Arguments, Spec, normal
 
 # Elementwise cases (GELU's too): N = 1, not a multiple of 4 (the vector width), one that is, a large odd one
 ELEMENTWISE_CASES = (dict(N=1), dict(N=7), dict(N=1000), dict(N=2**20 + 3), dict(N=4099, values="extreme"))

@@ -1,8 +1,8 @@
 """residual_backward(dinp1, dinp2, dout, N): dinp1 += dout and dinp2 += dout, elementwise."""
 
-from reference.numerics import half_ulp
-from reference.spec import Arguments, Spec, normal
-from reference.specs.residual import ELEMENTWISE_CASES, GPT2_N, signed_magnitudes
+from gpt2kit.reference.numerics import half_ulp
+from gpt2kit.reference.spec import Arguments, Spec, normal
+from gpt2kit.reference.specs.residual import ELEMENTWISE_CASES, GPT2_N, signed_magnitudes
 
 
 def build(case, rng):

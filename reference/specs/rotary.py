@@ -5,9 +5,9 @@ pair by pair (2i, 2i+1) by the angle of position positions[b] + t, read from the
 
 import numpy as np
 
-from reference.numerics import U, rotary_sin_cos
-from reference.spec import Arguments, Spec, cache_lengths, normal
-from reference.specs.residual import signed_magnitudes
+from gpt2kit.reference.numerics import U, rotary_sin_cos
+from gpt2kit.reference.spec import Arguments, Spec, cache_lengths, normal
+from gpt2kit.reference.specs.residual import signed_magnitudes
 
 
 def build(case, rng):
@@ -33,7 +33,7 @@ def _magnitudes(x) -> np.ndarray:
 
     The reference on |inp| with the sines made -|sin| gives that for the even elements (|x cos| - |y| (-|sin|))
     and |y cos| - |x sin| for the odd ones; with +|sin|, the reverse. Each element's larger is its sum."""
-    from reference.cpu import rotary_forward  # here, not at the top: a submission's process never loads the oracle
+    from gpt2kit.reference.cpu import rotary_forward  # here, not at the top: a submission's process never loads it
 
     sizes = [x[k] for k in ("B", "T", "C", "NH", "rotary_dim")]
     half = x["rotary_dim"] // 2

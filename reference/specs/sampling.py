@@ -16,7 +16,7 @@ the reference with a probability of about 4e-6, and on an H200 none of 96,000 su
 
 import numpy as np
 
-from reference.spec import Arguments, Spec, exact, normal
+from gpt2kit.reference.spec import Arguments, Spec, exact, normal
 
 MODES = {  # variant -> temperature, top_k (0: no cut), top_p (None or 1: no cut)
     "greedy": (0.0, 0, None),

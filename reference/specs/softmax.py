@@ -3,8 +3,8 @@ scale * inp[n, t, :t+1], then zeros; entries above the diagonal are never read; 
 
 import numpy as np
 
-from reference.bounds import probability_bound
-from reference.spec import Arguments, Spec, normal
+from gpt2kit.reference.bounds import probability_bound
+from gpt2kit.reference.spec import Arguments, Spec, normal
 
 SCALE = 0.125
 

@@ -5,8 +5,8 @@ import math
 
 import numpy as np
 
-from reference.numerics import TINY, U
-from reference.spec import Arguments, Spec
+from gpt2kit.reference.numerics import TINY, U
+from gpt2kit.reference.spec import Arguments, Spec
 
 WAV2VEC2 = dict(OC=768, C=48, K=128)  # Wav2Vec2 base: 768 channels in 16 groups of 48, 128 taps
 CASES = (

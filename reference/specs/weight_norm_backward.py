@@ -6,9 +6,9 @@ import math
 
 import numpy as np
 
-from reference.numerics import TINY, U
-from reference.spec import Arguments, Spec, normal
-from reference.specs.weight_norm import CASES, WAV2VEC2, draw_directions, draw_lengths, norm_relative_error
+from gpt2kit.reference.numerics import TINY, U
+from gpt2kit.reference.spec import Arguments, Spec, normal
+from gpt2kit.reference.specs.weight_norm import CASES, WAV2VEC2, draw_directions, draw_lengths, norm_relative_error
 
 
 def build(case, rng):

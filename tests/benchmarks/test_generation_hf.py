@@ -1,4 +1,4 @@
-"""benchmarks.generation's transformers comparison on the CPU, with a tiny random GPT-2 and GPT-J:
+"""gpt2kit.benchmarks.generation's transformers comparison on the CPU, with a tiny random GPT-2 and GPT-J:
 the static-cache, torch.compile'd generate picks the same greedy tokens as the eager one,
 so the two rows of `--hf` time the same text (about half a minute each: torch.compile)."""
 
@@ -8,13 +8,13 @@ import pytest
 pytest.importorskip("transformers")
 pytest.importorskip("torch")
 
-from benchmarks.generation import hf_generation  # noqa: E402
-from gpt2.checkpoint import perturbed_parameters  # noqa: E402
-from gpt2.config import GPT2Config  # noqa: E402
-from gpt2.family import FAMILY as GPT2_FAMILY  # noqa: E402
-from gptj import checkpoint as gptj_checkpoint  # noqa: E402
-from gptj.config import GPTJConfig  # noqa: E402
-from gptj.family import FAMILY as GPTJ_FAMILY  # noqa: E402
+from gpt2kit.benchmarks.generation import hf_generation  # noqa: E402
+from gpt2kit.gpt2.checkpoint import perturbed_parameters  # noqa: E402
+from gpt2kit.gpt2.config import GPT2Config  # noqa: E402
+from gpt2kit.gpt2.family import FAMILY as GPT2_FAMILY  # noqa: E402
+from gpt2kit.gptj import checkpoint as gptj_checkpoint  # noqa: E402
+from gpt2kit.gptj.config import GPTJConfig  # noqa: E402
+from gpt2kit.gptj.family import FAMILY as GPTJ_FAMILY  # noqa: E402
 
 
 def tiny_gpt2(seed):

@@ -15,10 +15,10 @@ pytest.importorskip("matplotlib", reason="the figures need matplotlib: pip insta
 torch = pytest.importorskip("torch", reason="transformers' rows need PyTorch and transformers")
 pytest.importorskip("transformers", reason="transformers' rows need transformers: pip install -e '.[hf]'")
 
-from benchmarks.grape_tables import (BREAKDOWN_COLUMNS, GRAPH_MEMORY_COLUMNS, SPEEDOMETER_COLUMNS,  # noqa: E402
-                                     TRAINING_BREAKDOWN_COLUMNS)
-from model_runtime.executors import EXECUTORS  # noqa: E402
-from model_runtime.ops import MODEL_FUNCTIONS, SPEECH_FUNCTIONS, TRAINING_FUNCTIONS  # noqa: E402
+from gpt2kit.benchmarks.grape_tables import (BREAKDOWN_COLUMNS, GRAPH_MEMORY_COLUMNS,  # noqa: E402
+                                             SPEEDOMETER_COLUMNS, TRAINING_BREAKDOWN_COLUMNS)
+from gpt2kit.model_runtime.executors import EXECUTORS  # noqa: E402
+from gpt2kit.model_runtime.ops import MODEL_FUNCTIONS, SPEECH_FUNCTIONS, TRAINING_FUNCTIONS  # noqa: E402
 from tests.model.hf_gptj import hf_gptj  # noqa: E402
 
 ROOT = Path(__file__).parents[2]
@@ -31,8 +31,8 @@ def read(path: Path) -> list[dict]:
 
 
 def study(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "benchmarks.grape_study", *args], capture_output=True, text=True,
-                          cwd=ROOT, timeout=500, check=False)
+    return subprocess.run([sys.executable, "-m", "gpt2kit.benchmarks.grape_study", *args], capture_output=True,
+                          text=True, cwd=ROOT, timeout=500, check=False)
 
 
 @pytest.fixture(scope="module")

@@ -6,10 +6,10 @@ import json
 import numpy as np
 import pytest
 
-from benchmarks.grape_tables import (BREAKDOWN_COLUMNS, GRAPH_MEMORY_COLUMNS, SPEEDOMETER_COLUMNS,
-                                     TRAINING_BREAKDOWN_COLUMNS, Breakdown, GraphMemory, Timing, TrainingBreakdown,
-                                     write_breakdown, write_csv, write_graph_memory, write_training_breakdown,
-                                     write_speedometer)
+from gpt2kit.benchmarks.grape_tables import (BREAKDOWN_COLUMNS, GRAPH_MEMORY_COLUMNS, SPEEDOMETER_COLUMNS,
+                                             TRAINING_BREAKDOWN_COLUMNS, Breakdown, GraphMemory, Timing,
+                                             TrainingBreakdown, write_breakdown, write_csv, write_graph_memory,
+                                             write_training_breakdown, write_speedometer)
 
 pytest.importorskip("matplotlib", reason="the figures need matplotlib: pip install -e '.[experiments]'")
 
@@ -87,7 +87,7 @@ def test_runtime_writes_a_beam_and_a_greedy_row_per_executor(tmp_path, monkeypat
     after grape's GPU-time line."""
     from types import SimpleNamespace
 
-    from benchmarks import grape_study
+    from gpt2kit.benchmarks import grape_study
 
     monkeypatch.setattr(grape_study, "timed", lambda run, runs, label: [0.5 + 0.1 * i for i in range(runs)])
     monkeypatch.setattr(grape_study, "grape_gpu_seconds", lambda study, beam_search: 0.4 if beam_search else 0.2)

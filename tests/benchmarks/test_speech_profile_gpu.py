@@ -1,4 +1,4 @@
-"""benchmarks.speech_profile on the GPU at one utterance of one second: a row per host function the training
+"""gpt2kit.benchmarks.speech_profile on the GPU at one utterance of one second: a row per host function the training
 step calls, the convolutions' and matmuls' rates, and every call's time in the sum."""
 
 import re
@@ -8,14 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from model_runtime.ops import MODEL_FUNCTIONS, SPEECH_FUNCTIONS, TRAINING_FUNCTIONS
+from gpt2kit.model_runtime.ops import MODEL_FUNCTIONS, SPEECH_FUNCTIONS, TRAINING_FUNCTIONS
 
 ROOT = Path(__file__).parents[2]
 pytestmark = [pytest.mark.gpu, pytest.mark.calls(*MODEL_FUNCTIONS, *TRAINING_FUNCTIONS, *SPEECH_FUNCTIONS)]
 
 
 def test_the_table_has_every_host_function_the_step_calls():
-    done = subprocess.run([sys.executable, "-m", "benchmarks.speech_profile", "--batch", "1", "--seconds", "1",
+    done = subprocess.run([sys.executable, "-m", "gpt2kit.benchmarks.speech_profile", "--batch", "1", "--seconds", "1",
                            "--runs", "2"], capture_output=True, text=True, cwd=ROOT, timeout=300, check=False)
     assert done.returncode == 0, f"{done.stdout[-2000:]}\n{done.stderr[-2000:]}"
     rows = {m[1]: m for m in re.finditer(r"^(\w+)\s+(\d+)\s+([\d.]+)\s+([\d.]+)%(?:\s+([\d.]+)\s+(\d+)%)?$",

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.sweep import BLOCKS, PIECES
-from kernel_runtime import gpu_unavailable_reason
+from gpt2kit.benchmarks.sweep import BLOCKS, PIECES
+from gpt2kit.kernel_runtime import gpu_unavailable_reason
 
 ROOT = Path(__file__).parents[2]
 pytestmark = pytest.mark.skipif(not (ROOT / "kernels" / "fused_gemv.py").exists(),
@@ -15,8 +15,8 @@ pytestmark = pytest.mark.skipif(not (ROOT / "kernels" / "fused_gemv.py").exists(
 
 
 def sweep(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "benchmarks.sweep", *args], capture_output=True, text=True, cwd=ROOT,
-                          timeout=600)
+    return subprocess.run([sys.executable, "-m", "gpt2kit.benchmarks.sweep", *args], capture_output=True, text=True,
+                          cwd=ROOT, timeout=600)
 
 
 @pytest.mark.nvrtc
@@ -35,4 +35,5 @@ def test_compile_only_prints_every_tuning_with_the_kits_marked_and_spill_free():
 def test_timing_without_a_gpu_is_one_line():
     done = sweep("--kind", "residual")
     assert done.returncode == 2
-    assert done.stderr.strip().splitlines() == [f"benchmarks.sweep: cannot time kernels: {gpu_unavailable_reason()}"]
+    assert done.stderr.strip().splitlines() == [
+        f"gpt2kit.benchmarks.sweep: cannot time kernels: {gpu_unavailable_reason()}"]

@@ -4,8 +4,8 @@ without one."""
 import numpy as np
 import pytest
 
-from benchmarks.grape_tables import read_csv, write_csv
-from benchmarks.training import CURVE_COLUMNS, STEP_COLUMNS, StepTime, write_curve
+from gpt2kit.benchmarks.grape_tables import read_csv, write_csv
+from gpt2kit.benchmarks.training import CURVE_COLUMNS, STEP_COLUMNS, StepTime, write_curve
 
 
 def test_the_curve_is_a_csv_of_both_losses_and_its_png(tmp_path):
@@ -31,15 +31,15 @@ def test_the_step_table_compares_each_method_with_pytorch_eager(tmp_path):
 
 
 def test_the_benchmark_says_in_one_line_that_it_needs_a_gpu(capsys, monkeypatch, tmp_path):
-    from kernel_runtime import gpu_unavailable_reason
+    from gpt2kit.kernel_runtime import gpu_unavailable_reason
 
     if gpu_unavailable_reason() is None:
         pytest.skip("this machine has a GPU")
-    from benchmarks import training
+    from gpt2kit.benchmarks import training
 
     monkeypatch.setattr(training, "check_installed", lambda needed: None)  # as where PyTorch and matplotlib are
     with pytest.raises(SystemExit) as exit_:
         training.main(["--runs", "1", "--out", str(tmp_path)])
     assert exit_.value.code != 0
     [line] = capsys.readouterr().err.strip().splitlines()
-    assert line.startswith("benchmarks.training: cannot run")
+    assert line.startswith("gpt2kit.benchmarks.training: cannot run")

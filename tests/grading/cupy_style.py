@@ -29,11 +29,11 @@ import threading
 
 import cupy
 
-from kernel_runtime import overlap
+from gpt2kit.kernel_runtime import overlap
 
 
 def code_of(source):
-    """The source with the two overlap functions it may call (kernel_runtime/overlap.py) defined first."""
+    """The source with the two overlap functions it may call (gpt2kit/kernel_runtime/overlap.py) defined first."""
     return overlap.PRELUDE + source if overlap.waits_for_previous(source) else source
 
 
@@ -105,7 +105,7 @@ STREAM = cupy.cuda.Stream()  # ordered after the default stream's fills, as CuPy
 ''',
 }
 
-IMPORT = re.compile(r"^from kernel_runtime import (\(?)CudaKernel, ", re.MULTILINE)
+IMPORT = re.compile(r"^from gpt2kit.kernel_runtime import (\(?)CudaKernel, ", re.MULTILINE)
 
 
 def cupy_style_submission(directory: Path, style: str) -> Path:
@@ -115,7 +115,8 @@ def cupy_style_submission(directory: Path, style: str) -> Path:
     (kernels / "cupy_kernel.py").write_text(COMMON.format(style=style) + STYLE_CODE[style])
     for path in kernels.glob("*.py"):
         text = path.read_text()
-        changed = IMPORT.sub(r"from kernels.cupy_kernel import CudaKernel\nfrom kernel_runtime import \1", text)
+        changed = IMPORT.sub(r"from gpt2kit.kernels.cupy_kernel import CudaKernel\n"
+                             r"from gpt2kit.kernel_runtime import \1", text)
         if changed != text:
             path.write_text(changed)
     return directory

@@ -17,13 +17,13 @@ from pathlib import Path
 
 import numpy as np
 
-from gpt2.checkpoint import perturbed_parameters
-from generation.executors import make_executor
-from generation.generate import GREEDY
-from gpt2.model import GPT2
-from grading.channel import worker_channel
-from grading.leaderboard import WARM_UP_TOKENS, load_workload
-from grading.leaderboard_replayer import refusing, serve
+from gpt2kit.gpt2.checkpoint import perturbed_parameters
+from gpt2kit.generation.executors import make_executor
+from gpt2kit.generation.generate import GREEDY
+from gpt2kit.gpt2.model import GPT2
+from gpt2kit.grading.channel import worker_channel
+from gpt2kit.grading.leaderboard import WARM_UP_TOKENS, load_workload
+from gpt2kit.grading.leaderboard_replayer import refusing, serve
 from tests.model.helpers import TINY
 
 WEIGHTS_SEED = 3

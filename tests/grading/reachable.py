@@ -10,7 +10,7 @@ import sys
 import types
 from pathlib import Path
 
-import reference
+from gpt2kit import reference
 
 # the oracle of the kit this process runs (a grader's worker runs the worker kit's)
 ORACLE_FILES = {str(Path(reference.__file__).parent / name) for name in ("cpu.py", "gold.py")}

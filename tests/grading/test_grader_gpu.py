@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from grading.grade import grade_item, grade_submission
-from grading.items import load_scheme, scheme_for
-from kernel_runtime.device import PRIVATE_KERNEL_CACHES
-from reference.registry import spec
-from reference.variants import VARIANTS
+from gpt2kit.grading.grade import grade_item, grade_submission
+from gpt2kit.grading.items import load_scheme, scheme_for
+from gpt2kit.kernel_runtime.device import PRIVATE_KERNEL_CACHES
+from gpt2kit.reference.registry import spec
+from gpt2kit.reference.variants import VARIANTS
 from tests.grading.carried import carrying
 from tests.grading.cupy_style import FAST_MATH_ITEMS, STYLES, cupy_style_submission
 from tests.kernels import wrong_technique
@@ -81,7 +81,7 @@ def test_a_known_wrong_kernel_loses_its_item(tmp_path, name):
 CHEATS_CAUGHT_BY = {  # what the grader says of each cheat (each first launches a kernel that does nothing)
     "cheat_matmul_cupy": "refused: computed with cupy.matmul",
     "cheat_gelu_numpy": "refused: copied device data to the host (cupy.ndarray.get)",
-    "cheat_residual_reference": "reference.gold is the grader's reference: submissions may not use it",
+    "cheat_residual_reference": "gpt2kit.reference.gold is the grader's reference: submissions may not use it",
     # its tape holds the answers to the inputs it was recorded on: replayed on the secret ones, they are wrong
     "cheat_layernorm_oracle_by_path": "elements wrong",
     "cheat_matmul_cublas_self_permitted": "refused: the tape calls cupy.cublas.gemm, which this call may not use",
@@ -97,7 +97,7 @@ def test_every_cheat_has_its_expected_reason():
 
 REACHABLE = "from tests.grading.reachable import reachable_oracle"
 WALKING_GELU = f'''
-from kernels.gelu_solution import gelu_forward as solution
+from gpt2kit.kernels.gelu_solution import gelu_forward as solution
 {REACHABLE}
 
 
@@ -112,7 +112,7 @@ def gelu_forward(out, inp, N):
 def test_no_reference_function_is_reachable_inside_the_worker(tmp_path):
     from tests.grading.reachable import reachable_oracle
 
-    import reference.judging  # noqa: F401  (the walk must be able to fail: here the oracle is loaded)
+    import gpt2kit.reference.judging  # noqa: F401  (the walk must be able to fail: here the oracle is loaded)
     assert reachable_oracle(), "the walk finds nothing even where reference.cpu is loaded"
     submission = solution_copy(tmp_path)
     (submission / "kernels" / "gelu.py").rename(submission / "kernels" / "gelu_solution.py")
@@ -126,7 +126,7 @@ def test_no_reference_function_is_reachable_inside_the_worker(tmp_path):
 BAD_KERNELS = {
     "encoder.py": '''
         import numpy as np
-        from kernel_runtime import CudaKernel
+        from gpt2kit.kernel_runtime import CudaKernel
 
         SOURCE = r"""
         extern "C" __global__ void scribble(float* out) { ((float*)0x10)[threadIdx.x] = 1.0f; }
@@ -138,7 +138,7 @@ BAD_KERNELS = {
         ''',
     "gelu.py": '''
         import numpy as np
-        from kernel_runtime import CudaKernel
+        from gpt2kit.kernel_runtime import CudaKernel
 
         SOURCE = r"""
         extern "C" __global__ void forever(volatile int* flag) { while (flag[0] == 0) { } }
@@ -164,7 +164,7 @@ BAD_KERNELS = {
         ''',
     "residual.py": '''
         import numpy as np
-        from kernel_runtime import CudaKernel
+        from gpt2kit.kernel_runtime import CudaKernel
 
         SOURCE = r"""
         extern "C" __global__ void add_and_tamper(float* out, float* inp1, const float* inp2, long long N) {
@@ -257,7 +257,8 @@ ELEMENTWISE = ("import cupy; x = cupy.arange(6, dtype=cupy.float32); "
 
 def run_python(code: str, cache: Path, trusted: bool) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k not in PRIVATE_KERNEL_CACHES} | {"CUPY_CACHE_DIR": str(cache)}
-    prologue = "from kernel_runtime.device import keep_compiled_kernels_private; keep_compiled_kernels_private(); "
+    prologue = ("from gpt2kit.kernel_runtime.device import keep_compiled_kernels_private; "
+                "keep_compiled_kernels_private(); ")
     return subprocess.run([sys.executable, "-c", (prologue if trusted else "") + code], capture_output=True,
                           text=True, env=env, cwd=ROOT)
 

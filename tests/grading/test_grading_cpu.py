@@ -11,30 +11,33 @@ import shlex
 import shutil
 import subprocess
 import sys
+import tomllib
 import types
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from generation.decoding import kv_cache_stubs
-from model_runtime.ops import KV_CACHE_FUNCTIONS, MODEL_FUNCTIONS
-from grading import reports
-from grading.grade import ItemGrade, Replayed, SubmissionGrade, grade_submission, replay, replayer_command, score_item
-from grading.handout import LEFTOVER_MARKER, MILESTONE_FILES, HandoutError, kit_files, make_handout, strip_solutions
-from grading.items import WEIGHTS_FILES, SchemeError, load_scheme, scheme_for
-from grading.sandbox import Sandbox
-from kernel_runtime.compiler import programs_in
-from kernel_runtime.device import gpu_unavailable_reason, nvrtc_unavailable_reason
-from kernel_runtime.stubs import STUB_LINES, cuda_body, function_holds_stub, reached
-from reference import gold
+from gpt2kit.generation.decoding import kv_cache_stubs
+from gpt2kit.model_runtime.ops import KV_CACHE_FUNCTIONS, MODEL_FUNCTIONS
+from gpt2kit.grading import reports
+from gpt2kit.grading.grade import (ItemGrade, Replayed, SubmissionGrade, grade_submission, replay, replayer_command,
+                                   score_item)
+from gpt2kit.grading.handout import (LEFTOVER_MARKER, MILESTONE_FILES, HandoutError, kit_files, make_handout,
+                                     strip_solutions)
+from gpt2kit.grading.items import WEIGHTS_FILES, SchemeError, load_scheme, scheme_for
+from gpt2kit.grading.sandbox import Sandbox
+from gpt2kit.kernel_runtime.compiler import programs_in
+from gpt2kit.kernel_runtime.device import gpu_unavailable_reason, nvrtc_unavailable_reason
+from gpt2kit.kernel_runtime.stubs import STUB_LINES, cuda_body, function_holds_stub, reached
+from gpt2kit.reference import gold
 from tests import KIT_PACKAGES
-from kernel_runtime.tape import Launch, Program, Tape
-from kernels.gelu import gelu_forward_kernel
-from reference.execution import Execution, execute, save_records
-from reference.registry import SPECS, build, cases, kernel_module, unwritten
-from reference.techniques import TECHNIQUES, static_classes
-from reference.variants import DECLARED, VARIANTS
+from gpt2kit.kernel_runtime.tape import Launch, Program, Tape
+from gpt2kit.kernels.gelu import gelu_forward_kernel
+from gpt2kit.reference.execution import Execution, execute, save_records
+from gpt2kit.reference.registry import SPECS, build, cases, kernel_module, unwritten
+from gpt2kit.reference.techniques import TECHNIQUES, static_classes
+from gpt2kit.reference.variants import DECLARED, VARIANTS
 from tests.interrupting import PROMPTLY, interrupted, pausing
 from tests.readme import READMES, bash_blocks, install_lines
 from tests.reference.test_techniques import SAMPLES
@@ -264,7 +267,7 @@ def counted(replayed: Replayed, variant: str, counts: dict | None, error: str | 
 
 
 def all_products(function: str) -> int:
-    from reference.techniques import products_of
+    from gpt2kit.reference.techniques import products_of
     return products_of(function, cases(function, SEED))
 
 
@@ -351,7 +354,7 @@ def test_gradescope_results_format():
 
 
 def test_a_grade_carries_the_milestone_of_its_scheme(monkeypatch, tmp_path):
-    monkeypatch.setattr("grading.grade.grade_item", lambda submission, item, scheme, seed, sandbox: ItemGrade(
+    monkeypatch.setattr("gpt2kit.grading.grade.grade_item", lambda submission, item, scheme, seed, sandbox: ItemGrade(
         item, 0.0, ""))
     made = grade_submission(tmp_path, scheme_for(2), SEED, sandbox=Sandbox(tmp_path, "none", "isolation: none (...)"))
     assert made.milestone == 2 and reports.gradescope_results(made)["extra_data"] == {
@@ -426,7 +429,7 @@ def test_gather_refuses_results_of_mixed_milestones_in_one_line(tmp_path):
                   + [full_marks(2, "erin")])
     done = grading("gather", str(tmp_path))
     assert (done.returncode, done.stderr.splitlines()) == (2, [
-        f"grading: the results in {tmp_path} mix milestones (milestone 1: alice, bob, carol and 1 more; "
+        f"gpt2kit.grading: the results in {tmp_path} mix milestones (milestone 1: alice, bob, carol and 1 more; "
         f"milestone 2: erin); gather each milestone's from a directory of its own"])
     assert not (tmp_path / "gradebook.csv").exists()
 
@@ -435,52 +438,56 @@ def test_gather_checks_the_milestone_it_is_given_against_the_results(tmp_path):
     write_results(tmp_path, [full_marks(2, "alice")])
     done = grading("gather", str(tmp_path), "--milestone", "1")
     assert (done.returncode, done.stderr.splitlines()) == (
-        2, [f"grading: --milestone 1, but the results in {tmp_path} are milestone 2's"])
+        2, [f"gpt2kit.grading: --milestone 1, but the results in {tmp_path} are milestone 2's"])
 
 
 def test_results_that_do_not_say_their_milestone_are_gathered_under_the_one_named(tmp_path):
     write_results(tmp_path, [full_marks(2, "alice")], milestone_said=False)
     done = grading("gather", str(tmp_path))
     assert (done.returncode, done.stderr.splitlines()) == (2, [
-        f"grading: the results of alice in {tmp_path} do not say their milestone; name it with --milestone N"])
+        f"gpt2kit.grading: the results of alice in {tmp_path} do not say their milestone; name it with --milestone N"])
     assert grading("gather", str(tmp_path), "--milestone", "2").returncode == 0
     assert gradebook(tmp_path)[1][:3] == ["alice", "2", "18.0"]
     wrong = grading("gather", str(tmp_path), "--milestone", "1")
     assert (wrong.returncode, wrong.stderr.splitlines()) == (2, [
-        "grading: alice: its results have no score for 'Attention (including Softmax)', an item of milestone 1"])
+        "gpt2kit.grading: alice: its results have no score for 'Attention (including Softmax)', an item of "
+        "milestone 1"])
 
 
 @pytest.mark.skipif(gpu_unavailable_reason() is None, reason="this machine has a GPU")
 def test_without_a_gpu_grading_exits_with_one_line(tmp_path):
-    done = subprocess.run([sys.executable, "-m", "grading", str(ROOT)], capture_output=True, text=True, cwd=ROOT)
+    done = subprocess.run([sys.executable, "-m", "gpt2kit.grading", str(ROOT)], capture_output=True, text=True,
+                          cwd=ROOT)
     assert done.returncode == 2
-    assert done.stderr.strip().splitlines() == [f"grading: cannot grade without a GPU: {gpu_unavailable_reason()}"]
+    assert done.stderr.strip().splitlines() == [
+        f"gpt2kit.grading: cannot grade without a GPU: {gpu_unavailable_reason()}"]
 
 
 @pytest.mark.skipif(gpu_unavailable_reason() is None, reason="this machine has a GPU")
 def test_the_leaderboard_reads_no_profile_from_the_environment():
-    done = subprocess.run([sys.executable, "-m", "grading", "leaderboard", str(ROOT), "--variant", "matmul_tf32"],
-                          capture_output=True, text=True, cwd=ROOT, env=os.environ | {"KIT_PROFILE": "bf16"})
+    done = subprocess.run([sys.executable, "-m", "gpt2kit.grading", "leaderboard", str(ROOT), "--variant",
+                           "matmul_tf32"], capture_output=True, text=True, cwd=ROOT,
+                          env=os.environ | {"KIT_PROFILE": "bf16"})
     assert (done.returncode, done.stderr.splitlines()) == (
-        2, [f"grading leaderboard: cannot time kernels without a GPU: {gpu_unavailable_reason()}"])
+        2, [f"gpt2kit.grading leaderboard: cannot time kernels without a GPU: {gpu_unavailable_reason()}"])
 
 
 def test_the_worker_program_loads_no_oracle():
-    code = ("import sys, grading.worker; "
-            "print(sorted(set(sys.modules) & {'reference.cpu', 'reference.gold', 'reference.judging'}))")
+    code = ("import sys, gpt2kit.grading.worker; print(sorted(set(sys.modules) & "
+            "{'gpt2kit.reference.cpu', 'gpt2kit.reference.gold', 'gpt2kit.reference.judging'}))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
 
 
 def grading(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "grading", *args], capture_output=True, text=True, cwd=ROOT)
+    return subprocess.run([sys.executable, "-m", "gpt2kit.grading", *args], capture_output=True, text=True, cwd=ROOT)
 
 
 def test_a_handout_over_an_existing_directory_is_one_line(tmp_path):
     done = grading("handout", str(tmp_path))
     assert done.returncode == 2
-    assert done.stderr.splitlines() == [f"grading: {tmp_path} already exists; choose a new directory"]
+    assert done.stderr.splitlines() == [f"gpt2kit.grading: {tmp_path} already exists; choose a new directory"]
 
 
 def test_a_handout_where_nothing_can_be_written_is_one_line(tmp_path):
@@ -488,16 +495,18 @@ def test_a_handout_where_nothing_can_be_written_is_one_line(tmp_path):
     blocked.write_text("")
     done = grading("handout", str(blocked / "kit"))
     assert done.returncode == 2
-    assert done.stderr.splitlines() == [f"grading: {blocked / 'kit'}: cannot write the handout (Not a directory)"]
+    assert done.stderr.splitlines() == [
+        f"gpt2kit.grading: {blocked / 'kit'}: cannot write the handout (Not a directory)"]
 
 
 def test_a_class_list_that_cannot_be_read_is_one_line(tmp_path):
     missing = tmp_path / "missing.txt"
     done = grading("--class-list", str(missing))
-    assert (done.returncode, done.stderr.splitlines()) == (2, [f"grading: --class-list {missing}: no such file"])
+    assert (done.returncode, done.stderr.splitlines()) == (
+        2, [f"gpt2kit.grading: --class-list {missing}: no such file"])
     done = grading("--class-list", str(tmp_path))
     assert (done.returncode, done.stderr.splitlines()) == (
-        2, [f"grading: --class-list {tmp_path}: cannot read it (Is a directory)"])
+        2, [f"gpt2kit.grading: --class-list {tmp_path}: cannot read it (Is a directory)"])
 
 
 def test_a_file_given_as_a_submission_is_named_as_a_file(tmp_path):
@@ -505,14 +514,15 @@ def test_a_file_given_as_a_submission_is_named_as_a_file(tmp_path):
     archive.write_bytes(b"PK")
     done = grading(str(archive), str(tmp_path / "bob"))
     assert done.returncode == 2
-    assert done.stderr.splitlines() == [f"grading: {archive} is a file, not a submission directory (unpack it into "
-                                        f"a directory first); no such submission directory: {tmp_path / 'bob'}"]
+    assert done.stderr.splitlines() == [f"gpt2kit.grading: {archive} is a file, not a submission directory (unpack it "
+                                        f"into a directory first); no such submission directory: {tmp_path / 'bob'}"]
 
 
 def test_help_names_every_command_and_every_milestone():
     done = grading("--help")
     assert done.returncode == 0
-    assert "python -m grading gather DIR" in done.stdout and "python -m grading handout OUT_DIR" in done.stdout
+    assert "python -m gpt2kit.grading gather DIR" in done.stdout
+    assert "python -m gpt2kit.grading handout OUT_DIR" in done.stdout
     every = "{" + ",".join(map(str, WEIGHTS_FILES)) + "}"
     assert set(re.findall(r"--milestone (\S+?)\]", done.stdout)) == {"N", every}
 
@@ -529,26 +539,26 @@ def test_where_reports_cannot_go_is_one_line_before_the_grading_starts(tmp_path,
     paths["submission"].mkdir()
     paths["file"].write_text("")
     done = grading(*(arg.format(**paths) for arg in args))
-    assert (done.returncode, done.stderr.splitlines()) == (2, [f"grading: {message.format(**paths)}"])
+    assert (done.returncode, done.stderr.splitlines()) == (2, [f"gpt2kit.grading: {message.format(**paths)}"])
 
 
-@pytest.mark.parametrize("target, mode", [("grading.handout:kit_files", "raise"), ("shutil:copy2", "raise"),
+@pytest.mark.parametrize("target, mode", [("gpt2kit.grading.handout:kit_files", "raise"), ("shutil:copy2", "raise"),
                                           ("shutil:copy2", "swallow")],
                          ids=["listing", "writing", "writing-swallowed"])
 def test_ctrl_c_stops_a_handout_at_once_and_leaves_no_half_kit(tmp_path, target, mode):
-    stopped = interrupted([*pausing(target, mode), "grading", "handout", str(tmp_path / "kit")], "pausing in ")
+    stopped = interrupted([*pausing(target, mode), "gpt2kit.grading", "handout", str(tmp_path / "kit")], "pausing in ")
     assert stopped.status == 130 and stopped.seconds < PROMPTLY, stopped
     assert list(tmp_path.iterdir()) == []
 
 
-@pytest.mark.parametrize("target, mode", [("grading.reports:read_results", "raise"),
-                                          ("kernel_runtime.files:_flush_to_disk", "raise"),
-                                          ("kernel_runtime.files:_flush_to_disk", "swallow")],
+@pytest.mark.parametrize("target, mode", [("gpt2kit.grading.reports:read_results", "raise"),
+                                          ("gpt2kit.kernel_runtime.files:_flush_to_disk", "raise"),
+                                          ("gpt2kit.kernel_runtime.files:_flush_to_disk", "swallow")],
                          ids=["reading", "writing", "writing-swallowed"])
 def test_ctrl_c_stops_gather_at_once_and_keeps_the_previous_gradebook(tmp_path, target, mode):
     write_results(tmp_path, [full_marks(1, "alice"), full_marks(1, "bob")])
     (tmp_path / "gradebook.csv").write_text("the previous gradebook\n")
-    stopped = interrupted([*pausing(target, mode), "grading", "gather", str(tmp_path)], "pausing in ")
+    stopped = interrupted([*pausing(target, mode), "gpt2kit.grading", "gather", str(tmp_path)], "pausing in ")
     assert stopped.status == 130 and stopped.seconds < PROMPTLY, stopped
     assert (tmp_path / "gradebook.csv").read_text() == "the previous gradebook\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["alice", "bob", "gradebook.csv"]
@@ -664,7 +674,7 @@ def test_milestone_2_handout_stubs_compile_and_their_technique_checks_say_not_wr
 def test_a_grade_lost_on_a_stub_names_it_first_and_keeps_its_score(handout):
     """The grader's reason for an item a fresh kit loses starts with the stub line; a full score, a written kernel
     and a kit without a kernels directory leave the reason as it was; the score is never touched."""
-    from grading.grade import with_stub_named
+    from gpt2kit.grading.grade import with_stub_named
 
     destination, _ = handout
     scheme = load_scheme()
@@ -692,6 +702,21 @@ def test_handout_stubs_every_solution_and_leaves_out_staff_files(handout):
     assert "kernels/decode.py (4 blocks)" in stubbed and "__shfl" not in decode  # its block reduction too
     readme = (destination / "README.md").read_text()
     assert "## Grading (for TAs)" not in readme and "## On Delta" in readme and "staff only" not in readme
+    assert "gpt2kit.grading" in packages_without_a_folder(ROOT / "pyproject.toml", destination)
+    assert packages_without_a_folder(destination / "pyproject.toml", destination) == []  # the kit installs
+
+
+def packages_without_a_folder(pyproject: Path, kit: Path) -> list[str]:
+    """The packages `pyproject` installs whose folder (its package-dir, or its parent's) `kit` does not hold, or holds
+    without Python."""
+    setuptools = tomllib.loads(pyproject.read_text())["tool"]["setuptools"]
+    folders = setuptools["package-dir"]
+
+    def folder(package: str) -> Path:
+        parent, _, name = package.rpartition(".")
+        return Path(folders[package]) if package in folders else folder(parent) / name if parent else Path(package)
+
+    return [package for package in setuptools["packages"] if not any((kit / folder(package)).glob("*.py"))]
 
 
 def readme_commands(readme: str) -> list[str]:
@@ -877,7 +902,7 @@ def test_a_fresh_kit_s_quick_check_and_benchmark_name_each_stub_on_a_gpu(handout
     destination, _ = handout
     run = functools.partial(subprocess.run, capture_output=True, text=True, cwd=destination, timeout=600,
                             stdin=subprocess.DEVNULL, env=fresh_kit_environment())
-    verify = run([sys.executable, "-m", "reference.verify", "--seed", "3"])
+    verify = run([sys.executable, "-m", "gpt2kit.reference.verify", "--seed", "3"])
     rows = {line.split()[0]: line for line in verify.stdout.splitlines()[2:-1] if line.split()[0] in SPECS}
     quick = [spec for spec in SPECS.values() if spec.milestone == 1 and spec.handed_out and spec.quick is not None]
     stubs = sorted(spec.function for spec in quick if not spec.provided)
@@ -888,7 +913,7 @@ def test_a_fresh_kit_s_quick_check_and_benchmark_name_each_stub_on_a_gpu(handout
     assert all(" PASS " in row for function, row in rows.items() if function not in stubs), verify.stdout
     assert verify.stdout.splitlines()[-1] == (f"{len(quick) - len(stubs)} of {len(quick)} host functions pass, "
                                               f"{len(stubs)} not written yet")
-    timed = run([sys.executable, "-m", "benchmarks.kernels", "--only", "gelu_forward"])  # not the provided gelu_erf
+    timed = run([sys.executable, "-m", "gpt2kit.benchmarks.kernels", "--only", "gelu_forward"])  # not gelu_erf
     assert timed.returncode == 1, timed.stdout + timed.stderr
     assert f"gelu_forward       {stub_line('gelu_forward', 'gelu')}" in timed.stdout.splitlines(), timed.stdout
     assert timed.stdout.splitlines()[-1] == "nothing was timed: every row's function is still a stub"
@@ -914,7 +939,7 @@ import pytest
 
 @pytest.mark.calls("matmul_forward", module="matmul_tf32")
 def test_the_tf32_matmul_stands_in_for_matmul_forward():
-    from model_runtime.backends import kernel_ops
+    from gpt2kit.model_runtime.backends import kernel_ops
 
     kernel_ops(variants=("matmul_tf32",))
 """
@@ -1056,8 +1081,8 @@ def test_a_kit_s_provided_modules_hold_nothing_its_milestone_or_a_later_one_grad
 
 FALLBACK = """
 import types
-from generation.decoding import DecoderError, decoder_or_recompute, make_decoder
-from reference.registry import SPECS, unwritten
+from gpt2kit.generation.decoding import DecoderError, decoder_or_recompute, make_decoder
+from gpt2kit.reference.registry import SPECS, unwritten
 model = types.SimpleNamespace(backend=types.SimpleNamespace(name="kernels"))  # all a decoder's choice reads
 print([function for function in SPECS if unwritten(function)])
 said = []
@@ -1088,9 +1113,9 @@ def test_a_kit_without_its_kv_cache_written_generates_by_recomputing_and_says_so
 
 STUBBED_MODEL = """
 import sys
-from benchmarks.prefill import row_not_in_this_kit
-from model_runtime.backends import kernel_ops
-from kernel_runtime import KitError
+from gpt2kit.benchmarks.prefill import row_not_in_this_kit
+from gpt2kit.model_runtime.backends import kernel_ops
+from gpt2kit.kernel_runtime import KitError
 for variants in ((), tuple(sys.argv[1:])):
     try:
         kernel_ops(variants=variants)
@@ -1200,17 +1225,15 @@ def test_an_interrupted_handout_leaves_no_half_kit(tmp_path, monkeypatch):
     def interrupted(text):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr("grading.handout.strip_solutions", interrupted)
+    monkeypatch.setattr("gpt2kit.grading.handout.strip_solutions", interrupted)
     with pytest.raises(KeyboardInterrupt):
         make_handout(tmp_path / "handout", root=kit)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["kit"]
 
 
 def test_a_handout_refuses_kit_code_git_does_not_track(tmp_path):
-    """A module of the kit's own packages not yet committed: a handout without it would not import."""
+    """A module in a folder of the kit's Python, not yet committed: a handout without it would not import."""
     kit = fake_kit(tmp_path / "kit")
-    (kit / "kernels" / "__init__.py").write_text("")
-    subprocess.run(["git", "add", "kernels/__init__.py"], cwd=kit, check=True)
     make_handout(tmp_path / "first", root=kit)  # the TA's own untracked files are left out, as before
     (kit / "kernels" / "new_kernel.py").write_text("SOURCE = ''\n")
     with pytest.raises(HandoutError, match=r"^kernels/new_kernel.py is in the kit's kernels/ but git does not track "
@@ -1233,26 +1256,27 @@ def test_a_handout_from_a_directory_that_is_not_a_git_checkout_is_refused(tmp_pa
 
 
 def test_a_handout_from_an_installed_copy_is_one_line(tmp_path):
-    """As from `pip install .`: the kit's packages in a directory of their own, no git work tree around them."""
+    """As from `pip install .`: the kit's folders in gpt2kit/ in a directory of their own, no git work tree around."""
     site = tmp_path / "site-packages"
     for package in KIT_PACKAGES:
-        shutil.copytree(ROOT / package, site / package, ignore=shutil.ignore_patterns("__pycache__"))
-    done = subprocess.run([sys.executable, "-m", "grading", "handout", str(tmp_path / "kit")], capture_output=True,
-                          text=True, cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(site)})
+        shutil.copytree(ROOT / package, site / "gpt2kit" / (package if package != "gpt2kit" else ""),
+                        ignore=shutil.ignore_patterns("__pycache__"), dirs_exist_ok=True)
+    done = subprocess.run([sys.executable, "-m", "gpt2kit.grading", "handout", str(tmp_path / "kit")],
+                          capture_output=True, text=True, cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(site)})
     assert done.returncode == 2 and not (tmp_path / "kit").exists()
     [line] = done.stderr.splitlines()
-    assert line.startswith(f"grading: {site} is not a git checkout of the kit (")
+    assert line.startswith(f"gpt2kit.grading: {site / 'gpt2kit'} is not a git checkout of the kit (")
     assert line.endswith("): run it from a git clone of the kit, installed with pip install -e")
 
 
 def test_a_handout_without_git_is_one_line(tmp_path):
     no_git = tmp_path / "bin"  # a PATH where git is not
     no_git.mkdir()
-    done = subprocess.run([sys.executable, "-m", "grading", "handout", str(tmp_path / "kit")], capture_output=True,
-                          text=True, cwd=ROOT, env={**os.environ, "PATH": str(no_git)})
+    done = subprocess.run([sys.executable, "-m", "gpt2kit.grading", "handout", str(tmp_path / "kit")],
+                          capture_output=True, text=True, cwd=ROOT, env={**os.environ, "PATH": str(no_git)})
     assert done.returncode == 2 and not (tmp_path / "kit").exists()
-    assert done.stderr.splitlines() == ["grading: cannot run git to list the kit's files (No such file or directory): "
-                                        "run it from a git clone of the kit, installed with pip install -e"]
+    assert done.stderr.splitlines() == ["gpt2kit.grading: cannot run git to list the kit's files (No such file or "
+                                        "directory): run it from a git clone of the kit, installed with pip install -e"]
 
 
 def test_every_declared_variant_has_its_host_function_here():

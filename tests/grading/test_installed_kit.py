@@ -1,4 +1,5 @@
-"""The kit installed from its wheel (`pip install .`, not -e) reads everything it needs.
+"""The kit installed from its wheel (`pip install .`, not -e) is one package, gpt2kit,
+holding every package of the checkout, and reads everything it needs.
 
 The wheel is built offline from the files git tracks (a copy, so no stale build/ of an
 earlier build slips into it), with the test venv's setuptools, and installed with
@@ -6,7 +7,8 @@ earlier build slips into it), with the test venv's setuptools, and installed wit
 dependencies behind it. The commands run from a directory outside the checkout, with
 the GPU hidden so they stop where a machine without one does: the grader after reading
 its milestone's scheme, the leaderboard after reading its table, the handout at once,
-since an installed copy is not a git checkout.
+since an installed copy is not a git checkout; the model completes text on the NumPy
+reference backend.
 """
 
 import os
@@ -17,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from grading.handout import LEFTOVER_MARKER
-from grading.items import WEIGHTS_FILES
+from gpt2kit.grading.handout import LEFTOVER_MARKER
+from gpt2kit.grading.items import WEIGHTS_FILES
 
 ROOT = Path(__file__).parents[2]
 
@@ -50,43 +52,65 @@ def installed_kit(target: Path, cwd: Path, *arguments: str) -> subprocess.Comple
     return subprocess.run([sys.executable, *arguments], capture_output=True, text=True, cwd=cwd, env=env, timeout=300)
 
 
-def test_the_kit_s_packages_come_from_the_installed_copy(installed, tmp_path):
-    packages = sorted(p.name for p in installed.iterdir() if (p / "__init__.py").is_file())
-    code = "import importlib, sys; print(*(importlib.import_module(n).__file__ for n in sys.argv[1:]), sep='\\n')"
+def checkout_packages() -> list[str]:
+    """Every folder of Python in the checkout but the tests, by its import name: gpt2kit's own (gpt2kit/kernel_runtime/
+    is gpt2kit.kernel_runtime) and the course folders' (reference/specs/ is gpt2kit.reference.specs)."""
+    listed = subprocess.run(["git", "ls-files", "-z", "*.py"], cwd=ROOT, capture_output=True, check=True).stdout
+    folders = {Path(name).parent.parts for name in filter(None, listed.decode().split("\0"))}
+    return sorted(".".join(parts if parts[0] == "gpt2kit" else ("gpt2kit", *parts)) for parts in folders
+                  if parts and parts[0] != "tests")
+
+
+def test_the_wheel_installs_one_name_holding_every_package_of_the_checkout(installed, tmp_path):
+    assert sorted(p.name for p in installed.iterdir() if not p.name.endswith(".dist-info")) == ["gpt2kit"]
+    assert len([p for p in installed.iterdir() if p.name.endswith(".dist-info")]) == 1
+    packages = checkout_packages()
+    code = ("import importlib, sys; "
+            "print(*(list(importlib.import_module(n).__path__)[0] for n in sys.argv[1:]), sep='\\n')")
     done = installed_kit(installed, tmp_path, "-c", code, *packages)
     assert done.returncode == 0, done.stderr
-    assert packages and all(Path(f).is_relative_to(installed) for f in done.stdout.split()), done.stdout
+    assert len(packages) > 10 and all(Path(p).is_relative_to(installed / "gpt2kit") for p in done.stdout.split()), (
+        done.stdout)
+
+
+def test_the_installed_model_completes_text(installed, tmp_path):
+    done = installed_kit(installed, tmp_path, "-m", "gpt2kit", "--backend", "reference", "--model", "random",
+                         "--max-new-tokens", "2", "--seed", "0", "The meaning of life is")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("The meaning of life is") and len(done.stdout) > len("The meaning of life is\n")
 
 
 @pytest.mark.parametrize("milestone", sorted(WEIGHTS_FILES))
 def test_the_installed_grader_reads_its_milestone_s_scheme(installed, tmp_path, milestone):
     (tmp_path / "submission" / "kernels").mkdir(parents=True)
-    done = installed_kit(installed, tmp_path, "-m", "grading", "--milestone", str(milestone), "submission")
+    done = installed_kit(installed, tmp_path, "-m", "gpt2kit.grading", "--milestone", str(milestone), "submission")
     assert done.returncode == 2 and len(done.stderr.splitlines()) == 1, done.stderr
-    assert done.stderr.startswith("grading: cannot grade without a GPU: "), done.stderr
+    assert done.stderr.startswith("gpt2kit.grading: cannot grade without a GPU: "), done.stderr
 
 
 def test_the_installed_leaderboard_reads_its_table(installed, tmp_path):
     (tmp_path / "submission" / "kernels").mkdir(parents=True)
-    done = installed_kit(installed, tmp_path, "-m", "grading", "leaderboard", "submission")
+    done = installed_kit(installed, tmp_path, "-m", "gpt2kit.grading", "leaderboard", "submission")
     assert done.returncode == 2 and len(done.stderr.splitlines()) == 1, done.stderr
-    assert done.stderr.startswith("grading leaderboard: cannot time kernels without a GPU: "), done.stderr
+    assert done.stderr.startswith("gpt2kit.grading leaderboard: cannot time kernels without a GPU: "), done.stderr
 
 
 def test_the_installed_handout_refuses_in_one_line_naming_the_fix(installed, tmp_path):
-    done = installed_kit(installed, tmp_path, "-m", "grading", "handout", "kit")
+    done = installed_kit(installed, tmp_path, "-m", "gpt2kit.grading", "handout", "kit")
     assert done.returncode == 2 and len(done.stderr.splitlines()) == 1, done.stderr
-    assert done.stderr.startswith(f"grading: {installed} is not a git checkout of the kit"), done.stderr
+    assert done.stderr.startswith(f"gpt2kit.grading: {installed / 'gpt2kit'} is not a git checkout of the kit"), (
+        done.stderr)
     assert "git clone" in done.stderr and "pip install -e" in done.stderr
     assert not (tmp_path / "kit").exists()
 
 
 def test_the_installed_grader_builds_its_worker_kit_from_the_installed_files(installed, tmp_path):
-    code = ("import sys; from grading.handout import make_worker_kit; "
+    code = ("import sys; from gpt2kit.grading.handout import make_worker_kit; "
             "print(*make_worker_kit(__import__('pathlib').Path(sys.argv[1]), milestone=4), sep='\\n')")
     done = installed_kit(installed, tmp_path, "-c", code, str(tmp_path / "kit"))
     assert done.returncode == 0, done.stderr
     assert "kernels/gelu.py (1 block)" in done.stdout.splitlines(), done.stdout
     kit = tmp_path / "kit"
     assert (kit / "grading" / "worker.py").is_file() and not (kit / "grading" / "grade.py").exists()
+    assert (kit / "gpt2kit" / "kernel_runtime" / "loader.py").is_file()  # laid out as a checkout
     assert not any(LEFTOVER_MARKER.search(path.read_text()) for path in (kit / "kernels").glob("*.py"))

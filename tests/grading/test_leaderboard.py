@@ -16,20 +16,20 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gpt2.checkpoint import perturbed_parameters
-from gpt2.config import preset
-from generation.generate import GREEDY, Sampling, generate_batch
-from gpt2.model import GPT2
-from grading import leaderboard
-from grading.leaderboard import (Configuration, GateOutputs, LeaderboardError, Row, configurations, gate_failure,
-                                 geometric_mean, load_workload, standing)
-from grading.ranking import Commands, Judge, Roofline, make_gate, rank_submission, run_inputs
-from grading.sandbox import Sandbox
-from grading.taped_calls import TapedCallError, TapedOps, call_key, describe, read_tapes
-from grading.token_check import FALSE_ALARM, check_run, freedman_margin
-from kernel_runtime.tape import Buffer, Tape
-from model_runtime.tokenizer import get_tokenizer
-from reference.precision import FP32
+from gpt2kit.gpt2.checkpoint import perturbed_parameters
+from gpt2kit.gpt2.config import preset
+from gpt2kit.generation.generate import GREEDY, Sampling, generate_batch
+from gpt2kit.gpt2.model import GPT2
+from gpt2kit.grading import leaderboard
+from gpt2kit.grading.leaderboard import (Configuration, GateOutputs, LeaderboardError, Row, configurations,
+                                         gate_failure, geometric_mean, load_workload, standing)
+from gpt2kit.grading.ranking import Commands, Judge, Roofline, make_gate, rank_submission, run_inputs
+from gpt2kit.grading.sandbox import Sandbox
+from gpt2kit.grading.taped_calls import TapedCallError, TapedOps, call_key, describe, read_tapes
+from gpt2kit.grading.token_check import FALSE_ALARM, check_run, freedman_margin
+from gpt2kit.kernel_runtime.tape import Buffer, Tape
+from gpt2kit.model_runtime.tokenizer import get_tokenizer
+from gpt2kit.reference.precision import FP32
 from tests.grading import leaderboard_fakes
 from tests.model.helpers import TINY
 
@@ -278,20 +278,20 @@ def test_a_run_faster_than_the_memory_bandwidth_allows_is_refused(tmp_path):
 
 
 def grading(*args):
-    return subprocess.run([sys.executable, "-m", "grading", *args], capture_output=True, text=True, cwd=ROOT)
+    return subprocess.run([sys.executable, "-m", "gpt2kit.grading", *args], capture_output=True, text=True, cwd=ROOT)
 
 
 def test_command_line_mistakes_are_one_line(tmp_path):
     done = grading("leaderboard", str(tmp_path / "missing"))
-    assert (done.returncode, done.stderr.splitlines()) == (2, [f"grading: no such submission directory: "
+    assert (done.returncode, done.stderr.splitlines()) == (2, [f"gpt2kit.grading: no such submission directory: "
                                                                f"{tmp_path / 'missing'}"])
     done = grading("leaderboard", str(tmp_path), "--table", str(tmp_path / "none.toml"))
     assert done.returncode == 2 and done.stderr.count("\n") == 1 and "cannot read the leaderboard table" in done.stderr
 
 
 def test_the_leaderboard_worker_loads_no_oracle():
-    code = ("import sys, grading.leaderboard_worker; "
-            "print(sorted(set(sys.modules) & {'reference.cpu', 'reference.gold', 'reference.judging'}))")
+    code = ("import sys, gpt2kit.grading.leaderboard_worker; print(sorted(set(sys.modules) & "
+            "{'gpt2kit.reference.cpu', 'gpt2kit.reference.gold', 'gpt2kit.reference.judging'}))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert done.returncode == 0 and done.stdout.strip() == "[]", done.stderr
 

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from grading import leaderboard
-from grading.leaderboard import load_workload
-from grading.ranking import commands, make_judge, rank_submission
-from reference.variants import resolve_profile, variant_named
+from gpt2kit.grading import leaderboard
+from gpt2kit.grading.leaderboard import load_workload
+from gpt2kit.grading.ranking import commands, make_judge, rank_submission
+from gpt2kit.reference.variants import resolve_profile, variant_named
 from tests.grading.carried import carrying
 
 pytestmark = pytest.mark.gpu

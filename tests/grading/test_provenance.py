@@ -2,11 +2,11 @@
 
 import re
 
-from grading.provenance import definitions, staff_kernels_taped, staff_solutions
-from kernel_runtime.tape import Launch, Program, Tape
-from kernels.decode import decode_attention_kernel
-from kernels.gelu import GELU_SOURCE
-from kernels.matmul import MATMUL_SOURCE, matmul_forward_kernel
+from gpt2kit.grading.provenance import definitions, staff_kernels_taped, staff_solutions
+from gpt2kit.kernel_runtime.tape import Launch, Program, Tape
+from gpt2kit.kernels.decode import decode_attention_kernel
+from gpt2kit.kernels.gelu import GELU_SOURCE
+from gpt2kit.kernels.matmul import MATMUL_SOURCE, matmul_forward_kernel
 from tests.kernels.wrong import COPY_SOURCE, mutate
 from tests.kernels.wrong.gelu_erf_form import kernel as erf_gelu_kernel
 

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from grading.grade import grade_item
-from grading.handout import MILESTONES, SOLUTION, WORKER_FILES, strip_solutions
-from grading.items import load_scheme
-from grading.sandbox import SandboxError, choose_isolation, planned_mounts, unavailable, worker_sandbox
+from gpt2kit.grading.grade import grade_item
+from gpt2kit.grading.handout import MILESTONES, SOLUTION, WORKER_FILES, strip_solutions
+from gpt2kit.grading.items import load_scheme
+from gpt2kit.grading.sandbox import SandboxError, choose_isolation, planned_mounts, unavailable, worker_sandbox
 
 ROOT = Path(__file__).parents[2]
 PROBE = ROOT / "tests" / "kernels" / "wrong" / "grader" / "reads_the_solutions.py"
@@ -60,7 +60,7 @@ def test_an_isolated_worker_reaches_no_solution_by_any_route(tmp_path, isolation
 def test_without_isolation_the_worker_runs_stubs_and_the_report_says_the_checkout_is_readable(tmp_path):
     said, summary = probe_reason(submissions_with_a_probe(tmp_path, PROBE.read_text()), "none")
     assert "paths the student knows" in said, said  # the grader's checkout and alice's are readable here
-    assert "kernel_runtime.__file__" not in said and "KIT_KERNELS" not in said  # the worker kit's are stubs
+    assert "gpt2kit.__file__" not in said and "KIT_KERNELS" not in said  # the worker kit's are stubs
     assert summary.startswith("isolation: none — submissions could read the grader's files ("), summary
 
 

@@ -3,9 +3,9 @@
 import numpy as np
 import pytest
 
-from kernel_runtime import KernelArgumentError
-from reference.execution import call_arguments
-from reference.registry import SPECS, build, host_function
+from gpt2kit.kernel_runtime import KernelArgumentError
+from gpt2kit.reference.execution import call_arguments
+from gpt2kit.reference.registry import SPECS, build, host_function
 
 pytestmark = pytest.mark.gpu
 
@@ -58,7 +58,7 @@ def test_decode_attention_reads_caches_that_are_not_16_byte_aligned(case_index):
     float, and the host must size its groups of keys for that path, or some would never be summed."""
     import cupy
 
-    from reference.judging import allowed_errors, compare, expected_outputs
+    from gpt2kit.reference.judging import allowed_errors, compare, expected_outputs
 
     spec = SPECS["decode_attention_forward"]
     problem = build(spec.test_cases()[case_index])

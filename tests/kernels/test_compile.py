@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from kernel_runtime.compiler import programs_in
-from kernel_runtime.errors import KernelCompileError
-from kernel_runtime.loader import PACKAGE, bound_directory
-from kernel_runtime.stubs import holds_stub
+from gpt2kit.kernel_runtime.compiler import programs_in
+from gpt2kit.kernel_runtime.errors import KernelCompileError
+from gpt2kit.kernel_runtime.loader import PACKAGE, bound_directory
+from gpt2kit.kernel_runtime.stubs import holds_stub
 from tests.compile_reports import Compiling
 
 ARCHES = ("sm_86", "sm_90")

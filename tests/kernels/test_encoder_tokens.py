@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from reference.registry import host_function
+from gpt2kit.reference.registry import host_function
 
 pytestmark = [pytest.mark.gpu, pytest.mark.calls("encoder_forward")]
 

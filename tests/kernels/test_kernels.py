@@ -19,9 +19,9 @@ import math
 
 import pytest
 
-from reference.judging import run_case
-from reference.registry import SPECS, host_function, not_written_yet
-from reference.spec import Case
+from gpt2kit.reference.judging import run_case
+from gpt2kit.reference.registry import SPECS, host_function, not_written_yet
+from gpt2kit.reference.spec import Case
 
 
 def smallest_plain_case(cases: list[Case]) -> Case:

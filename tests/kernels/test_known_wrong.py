@@ -8,8 +8,8 @@ catches it. These test the kit's tests, against the kit's own kernels: with
 
 import pytest
 
-from reference.judging import run_case
-from reference.registry import cases, graded
+from gpt2kit.reference.judging import run_case
+from gpt2kit.reference.registry import cases, graded
 from tests.kernels.wrong import load, names
 
 

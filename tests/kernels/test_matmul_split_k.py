@@ -4,8 +4,8 @@ exactly, none of them empty, and there are enough of them to fill the GPU about 
 
 import pytest
 
-from kernel_runtime import ceil_div
-from reference.registry import kernel_module
+from gpt2kit.kernel_runtime import ceil_div
+from gpt2kit.reference.registry import kernel_module
 
 pytestmark = pytest.mark.calls("split_span", module="matmul_split_k")  # skipped, not failed, while a stub
 

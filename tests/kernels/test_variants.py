@@ -15,12 +15,12 @@ its host function's.
 
 import pytest
 
-from kernel_runtime.compiler import programs_in
-from reference.execution import execute
-from reference.judging import run_case
-from reference.registry import SPECS, build, cases, host_function, kernel_module, not_written_yet
-from reference.techniques import TECHNIQUES, missing_technique_here, static_classes
-from reference.variants import VARIANTS, resolve_profile
+from gpt2kit.kernel_runtime.compiler import programs_in
+from gpt2kit.reference.execution import execute
+from gpt2kit.reference.judging import run_case
+from gpt2kit.reference.registry import SPECS, build, cases, host_function, kernel_module, not_written_yet
+from gpt2kit.reference.techniques import TECHNIQUES, missing_technique_here, static_classes
+from gpt2kit.reference.variants import VARIANTS, resolve_profile
 
 
 def pytest_generate_tests(metafunc):

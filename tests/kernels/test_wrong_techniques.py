@@ -13,12 +13,12 @@ run, or in a kernel never launched (IN_THEIR_CODE).
 
 import pytest
 
-from kernel_runtime.compiler import programs_in
-from reference.execution import execute
-from reference.judging import judge
-from reference.registry import build, cases
-from reference.techniques import TECHNIQUES, missing_technique_here, static_classes
-from reference.variants import VARIANTS
+from gpt2kit.kernel_runtime.compiler import programs_in
+from gpt2kit.reference.execution import execute
+from gpt2kit.reference.judging import judge
+from gpt2kit.reference.registry import build, cases
+from gpt2kit.reference.techniques import TECHNIQUES, missing_technique_here, static_classes
+from gpt2kit.reference.variants import VARIANTS
 from tests.kernels.wrong_technique import load, names
 
 CAUGHT_BY = {

@@ -2,7 +2,7 @@
 
 import pytest
 
-from gpt2.checkpoint import perturbed_parameters, write_llmc
+from gpt2kit.gpt2.checkpoint import perturbed_parameters, write_llmc
 from tests.model.helpers import TINY
 
 

@@ -3,9 +3,9 @@
 import numpy as np
 import pytest
 
-from gpt2.checkpoint import perturbed_parameters  # noqa: F401 (the model tests' weights)
-from gpt2.config import GPT2Config
-from reference.variants import DECLARED
+from gpt2kit.gpt2.checkpoint import perturbed_parameters  # noqa: F401 (the model tests' weights)
+from gpt2kit.gpt2.config import GPT2Config
+from gpt2kit.reference.variants import DECLARED
 
 TINY = GPT2Config.sized(2, 4, 64, max_T=64)  # the real vocabulary, so the tokenizer fits
 

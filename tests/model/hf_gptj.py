@@ -5,9 +5,9 @@ without them)."""
 import torch
 import transformers
 
-from gptj.checkpoint import read_hf
-from gptj.model import GPTJ
-from reference.numerics import rotary_sin_cos
+from gpt2kit.gptj.checkpoint import read_hf
+from gpt2kit.gptj.model import GPTJ
+from gpt2kit.reference.numerics import rotary_sin_cos
 
 VOCAB, EOS, CONTEXT = 1000, 7, 1100  # a small vocabulary keeps the LM head cheap; end-of-text inside it
 

@@ -11,12 +11,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gpt2 import checkpoint
-from model_runtime import checkpoint_files
-from gpt2.checkpoint import (LLMC_HEADER_INTS, CheckpointError, hub_repo_id, load, perturbed_parameters,
-                             random_parameters, read_hf, read_llmc, write_hf, write_llmc)
-from gpt2.config import GPT2Config, preset
-from gpt2.model import GPT2
+from gpt2kit.gpt2 import checkpoint
+from gpt2kit.model_runtime import checkpoint_files
+from gpt2kit.gpt2.checkpoint import (LLMC_HEADER_INTS, CheckpointError, hub_repo_id, load, perturbed_parameters,
+                                     random_parameters, read_hf, read_llmc, write_hf, write_llmc)
+from gpt2kit.gpt2.config import GPT2Config, preset
+from gpt2kit.gpt2.model import GPT2
 from tests.interrupting import PROMPTLY, interrupted, pausing
 from tests.model.helpers import TINY
 
@@ -274,9 +274,9 @@ def test_convert_writes_llmc_float32(tmp_path, params, capsys):
 
 
 @pytest.mark.parametrize("args, status, message", [
-    (("{tmp}/nope", "{tmp}/out.bin"), 1, ("gpt2.checkpoint: {tmp}/nope: no such file or directory, and not a "
+    (("{tmp}/nope", "{tmp}/out.bin"), 1, ("gpt2kit.gpt2.checkpoint: {tmp}/nope: no such file or directory, and not a "
                                           "model name (gpt2, gpt2-medium, gpt2-large, gpt2-xl or random)")),
-    (("{tmp}/model.bin",), 2, ("python -m gpt2.checkpoint convert: the following arguments are required: "
+    (("{tmp}/model.bin",), 2, ("python -m gpt2kit.gpt2.checkpoint convert: the following arguments are required: "
                                "OUT.bin (see --help)")),
 ])
 def test_convert_errors_are_one_line(tmp_path, params, capsys, args, status, message):
@@ -296,12 +296,12 @@ def test_an_output_convert_cannot_write_is_refused_before_the_weights_are_made(t
                                                                                message):
     write_llmc(tmp_path / "model.bin", TINY, params)
     status, printed, err = convert(capsys, "random:gpt2-medium", out.format(tmp=tmp_path))
-    assert (status, printed, err) == (1, "", f"gpt2.checkpoint: {message.format(tmp=tmp_path)}\n")
+    assert (status, printed, err) == (1, "", f"gpt2kit.gpt2.checkpoint: {message.format(tmp=tmp_path)}\n")
 
 
 def test_convert_runs_as_a_module(tmp_path, params):
     write_hf(tmp_path / "hf", TINY, params)
-    done = subprocess.run([sys.executable, "-m", "gpt2.checkpoint", "convert", str(tmp_path / "hf"),
+    done = subprocess.run([sys.executable, "-m", "gpt2kit.gpt2.checkpoint", "convert", str(tmp_path / "hf"),
                            str(tmp_path / "out.bin")], capture_output=True, text=True, cwd=ROOT, timeout=120,
                           check=False)
     assert done.returncode == 0
@@ -393,7 +393,7 @@ def test_ctrl_c_stops_convert_at_once_and_keeps_the_previous_checkpoint(tmp_path
     write_llmc(out, TINY, params)
     before = out.read_bytes()
     source = zeros_124M if source == "zeros" else source
-    stopped = interrupted([sys.executable, "-m", "gpt2.checkpoint", "convert", str(source), str(out)], moment)
+    stopped = interrupted([sys.executable, "-m", "gpt2kit.gpt2.checkpoint", "convert", str(source), str(out)], moment)
     assert stopped.status == 130 and stopped.seconds < PROMPTLY, stopped
     assert all(PROGRESS_LINE.match(line) for line in stopped.lines if line), stopped.lines
     assert out.read_bytes() == before
@@ -408,8 +408,8 @@ def test_ctrl_c_as_the_written_checkpoint_goes_to_disk_keeps_the_previous_one(tm
     write_llmc(source, TINY, params)
     write_llmc(out, TINY, perturbed_parameters(TINY, seed=6))
     before = out.read_bytes()
-    stopped = interrupted([*pausing("kernel_runtime.files:_flush_to_disk", mode), "gpt2.checkpoint", "convert",
-                           str(source), str(out)], "pausing in ")
+    stopped = interrupted([*pausing("gpt2kit.kernel_runtime.files:_flush_to_disk", mode), "gpt2kit.gpt2.checkpoint",
+                           "convert", str(source), str(out)], "pausing in ")
     assert stopped.status == 130 and stopped.seconds < PROMPTLY, stopped
     assert out.read_bytes() == before
     assert leftovers(tmp_path, {"source.bin", "out.bin"}) == []

@@ -1,4 +1,4 @@
-"""`python -m gpt2` end to end on the CPU: a tiny random model, the reference backend."""
+"""`python -m gpt2kit` end to end on the CPU: a tiny random model, the reference backend."""
 
 import os
 import signal
@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-import gpt2.__main__ as cli
-from gpt2 import nsight
-from gpt2.checkpoint import perturbed_parameters, write_hf
+import gpt2kit.gpt2.__main__ as cli
+from gpt2kit.gpt2 import nsight
+from gpt2kit.gpt2.checkpoint import perturbed_parameters, write_hf
 from tests.interrupting import interruptible
 from tests.model.helpers import TINY
 
@@ -18,12 +18,12 @@ ROOT = Path(__file__).parents[2]
 
 
 def gpt2_cli(*args, stdin=None, env=None):
-    return subprocess.run([sys.executable, "-m", "gpt2", *args], input=stdin, capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "gpt2kit", *args], input=stdin, capture_output=True, text=True,
                           cwd=ROOT, timeout=120, env=env, check=False)
 
 
 def start_gpt2_cli(*args):
-    return subprocess.Popen([sys.executable, "-m", "gpt2", *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+    return subprocess.Popen([sys.executable, "-m", "gpt2kit", *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, cwd=ROOT, preexec_fn=interruptible)
 
 
@@ -81,20 +81,20 @@ def one_line_exit(capsys, argv) -> tuple[int, str]:
 def test_bad_option_is_one_line_at_parsing(capsys, flag, value, rule):
     status, line = one_line_exit(capsys, ["hi", "--model", "/no/such/model.bin", flag, value])
     assert status == 2
-    assert line == f"python -m gpt2: argument {flag}: must be {rule}, got {value} (see --help)"
+    assert line == f"python -m gpt2kit: argument {flag}: must be {rule}, got {value} (see --help)"
 
 
 def test_unknown_option_misplaced_kernels_and_an_empty_prompt_are_one_line(capsys):
     status, line = one_line_exit(capsys, ["hi", "--bogus"])
-    assert (status, line) == (2, "python -m gpt2: unrecognized arguments: --bogus (see --help)")
+    assert (status, line) == (2, "python -m gpt2kit: unrecognized arguments: --bogus (see --help)")
     status, line = one_line_exit(capsys, ["hi", "--backend", "reference", "--kernels", "kernels"])
     assert status == 2
-    assert line == "python -m gpt2: argument --kernels: applies to --backend kernels, not reference (see --help)"
+    assert line == "python -m gpt2kit: argument --kernels: applies to --backend kernels, not reference (see --help)"
     status, line = one_line_exit(capsys, ["hi", "--backend", "gold", "--variant", "matmul_tiled"])  # in every kit
-    assert (status, line) == (2, "python -m gpt2: argument --variant: applies to --backend kernels, not gold "
+    assert (status, line) == (2, "python -m gpt2kit: argument --variant: applies to --backend kernels, not gold "
                                  "(see --help)")
     status, line = one_line_exit(capsys, ["", "--model", "random"])
-    assert (status, line) == (2, "python -m gpt2: argument prompt: is empty: give text to complete, or none to type "
+    assert (status, line) == (2, "python -m gpt2kit: argument prompt: is empty: give text to complete, or none to type "
                                  "prompts one per line (see --help)")
 
 
@@ -115,12 +115,12 @@ def test_gpu_backends_without_a_gpu_say_so_in_one_line(capsys, monkeypatch, tmp_
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(cli, "gpu_unavailable_reason", lambda: "no NVIDIA GPU or driver on this machine")
     status, line = one_line_exit(capsys, ["hi", "--model", str(tiny_model), *args])
-    assert (status, line) == (1, f"gpt2: {asked} needs a GPU: no NVIDIA GPU or driver on this machine")
+    assert (status, line) == (1, f"gpt2kit: {asked} needs a GPU: no NVIDIA GPU or driver on this machine")
 
 
 @pytest.mark.parametrize("model, kernels, message", [
-    ("/no/such/model.bin", None, "gpt2: /no/such/model.bin: no such file or directory, and not a model name"),
-    (None, "/no/such/kernels", "gpt2: no kernels directory at /no/such/kernels"),
+    ("/no/such/model.bin", None, "gpt2kit: /no/such/model.bin: no such file or directory, and not a model name"),
+    (None, "/no/such/kernels", "gpt2kit: no kernels directory at /no/such/kernels"),
 ], ids=["model", "kernels"])
 def test_a_missing_path_is_named_before_a_missing_gpu(capsys, monkeypatch, tiny_model, model, kernels, message):
     monkeypatch.setattr(cli, "gpu_unavailable_reason", lambda: "no NVIDIA GPU or driver on this machine")
@@ -130,8 +130,8 @@ def test_a_missing_path_is_named_before_a_missing_gpu(capsys, monkeypatch, tiny_
 
 
 @pytest.mark.parametrize("args, message", [
-    (("hi", "--model", "/no/such/model.bin"), "gpt2: /no/such/model.bin: no such file"),
-    (("hi", "--model", "random:huge"), "gpt2: unknown model size 'huge' (GPT-2's: gpt2, gpt2-medium, gpt2-large, "
+    (("hi", "--model", "/no/such/model.bin"), "gpt2kit: /no/such/model.bin: no such file"),
+    (("hi", "--model", "random:huge"), "gpt2kit: unknown model size 'huge' (GPT-2's: gpt2, gpt2-medium, gpt2-large, "
                                        "gpt2-xl, gpt2-mini, 124M, 355M, 774M, 1558M; GPT-J's: gpt-j-6b; Wav2Vec2's: "
                                        "base, tiny)"),
 ])
@@ -170,7 +170,7 @@ def test_hub_name_missing_from_an_offline_cache_is_one_line(tmp_path):
     offline_and_empty = os.environ | {"HF_HUB_OFFLINE": "1", "HF_HUB_CACHE": str(tmp_path)}
     done = gpt2_cli("hi", "--model", "gpt2", "--backend", "reference", env=offline_and_empty)
     assert done.returncode == 1
-    assert done.stderr.splitlines()[-1].startswith("gpt2: openai-community/gpt2: could not download from the "
+    assert done.stderr.splitlines()[-1].startswith("gpt2kit: openai-community/gpt2: could not download from the "
                                                    "Hugging Face hub (")
 
 
@@ -201,7 +201,7 @@ def test_ctrl_c_while_loading_exits_quietly_with_130():
     # it is sometimes swallowed (kernel_runtime.commands.raise_lost_interrupt)
     with start_gpt2_cli("--model", "random:gpt2-medium", "--backend", "reference") as running:
         for line in running.stderr:
-            if line.startswith(b"[gpt2] loading "):
+            if line.startswith(b"[gpt2kit] loading "):
                 break
         running.send_signal(signal.SIGINT)
         running.stdin.close()  # a Ctrl-C the CLI lost shows as exit 0 at the end of its input, not as a hang

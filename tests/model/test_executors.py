@@ -5,14 +5,14 @@ the device-side selection kernels compiling for the course's GPUs."""
 import numpy as np
 import pytest
 
-from generation.beam_search import BeamSearch, beam_search
-from gpt2.checkpoint import perturbed_parameters
-from generation.executors import make_executor
-from generation.grape import rebuild_finished
-from generation.generate import GREEDY, Sampling, generate_batch
-from gpt2.model import GPT2
-from model_runtime.causal_lm import TokenError
-from model_runtime.executors import EXECUTORS, ExecutorError
+from gpt2kit.generation.beam_search import BeamSearch, beam_search
+from gpt2kit.gpt2.checkpoint import perturbed_parameters
+from gpt2kit.generation.executors import make_executor
+from gpt2kit.generation.grape import rebuild_finished
+from gpt2kit.generation.generate import GREEDY, Sampling, generate_batch
+from gpt2kit.gpt2.model import GPT2
+from gpt2kit.model_runtime.causal_lm import TokenError
+from gpt2kit.model_runtime.executors import EXECUTORS, ExecutorError
 from tests.model.helpers import TINY
 
 
@@ -94,7 +94,7 @@ def test_beam_prompts_of_different_lengths_are_one_line(model):
 def test_a_grape_run_lists_the_stages_it_has_made():
     """The study counts a run's graphs through stages(): a run that has only generated has no reordering stage,
     and one that has run a beam search lists it too."""
-    from generation.grape import GrapeRun, Stage
+    from gpt2kit.generation.grape import GrapeRun, Stage
 
     run = GrapeRun.__new__(GrapeRun)  # its buffers need a GPU; its stages do not
     run.model_stage, run.reorder_stage, run.choose_stages = Stage(lambda: None), None, {"sample": Stage(lambda: None)}

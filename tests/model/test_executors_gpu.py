@@ -12,15 +12,15 @@ transformers at 124M the logits themselves differ (cuBLAS against the kit's matm
 import numpy as np
 import pytest
 
-from generation.beam_search import BeamSearch, beam_search
-from gpt2.checkpoint import perturbed_parameters
-from gpt2.config import preset
-from generation.executors import StageClock, make_executor
-from generation.generate import GREEDY, Sampling, generate, sampling_probabilities
-from gpt2.model import GPT2
-from model_runtime.executors import EXECUTORS
-from model_runtime.ops import MODEL_FUNCTIONS
-from model_runtime.tokenizer import END_OF_TEXT
+from gpt2kit.generation.beam_search import BeamSearch, beam_search
+from gpt2kit.gpt2.checkpoint import perturbed_parameters
+from gpt2kit.gpt2.config import preset
+from gpt2kit.generation.executors import StageClock, make_executor
+from gpt2kit.generation.generate import GREEDY, Sampling, generate, sampling_probabilities
+from gpt2kit.gpt2.model import GPT2
+from gpt2kit.model_runtime.executors import EXECUTORS
+from gpt2kit.model_runtime.ops import MODEL_FUNCTIONS
+from gpt2kit.model_runtime.tokenizer import END_OF_TEXT
 from tests.model.helpers import TINY, eos_leaning_parameters
 
 pytestmark = pytest.mark.gpu
@@ -95,7 +95,7 @@ def test_beam_search_equals_the_eager_host_search(executor, lean, search):
 def test_grape_beam_search_at_124M_equals_transformers(weights, big, tmp_path):
     torch = pytest.importorskip("torch", reason="needs PyTorch: the README's Setup says how to add it")
     transformers = pytest.importorskip("transformers", reason="needs transformers: pip install -e '.[hf]'")
-    from gpt2.checkpoint import write_hf
+    from gpt2kit.gpt2.checkpoint import write_hf
 
     write_hf(tmp_path, *weights)
     theirs_model = transformers.GPT2LMHeadModel.from_pretrained(tmp_path).cuda().eval()
@@ -141,7 +141,7 @@ def draw(logits: np.ndarray, rows: int, sampling: Sampling, seed: int) -> np.nda
     """`rows` tokens drawn by the device from the same logits (each row its own random stream)."""
     import cupy
 
-    from reference.registry import host_function
+    from gpt2kit.reference.registry import host_function
 
     V = logits.size
     tokens = cupy.full(rows, -1, np.int32)

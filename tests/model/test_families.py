@@ -7,11 +7,11 @@ import types
 
 import pytest
 
-from model_runtime import families
-from model_runtime.backends import make_backend
-from model_runtime.checkpoint_files import CheckpointError
-from model_runtime.families import (FAMILY_PACKAGES, GENERATES_TEXT, Family, check_sources, family_of, load_model,
-                                    longest_context)
+from gpt2kit.model_runtime import families
+from gpt2kit.model_runtime.backends import make_backend
+from gpt2kit.model_runtime.checkpoint_files import CheckpointError
+from gpt2kit.model_runtime.families import (FAMILY_PACKAGES, GENERATES_TEXT, Family, check_sources, family_of,
+                                            load_model, longest_context)
 
 HUB_AND_RANDOM = [("random", "gpt2"), ("random:124M", "gpt2"), ("random:gpt2-mini", "gpt2"), ("gpt2-medium", "gpt2"),
                   ("openai-community/gpt2-xl", "gpt2"), ("random:gpt-j-6b", "gptj"), ("gpt-j-6b", "gptj"),
@@ -88,16 +88,16 @@ class ToyModel:
 
 @pytest.fixture
 def toy_family(monkeypatch):
-    """A family package, toy_family, with its entry in toy_family.family, registered the one way there is: a line
-    of FAMILY_PACKAGES."""
+    """A family package, gpt2kit.toy_family, with its entry in gpt2kit.toy_family.family, registered the one way
+    there is: a line of FAMILY_PACKAGES."""
     config = types.SimpleNamespace(max_T=4096, num_parameters=lambda: 3)
-    module = types.ModuleType("toy_family.family")
+    module = types.ModuleType("gpt2kit.toy_family.family")
     module.FAMILY = Family(key="toy_family", name="Toy", does=GENERATES_TEXT, model=ToyModel,
                            load=lambda source, progress=None: (config, {"w": [1.0, 2.0, 3.0]}),
                            sizes={"toy-1": config}, model_type="toy", names=lambda source: source == "toy/hub",
                            transformers_model=lambda config, parameters, device: None)
-    monkeypatch.setitem(sys.modules, "toy_family", types.ModuleType("toy_family"))
-    monkeypatch.setitem(sys.modules, "toy_family.family", module)
+    monkeypatch.setitem(sys.modules, "gpt2kit.toy_family", types.ModuleType("gpt2kit.toy_family"))
+    monkeypatch.setitem(sys.modules, "gpt2kit.toy_family.family", module)
     monkeypatch.setattr(families, "FAMILY_PACKAGES", (*FAMILY_PACKAGES, "toy_family"))
     return module.FAMILY
 

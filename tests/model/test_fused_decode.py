@@ -7,10 +7,10 @@ import dataclasses
 import numpy as np
 import pytest
 
-from model_runtime.backends import make_backend, uses_fused_decode
-from gpt2.checkpoint import perturbed_parameters
-from gpt2.model import GPT2
-from reference.variants import FUSED_DECODE_VARIANTS, VARIANTS
+from gpt2kit.model_runtime.backends import make_backend, uses_fused_decode
+from gpt2kit.gpt2.checkpoint import perturbed_parameters
+from gpt2kit.gpt2.model import GPT2
+from gpt2kit.reference.variants import FUSED_DECODE_VARIANTS, VARIANTS
 from tests.model.helpers import TINY
 
 

@@ -3,14 +3,14 @@
 import numpy as np
 import pytest
 
-from generation.beam_search import BeamSearch, beam_search
-from gpt2.checkpoint import perturbed_parameters
-from generation.decoding import make_decoder
-from generation.generate import (GREEDY, NonFiniteLogitsError, Sampling, SamplingError, fit_prompt, generate,
-                                 generate_batch, next_token)
-from gpt2.model import GPT2
-from model_runtime.causal_lm import TokenError
-from model_runtime.tokenizer import END_OF_TEXT
+from gpt2kit.generation.beam_search import BeamSearch, beam_search
+from gpt2kit.gpt2.checkpoint import perturbed_parameters
+from gpt2kit.generation.decoding import make_decoder
+from gpt2kit.generation.generate import (GREEDY, NonFiniteLogitsError, Sampling, SamplingError, fit_prompt, generate,
+                                         generate_batch, next_token)
+from gpt2kit.gpt2.model import GPT2
+from gpt2kit.model_runtime.causal_lm import TokenError
+from gpt2kit.model_runtime.tokenizer import END_OF_TEXT
 from tests.model.helpers import TINY
 
 
@@ -197,7 +197,7 @@ def test_a_batch_row_that_ends_takes_no_more_tokens():
 @pytest.mark.parametrize("seed", [0, 1, 2], ids=lambda s: f"seed{s}")
 def test_beam_searchs_top_indices_are_a_stable_sorts(seed):
     """The partition shortcut picks what a stable sort of the whole row picks, ties by id included."""
-    from generation.beam_search import _top_indices
+    from gpt2kit.generation.beam_search import _top_indices
 
     rng = np.random.default_rng(seed)
     for n in (1, 2, 5, 9, 64, 257):
@@ -214,7 +214,7 @@ def test_non_finite_logits_stop_generation_in_one_line(search):
     broken = GPT2(TINY, params, backend="reference")
     with pytest.raises(NonFiniteLogitsError, match=r"^the model's logits hold NaN or infinity, so no token can be "
                                                    r"chosen: a kernel wrote non-finite values \(python -m "
-                                                   r"gpt2.step_check names the first\)$"):
+                                                   r"gpt2kit.gpt2.step_check names the first\)$"):
         if search == "beam":
             beam_search(broken, [[1, 2, 3]], 4, BeamSearch(3))
         else:

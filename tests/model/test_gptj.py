@@ -21,14 +21,14 @@ import pytest
 torch = pytest.importorskip("torch", reason="needs PyTorch and transformers: the README's Setup says how to add them")
 transformers = pytest.importorskip("transformers", reason="needs transformers: pip install -e '.[hf]'")
 
-from generation.beam_search import BeamSearch, beam_search  # noqa: E402
-from generation.decoding import make_decoder  # noqa: E402
-from generation.generate import GREEDY, generate  # noqa: E402
-from gptj.checkpoint import load, read_hf  # noqa: E402
-from model_runtime.backends import make_backend  # noqa: E402
-from model_runtime.checkpoint_files import CheckpointError  # noqa: E402
-from model_runtime.families import check_fits_in_memory, family_of, load_model  # noqa: E402
-from model_runtime.tokenizer import get_tokenizer  # noqa: E402
+from gpt2kit.generation.beam_search import BeamSearch, beam_search  # noqa: E402
+from gpt2kit.generation.decoding import make_decoder  # noqa: E402
+from gpt2kit.generation.generate import GREEDY, generate  # noqa: E402
+from gpt2kit.gptj.checkpoint import load, read_hf  # noqa: E402
+from gpt2kit.model_runtime.backends import make_backend  # noqa: E402
+from gpt2kit.model_runtime.checkpoint_files import CheckpointError  # noqa: E402
+from gpt2kit.model_runtime.families import check_fits_in_memory, family_of, load_model  # noqa: E402
+from gpt2kit.model_runtime.tokenizer import get_tokenizer  # noqa: E402
 from tests.model.hf_gptj import CONTEXT, EOS, VOCAB, exact, hf_gptj, ours_and_theirs  # noqa: E402
 
 ROOT = Path(__file__).parents[2]
@@ -120,7 +120,7 @@ def test_a_gpt2_directory_is_not_gptj(tmp_path):
 
 
 def test_the_kits_command_completes_text_with_a_gptj_directory(tmp_path):
-    """`python -m gpt2 --model DIR` on a GPT-J directory (GPT-J's vocabulary of 50,400, GPT-2's BPE): the
+    """`python -m gpt2kit --model DIR` on a GPT-J directory (GPT-J's vocabulary of 50,400, GPT-2's BPE): the
     greedy completion is the text of transformers' greedy tokens."""
     hf_gptj(seed=7, n_layer=1, n_embd=64, rotary_dim=16, vocab_size=50400, eos=50256).save_pretrained(tmp_path)
     theirs = exact(transformers.GPTJForCausalLM.from_pretrained(tmp_path).eval())
@@ -129,7 +129,7 @@ def test_the_kits_command_completes_text_with_a_gptj_directory(tmp_path):
     with torch.no_grad():
         tokens = theirs.generate(torch.tensor([tokenizer.encode(prompt)]), max_new_tokens=8, do_sample=False,
                                  pad_token_id=50256)[0].tolist()
-    done = subprocess.run([sys.executable, "-m", "gpt2", prompt, "--model", str(tmp_path), "--backend", "reference",
+    done = subprocess.run([sys.executable, "-m", "gpt2kit", prompt, "--model", str(tmp_path), "--backend", "reference",
                            "--temperature", "0", "--max-new-tokens", "8"], capture_output=True, text=True, cwd=ROOT,
                           timeout=120, check=False)
     assert done.returncode == 0, done.stderr

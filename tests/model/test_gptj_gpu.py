@@ -1,6 +1,6 @@
 """GPT-J on the GPU, with the small head-size-256 model of test_gptj.py: the kit's kernels and gold
 against the float64 reference (itself equal to transformers to rounding, test_gptj.py), and every
-decoder and executor of generation/ on it.
+decoder and executor of gpt2kit/generation/ on it.
 
 Logits: within LOGITS_TOLERANCE of the reference's scale, the bound a float32 GPT-2 keeps
 (gpt2.logits_check); GPT-J's parts are the same host functions, plus the rotary
@@ -15,17 +15,17 @@ import pytest
 torch = pytest.importorskip("torch", reason="needs PyTorch and transformers: the README's Setup says how to add them")
 transformers = pytest.importorskip("transformers", reason="needs transformers: pip install -e '.[hf]'")
 
-from generation.beam_search import BeamSearch, beam_search  # noqa: E402
-from generation.decoding import KINDS, make_decoder  # noqa: E402
-from generation.executors import make_executor  # noqa: E402
-from generation.generate import GREEDY, generate, generate_batch  # noqa: E402
-from gpt2.logits_check import LOGITS_TOLERANCE  # noqa: E402
-from gptj.checkpoint import read_hf  # noqa: E402
-from gptj.model import GPTJ  # noqa: E402
-from model_runtime.backends import make_backend  # noqa: E402
-from model_runtime.executors import EXECUTORS  # noqa: E402
-from model_runtime.ops import MODEL_FUNCTIONS  # noqa: E402
-from reference.variants import FUSED_DECODE_VARIANTS  # noqa: E402
+from gpt2kit.generation.beam_search import BeamSearch, beam_search  # noqa: E402
+from gpt2kit.generation.decoding import KINDS, make_decoder  # noqa: E402
+from gpt2kit.generation.executors import make_executor  # noqa: E402
+from gpt2kit.generation.generate import GREEDY, generate, generate_batch  # noqa: E402
+from gpt2kit.gpt2.logits_check import LOGITS_TOLERANCE  # noqa: E402
+from gpt2kit.gptj.checkpoint import read_hf  # noqa: E402
+from gpt2kit.gptj.model import GPTJ  # noqa: E402
+from gpt2kit.model_runtime.backends import make_backend  # noqa: E402
+from gpt2kit.model_runtime.executors import EXECUTORS  # noqa: E402
+from gpt2kit.model_runtime.ops import MODEL_FUNCTIONS  # noqa: E402
+from gpt2kit.reference.variants import FUSED_DECODE_VARIANTS  # noqa: E402
 from tests.model.helpers import variants_called  # noqa: E402
 from tests.model.hf_gptj import VOCAB, hf_gptj  # noqa: E402
 
@@ -133,7 +133,7 @@ def weights_on_the_device(model):
     device to device into the kit's layout (q, k and v stacked), never through the host."""
     import cupy
 
-    from gptj.checkpoint import config_from_hf, hf_layout
+    from gpt2kit.gptj.checkpoint import config_from_hf, hf_layout
 
     state = {name.removeprefix("transformer."): tensor for name, tensor in model.state_dict().items()}
     config = config_from_hf(model.config.to_dict(), "transformers' GPTJConfig")

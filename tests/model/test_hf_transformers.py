@@ -12,10 +12,10 @@ import pytest
 torch = pytest.importorskip("torch", reason="needs PyTorch and transformers: the README's Setup says how to add them")
 transformers = pytest.importorskip("transformers", reason="needs transformers: pip install -e '.[hf]'")
 
-from generation.beam_search import BeamSearch, beam_search  # noqa: E402
-from gpt2.checkpoint import read_hf, write_hf  # noqa: E402
-from gpt2.checkpoint import perturbed_parameters
-from gpt2.model import GPT2  # noqa: E402
+from gpt2kit.generation.beam_search import BeamSearch, beam_search  # noqa: E402
+from gpt2kit.gpt2.checkpoint import read_hf, write_hf  # noqa: E402
+from gpt2kit.gpt2.checkpoint import perturbed_parameters
+from gpt2kit.gpt2.model import GPT2  # noqa: E402
 from tests.model.helpers import TINY, eos_leaning_parameters  # noqa: E402
 
 SEEDS = [0, 1]

@@ -4,9 +4,9 @@ and its KV cache is a ring of W slots per layer that decodes exactly what a full
 import numpy as np
 import pytest
 
-from gpt2.checkpoint import perturbed_parameters
-from generation.generate import GREEDY, generate
-from gpt2.model import GPT2
+from gpt2kit.gpt2.checkpoint import perturbed_parameters
+from gpt2kit.generation.generate import GREEDY, generate
+from gpt2kit.gpt2.model import GPT2
 from tests.model.helpers import TINY
 
 WINDOW = 4

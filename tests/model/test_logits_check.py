@@ -4,10 +4,10 @@ is more than fp32 allows (so the profile matters) and which a float32 model stay
 
 import numpy as np
 
-from gpt2.checkpoint import perturbed_parameters
-from gpt2.logits_check import LOGITS_TOLERANCE, TF32_MARGIN, allowed_logit_error, tf32_reference_backend
-from gpt2.model import GPT2
-from reference.precision import FP32, TF32
+from gpt2kit.gpt2.checkpoint import perturbed_parameters
+from gpt2kit.gpt2.logits_check import LOGITS_TOLERANCE, TF32_MARGIN, allowed_logit_error, tf32_reference_backend
+from gpt2kit.gpt2.model import GPT2
+from gpt2kit.reference.precision import FP32, TF32
 from tests.model.helpers import TINY
 
 WEIGHTS = (TINY, perturbed_parameters(TINY, seed=11))

@@ -10,18 +10,18 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gpt2 import step_check
-from gpt2.checkpoint import perturbed_parameters
-from gpt2.config import preset
-from model_runtime.backends import kernel_ops, make_backend, uses_flash
-from generation.generate import GREEDY, generate
-from generation.beam_search import BeamSearch, beam_search
-from generation.decoding import make_decoder
-from gpt2.model import GPT2
-from model_runtime.ops import MODEL_FUNCTIONS
-from gpt2.logits_check import LOGITS_TOLERANCE, allowed_logit_error, tf32_reference_backend
-from reference.precision import COURSE, FP32, TF32
-from reference.variants import FUSED_DECODE_VARIANTS
+from gpt2kit.gpt2 import step_check
+from gpt2kit.gpt2.checkpoint import perturbed_parameters
+from gpt2kit.gpt2.config import preset
+from gpt2kit.model_runtime.backends import kernel_ops, make_backend, uses_flash
+from gpt2kit.generation.generate import GREEDY, generate
+from gpt2kit.generation.beam_search import BeamSearch, beam_search
+from gpt2kit.generation.decoding import make_decoder
+from gpt2kit.gpt2.model import GPT2
+from gpt2kit.model_runtime.ops import MODEL_FUNCTIONS
+from gpt2kit.gpt2.logits_check import LOGITS_TOLERANCE, allowed_logit_error, tf32_reference_backend
+from gpt2kit.reference.precision import COURSE, FP32, TF32
+from gpt2kit.reference.variants import FUSED_DECODE_VARIANTS
 from tests.model.helpers import variants_called
 
 pytestmark = [pytest.mark.gpu, pytest.mark.calls(*MODEL_FUNCTIONS)]  # the kit's kernels, or beside them
@@ -200,11 +200,11 @@ def test_beam_search_on_a_graph_equals_launched_steps(weights):
 
 UNWRITTEN_CACHE = """
 import sys
-from gpt2.checkpoint import perturbed_parameters
-from generation.executors import make_executor
-from generation.generate import GREEDY, generate
-from gpt2.model import GPT2
-from kernel_runtime import KitError
+from gpt2kit.gpt2.checkpoint import perturbed_parameters
+from gpt2kit.generation.executors import make_executor
+from gpt2kit.generation.generate import GREEDY, generate
+from gpt2kit.gpt2.model import GPT2
+from gpt2kit.kernel_runtime import KitError
 from tests.model.helpers import TINY
 model = GPT2(TINY, perturbed_parameters(TINY, seed=5), backend="kernels", kernels=sys.argv[1])
 said = []
@@ -221,7 +221,7 @@ except KitError as err:
 def test_kernels_without_the_kv_cache_written_generate_as_recomputation_does(tmp_path):
     """A student's kernels whose decode.py is still the handout's stubs: generation recomputes (the same
     tokens as --no-cache, no NaN) and says why in one line; grape, which needs the cache, stops in one line."""
-    from grading.handout import strip_solutions
+    from gpt2kit.grading.handout import strip_solutions
 
     root = Path(__file__).parents[2]
     kernels = tmp_path / "kernels"

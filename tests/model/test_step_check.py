@@ -8,14 +8,14 @@ import types
 import numpy as np
 import pytest
 
-from gpt2 import step_check
-from model_runtime.backends import Backend
-from gpt2.checkpoint import perturbed_parameters
-from gpt2.model import GPT2
-from model_runtime.ops import MODEL_FUNCTIONS, TRAINING_FUNCTIONS
-from reference import cpu, gold
-from reference.precision import COURSE, FP32, TF32
-from reference.registry import SPECS
+from gpt2kit.gpt2 import step_check
+from gpt2kit.model_runtime.backends import Backend
+from gpt2kit.gpt2.checkpoint import perturbed_parameters
+from gpt2kit.gpt2.model import GPT2
+from gpt2kit.model_runtime.ops import MODEL_FUNCTIONS, TRAINING_FUNCTIONS
+from gpt2kit.reference import cpu, gold
+from gpt2kit.reference.precision import COURSE, FP32, TF32
+from gpt2kit.reference.registry import SPECS
 from tests.model.helpers import TINY
 from tests.reference.test_precision import tf32_matmul
 
@@ -78,8 +78,8 @@ def test_a_wrong_kernel_fails_under_tf32_too(model):
 
 
 def test_variants_in_a_model_are_named_and_one_per_host_function():
-    from model_runtime.backends import BackendError, kernel_ops
-    from reference.variants import VARIANTS, VariantError
+    from gpt2kit.model_runtime.backends import BackendError, kernel_ops
+    from gpt2kit.reference.variants import VARIANTS, VariantError
 
     with pytest.raises(VariantError, match=f"no variant 'matmul_fp16'; the variants are {', '.join(VARIANTS)}$"):
         kernel_ops(variants=("matmul_fp16",))
@@ -92,9 +92,9 @@ def test_variants_in_a_model_are_named_and_one_per_host_function():
 @pytest.mark.calls(*MODEL_FUNCTIONS)  # the backend refuses a starter kit's stubs
 @pytest.mark.calls("matmul_forward", module="matmul_tf32")
 def test_a_variant_stands_in_for_its_host_function():
-    from model_runtime.backends import kernel_ops
+    from gpt2kit.model_runtime.backends import kernel_ops
 
-    assert kernel_ops(variants=("matmul_tf32",)).matmul_forward.__module__ == "kernels.matmul_tf32"
+    assert kernel_ops(variants=("matmul_tf32",)).matmul_forward.__module__ == "gpt2kit.kernels.matmul_tf32"
 
 
 @pytest.mark.skipif(not set(TRAINING_FUNCTIONS) <= set(SPECS), reason="milestone 4's specs are not in this kit")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from model_runtime.tokenizer import END_OF_TEXT, TokenizerMissing, get_tokenizer
+from gpt2kit.model_runtime.tokenizer import END_OF_TEXT, TokenizerMissing, get_tokenizer
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +45,7 @@ def test_missing_file_says_how_to_get_it(tmp_path, monkeypatch):
     monkeypatch.setattr(tiktoken, "get_encoding", lambda name: (_ for _ in ()).throw(OSError("offline")))
     get_tokenizer.cache_clear()
     try:
-        with pytest.raises(TokenizerMissing, match=r"run `python -m gpt2.tokenizer fetch`") as raised:
+        with pytest.raises(TokenizerMissing, match=r"run `python -m gpt2kit.gpt2.tokenizer fetch`") as raised:
             get_tokenizer()
         assert "\n" not in str(raised.value)
     finally:
@@ -80,8 +80,8 @@ def test_fetch_names_a_place_it_cannot_store_the_file_before_downloading(tmp_pat
         pytest.skip("root writes in a read-only directory (the /proc cases stand for it)")
     environ = {k: v for k, v in os.environ.items() if k not in ("GPT2_KIT_CACHE", "GPT2_BPE_FILE")}
     environ |= {name: value.format(tmp=tmp_path) for name, value in environment.items()}
-    done = subprocess.run([sys.executable, "-m", "gpt2.tokenizer", "fetch"], capture_output=True, text=True,
+    done = subprocess.run([sys.executable, "-m", "gpt2kit.gpt2.tokenizer", "fetch"], capture_output=True, text=True,
                           cwd=Path(__file__).parents[2], env=environ, timeout=120)
-    message = (f"gpt2.tokenizer: cannot store GPT-2's BPE file: {path}: {why}").format(tmp=tmp_path)
+    message = (f"gpt2kit.gpt2.tokenizer: cannot store GPT-2's BPE file: {path}: {why}").format(tmp=tmp_path)
     assert (done.returncode, done.stdout) == (1, "") and done.stderr.startswith(message), done.stderr
     assert len(done.stderr.splitlines()) == 1, done.stderr

@@ -1,5 +1,5 @@
-"""`python -m gpt2.train` end to end on the CPU (a tiny model, the reference backend), and its batches; its training
-state, saved on Ctrl-C, going on as if never stopped."""
+"""`python -m gpt2kit.gpt2.train` end to end on the CPU (a tiny model, the reference backend), and its batches; its
+training state, saved on Ctrl-C, going on as if never stopped."""
 
 import contextlib
 import io
@@ -11,20 +11,20 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gpt2 import train
-from gpt2.checkpoint import perturbed_parameters, read_llmc
+from gpt2kit.gpt2 import train
+from gpt2kit.gpt2.checkpoint import perturbed_parameters, read_llmc
 from tests.interrupting import HOLD_SECONDS, PROMPTLY, interrupted, pausing
 from tests.model.helpers import TINY
 from tests.repository import ignored_by_the_kit
-from training.data import TextBatches, TextTooShortError
-from training.state import read_state
+from gpt2kit.training.data import TextBatches, TextTooShortError
+from gpt2kit.training.state import read_state
 
 ROOT = Path(__file__).parents[2]
 TEXT = "The kit trains the GPT-2 it runs. " * 40  # repetitive: a few steps learn it
 
 
 def train_cli(*args):
-    return subprocess.run([sys.executable, "-m", "gpt2.train", *args], capture_output=True, text=True, cwd=ROOT,
+    return subprocess.run([sys.executable, "-m", "gpt2kit.gpt2.train", *args], capture_output=True, text=True, cwd=ROOT,
                           timeout=300, check=False)
 
 
@@ -38,23 +38,25 @@ def test_trains_prints_progress_and_writes_a_checkpoint_gpt2_reads(tmp_path, tin
     assert [line.split(":")[0] for line in lines] == [f"step {n}/12" for n in (1, 4, 8, 12)]
     losses = [float(re.search(r"loss (\d+\.\d+), [\d,]+ tok/s \(epoch \d+\)$", line).group(1)) for line in lines]
     assert losses[-1] < losses[0] - 2  # it learns the repeated sentence
-    assert f"wrote {out}: complete text with python -m gpt2 --model {out}" in done.stderr
+    assert f"wrote {out}: complete text with python -m gpt2kit --model {out}" in done.stderr
     config, trained = read_llmc(out)
     start = perturbed_parameters(TINY, seed=4)
     assert config == TINY and all(not np.array_equal(trained[name], start[name]) for name in start if name != "wpe")
-    completion = subprocess.run([sys.executable, "-m", "gpt2", "The kit", "--model", str(out), "--backend",
+    completion = subprocess.run([sys.executable, "-m", "gpt2kit", "The kit", "--model", str(out), "--backend",
                                  "reference", "--max-new-tokens", "4", "--seed", "1"], capture_output=True, text=True,
                                 cwd=ROOT, timeout=120, check=False)
     assert completion.returncode == 0 and completion.stdout.startswith("The kit"), completion.stderr
 
 
 @pytest.mark.parametrize("args, message", [
-    (("--text", "/no/such.txt"), "gpt2.train: /no/such.txt: cannot read it as UTF-8 text (No such file or directory)"),
+    (("--text", "/no/such.txt"),
+     "gpt2kit.gpt2.train: /no/such.txt: cannot read it as UTF-8 text (No such file or directory)"),
     (("--model", "random:gpt-j-6b", "--text", "README.md"),
-     "gpt2.train: random:gpt-j-6b: training runs GPT-2 models only (the kit has GPT-2's backward pass)"),
-    (("--tokens", "65", "--text", "README.md"), "gpt2.train: --tokens 65 exceeds the model's context of 64"),
-    (("--batch", "64", "--tokens", "64", "--text", "pyproject.toml"), "gpt2.train: a text of "),
-    (("--learning-rate", "2",), "python -m gpt2.train: argument --learning-rate: must be a number in (0, 1), got 2"),
+     "gpt2kit.gpt2.train: random:gpt-j-6b: training runs GPT-2 models only (the kit has GPT-2's backward pass)"),
+    (("--tokens", "65", "--text", "README.md"), "gpt2kit.gpt2.train: --tokens 65 exceeds the model's context of 64"),
+    (("--batch", "64", "--tokens", "64", "--text", "pyproject.toml"), "gpt2kit.gpt2.train: a text of "),
+    (("--learning-rate", "2",),
+     "python -m gpt2kit.gpt2.train: argument --learning-rate: must be a number in (0, 1), got 2"),
 ])
 def test_mistakes_are_one_line(tiny_model, args, message):
     model = () if "--model" in args else ("--model", str(tiny_model))
@@ -80,7 +82,7 @@ def test_a_text_shorter_than_a_batch_is_refused():
 
 
 def train_here(*args) -> tuple[int, str, str]:
-    """`python -m gpt2.train args` in this process (faster than a child): its status, stdout and stderr."""
+    """`python -m gpt2kit.gpt2.train args` in this process (faster than a child): its status, stdout and stderr."""
     with contextlib.redirect_stdout(io.StringIO()) as out, contextlib.redirect_stderr(io.StringIO()) as err:
         status = train.main(list(map(str, args)))
     return status, out.getvalue(), err.getvalue()
@@ -125,8 +127,8 @@ def test_resuming_a_saved_state_gives_what_a_run_never_stopped_gives(tmp_path, r
 
 def test_ctrl_c_in_a_step_saves_a_state_that_goes_on_as_if_never_stopped(tmp_path, run_options):
     out = tmp_path / "trained.bin"
-    stopped = interrupted([sys.executable, "-m", "gpt2.train", *map(str, run_options(1000, out)), "--every", "1"],
-                          "step 1/")
+    stopped = interrupted([sys.executable, "-m", "gpt2kit.gpt2.train", *map(str, run_options(1000, out)), "--every",
+                           "1"], "step 1/")
     assert stopped.status == 130 and stopped.seconds < PROMPTLY, stopped
     assert not out.exists()  # only the end writes the model; the state is saved
     done = read_state(train.state_path(out)).run["steps"]
@@ -139,7 +141,7 @@ def test_ctrl_c_in_the_optimizer_s_update_lets_it_finish_then_saves_that_step(tm
     """AdamW changes every parameter or none: a Ctrl-C in its update (held here a second in its first call) waits
     for the update to finish, so that the state saved is a whole step's."""
     out = tmp_path / "trained.bin"
-    stopped = interrupted([*pausing("reference.cpu:adamw_update", "hold"), "gpt2.train",
+    stopped = interrupted([*pausing("gpt2kit.reference.cpu:adamw_update", "hold"), "gpt2kit.gpt2.train",
                            *map(str, run_options(1000, out))], "pausing in ")
     assert stopped.status == 130 and stopped.seconds < HOLD_SECONDS + PROMPTLY, stopped
     assert read_state(train.state_path(out)).run["steps"] == 1
@@ -152,7 +154,7 @@ def test_ctrl_c_while_the_trained_model_is_written_keeps_the_previous_one_and_sa
                                                                                               mode):
     out = tmp_path / "trained.bin"
     out.write_bytes(b"the previous model")
-    stopped = interrupted([*pausing("kernel_runtime.files:_flush_to_disk", mode), "gpt2.train",
+    stopped = interrupted([*pausing("gpt2kit.kernel_runtime.files:_flush_to_disk", mode), "gpt2kit.gpt2.train",
                            *map(str, run_options(1, out))], "pausing in ")
     assert stopped.status == 130 and stopped.seconds < PROMPTLY, stopped
     assert out.read_bytes() == b"the previous model"
@@ -162,7 +164,7 @@ def test_ctrl_c_while_the_trained_model_is_written_keeps_the_previous_one_and_sa
 
 def test_ctrl_c_while_the_model_loads_writes_nothing(tmp_path, run_options):
     out = tmp_path / "trained.bin"
-    stopped = interrupted([*pausing("model_runtime.families:load_model", "raise"), "gpt2.train",
+    stopped = interrupted([*pausing("gpt2kit.model_runtime.families:load_model", "raise"), "gpt2kit.gpt2.train",
                            *map(str, run_options(2, out))], "pausing in ")
     assert stopped.status == 130 and stopped.seconds < PROMPTLY, stopped
     assert sorted(p.name for p in tmp_path.iterdir()) == ["text.txt"]
@@ -174,7 +176,7 @@ def test_ctrl_c_while_the_model_loads_writes_nothing(tmp_path, run_options):
 ], ids=["no-directory", "a-directory"])
 def test_an_output_training_cannot_write_is_one_line_before_anything_loads(tmp_path, run_options, out, message):
     status, printed, err = train_here(*run_options(2, out.format(tmp=tmp_path)))
-    assert (status, printed, err) == (1, "", f"gpt2.train: {message.format(tmp=tmp_path)}\n")
+    assert (status, printed, err) == (1, "", f"gpt2kit.gpt2.train: {message.format(tmp=tmp_path)}\n")
 
 
 def test_resume_takes_only_a_state_of_a_run_with_the_same_options(tmp_path, run_options):
@@ -182,10 +184,10 @@ def test_resume_takes_only_a_state_of_a_run_with_the_same_options(tmp_path, run_
     assert train_here(*run_options(1, out))[0] == 0
     state = train.state_path(out)
     status, _, err = train_here(*run_options(2, out), "--resume", state, "--batch", 3)
-    assert (status, err) == (1, f"gpt2.train: --resume {state}: saved by a run with --batch 2, not 3: resume with "
-                                "the options it was started with\n")
+    assert (status, err) == (1, f"gpt2kit.gpt2.train: --resume {state}: saved by a run with --batch 2, not 3: resume "
+                                "with the options it was started with\n")
     status, _, err = train_here(*run_options(2, out), "--resume", out)
-    assert status == 1 and err.startswith(f"gpt2.train: {out}: not a training state the kit saved (")
+    assert status == 1 and err.startswith(f"gpt2kit.gpt2.train: {out}: not a training state the kit saved (")
     assert len(err.splitlines()) == 1
 
 

@@ -11,10 +11,10 @@ import pytest
 torch = pytest.importorskip("torch", reason="needs PyTorch and transformers: the README's Setup says how to add them")
 transformers = pytest.importorskip("transformers", reason="needs transformers: pip install -e '.[hf]'")
 
-from gpt2.checkpoint import from_hf_tensors, perturbed_parameters, write_hf  # noqa: E402
-from gpt2.model import GPT2  # noqa: E402
+from gpt2kit.gpt2.checkpoint import from_hf_tensors, perturbed_parameters, write_hf  # noqa: E402
+from gpt2kit.gpt2.model import GPT2  # noqa: E402
 from tests.model.helpers import TINY  # noqa: E402
-from training.step import AdamW, TrainingError, TrainingStep  # noqa: E402
+from gpt2kit.training.step import AdamW, TrainingError, TrainingStep  # noqa: E402
 
 SEEDS = [0, 1]
 TOLERANCE = 1e-9  # float64 on both sides: rounding only, relative to each tensor's largest element

@@ -15,15 +15,15 @@ reference backend on the same weights and data.
 import numpy as np
 import pytest
 
-from gpt2 import step_check
-from gpt2.checkpoint import perturbed_parameters
-from gpt2.model import GPT2
-from model_runtime.backends import kernel_ops, make_backend
-from model_runtime.ops import MODEL_FUNCTIONS, TRAINING_FUNCTIONS
-from reference.precision import FP32
+from gpt2kit.gpt2 import step_check
+from gpt2kit.gpt2.checkpoint import perturbed_parameters
+from gpt2kit.gpt2.model import GPT2
+from gpt2kit.model_runtime.backends import kernel_ops, make_backend
+from gpt2kit.model_runtime.ops import MODEL_FUNCTIONS, TRAINING_FUNCTIONS
+from gpt2kit.reference.precision import FP32
 from tests.model.helpers import TINY
 from tests.model.test_training import batch
-from training.step import AdamW, GraphTrainingStep, TrainingStep
+from gpt2kit.training.step import AdamW, GraphTrainingStep, TrainingStep
 
 pytestmark = [pytest.mark.gpu, pytest.mark.calls(*MODEL_FUNCTIONS, *TRAINING_FUNCTIONS)]
 

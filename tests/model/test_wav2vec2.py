@@ -1,5 +1,5 @@
-"""Wav2Vec2ForCTC (wav2vec2/) on the reference backend against transformers' Wav2Vec2ForCTC, both in float64 on the
-CPU: the same seeded weights, a batch of three utterances of different lengths (zero padded, with an attention
+"""Wav2Vec2ForCTC (gpt2kit/wav2vec2/) on the reference backend against transformers' Wav2Vec2ForCTC, both in float64
+on the CPU: the same seeded weights, a batch of three utterances of different lengths (zero padded, with an attention
 mask) and their labels on both sides.
 
 The logits, the summed CTC loss and every parameter's gradient must agree to rounding (1e-9 of each tensor's largest
@@ -13,10 +13,10 @@ import pytest
 torch = pytest.importorskip("torch", reason="needs PyTorch and transformers: the README's Setup says how to add them")
 transformers = pytest.importorskip("transformers", reason="needs transformers: pip install -e '.[hf]'")
 
-from wav2vec2.checkpoint import (config_from_hf, from_hf_state_dict, perturbed_parameters,  # noqa: E402
-                                 transformers_config)
-from wav2vec2.config import PRESETS  # noqa: E402
-from wav2vec2.model import InputError, Wav2Vec2ForCTC  # noqa: E402
+from gpt2kit.wav2vec2.checkpoint import (config_from_hf, from_hf_state_dict, perturbed_parameters,  # noqa: E402
+                                         transformers_config)
+from gpt2kit.wav2vec2.config import PRESETS  # noqa: E402
+from gpt2kit.wav2vec2.model import InputError, Wav2Vec2ForCTC  # noqa: E402
 
 TINY = PRESETS["tiny"]
 SEEDS = [0, 1]
@@ -113,8 +113,8 @@ def test_audio_too_short_for_a_frame_is_refused():
 
 @pytest.mark.parametrize("seed", SEEDS, ids=lambda s: f"seed{s}")
 def test_speech_batches_are_padded_to_buckets_with_labels_that_fit(seed):
-    from wav2vec2.config import PRESETS as SIZES
-    from wav2vec2.training import SAMPLE_RATE, SpeechBatches
+    from gpt2kit.wav2vec2.config import PRESETS as SIZES
+    from gpt2kit.wav2vec2.training import SAMPLE_RATE, SpeechBatches
 
     base = SIZES["base"]
     batches = SpeechBatches(base, B=4, seed=seed, bucket=0.5)
@@ -130,8 +130,8 @@ def test_speech_batches_are_padded_to_buckets_with_labels_that_fit(seed):
 
 
 def test_a_speech_step_needs_the_kernels_backend():
-    from model_runtime.executors import ExecutorError
-    from wav2vec2.training import SpeechStepError, make_speech_step
+    from gpt2kit.model_runtime.executors import ExecutorError
+    from gpt2kit.wav2vec2.training import SpeechStepError, make_speech_step
 
     model = Wav2Vec2ForCTC(TINY, perturbed_parameters(TINY, 0), backend="reference")
     with pytest.raises(SpeechStepError, match="kernels backend, not 'reference'"):
@@ -143,7 +143,7 @@ def test_a_speech_step_needs_the_kernels_backend():
 def test_parameters_go_back_to_transformers_whole():
     """to_hf_state_dict then from_hf_state_dict gives the parameters back, and transformers' model loads them strictly
     under its own spelling of weight norm's halves."""
-    from wav2vec2.checkpoint import to_hf_state_dict
+    from gpt2kit.wav2vec2.checkpoint import to_hf_state_dict
 
     params = perturbed_parameters(TINY, 3)
     hf_model = transformers.Wav2Vec2ForCTC(transformers_config(TINY))
@@ -158,7 +158,7 @@ def test_parameters_go_back_to_transformers_whole():
 
 @pytest.mark.parametrize("safetensors", [True, False], ids=["safetensors", "pytorch-bin"])
 def test_a_transformers_directory_loads_as_its_state_dict_converts(tmp_path, safetensors):
-    from wav2vec2.checkpoint import load
+    from gpt2kit.wav2vec2.checkpoint import load
 
     hf_model = hf_twin(2)
     hf_model.float().save_pretrained(tmp_path, safe_serialization=safetensors)
@@ -169,8 +169,8 @@ def test_a_transformers_directory_loads_as_its_state_dict_converts(tmp_path, saf
 
 
 def test_a_directory_that_is_not_wav2vec2_s_is_one_line(tmp_path):
-    from model_runtime.checkpoint_files import CheckpointError
-    from wav2vec2.checkpoint import load
+    from gpt2kit.model_runtime.checkpoint_files import CheckpointError
+    from gpt2kit.wav2vec2.checkpoint import load
 
     (tmp_path / "config.json").write_text('{"model_type": "gpt2"}')
     with pytest.raises(CheckpointError, match="model_type is 'gpt2', not 'wav2vec2'"):

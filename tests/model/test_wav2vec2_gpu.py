@@ -9,10 +9,10 @@ twelve layers and 768 channels deep, 1e-3 for the gradients."""
 import numpy as np
 import pytest
 
-from model_runtime.ops import MODEL_FUNCTIONS, SPEECH_FUNCTIONS, TRAINING_FUNCTIONS
+from gpt2kit.model_runtime.ops import MODEL_FUNCTIONS, SPEECH_FUNCTIONS, TRAINING_FUNCTIONS
 from tests.model.test_wav2vec2 import AUDIO_LENGTHS, LABEL_LENGTHS, TINY, batch
-from wav2vec2.checkpoint import perturbed_parameters
-from wav2vec2.model import Wav2Vec2ForCTC
+from gpt2kit.wav2vec2.checkpoint import perturbed_parameters
+from gpt2kit.wav2vec2.model import Wav2Vec2ForCTC
 
 pytestmark = [pytest.mark.gpu, pytest.mark.calls(*MODEL_FUNCTIONS, *TRAINING_FUNCTIONS, *SPEECH_FUNCTIONS)]
 
@@ -58,7 +58,7 @@ def test_logits_loss_and_gradients_match_the_float64_reference(reference_pass, b
 def test_an_utterance_no_alignment_fits_has_an_infinite_loss_and_nan_gradient_as_torch():
     import cupy
 
-    from kernels.ctc_loss import ctc_loss_forward_backward
+    from gpt2kit.kernels.ctc_loss import ctc_loss_forward_backward
 
     B, T, V, S = 2, 5, 4, 4
     logits = cupy.asarray(np.random.default_rng(3).standard_normal((B, T, V), dtype=np.float32))
@@ -78,8 +78,8 @@ def test_base_size_matches_transformers():
     torch = pytest.importorskip("torch")
     pytest.importorskip("transformers")
     from tests.model.test_wav2vec2 import hf_twin
-    from wav2vec2.checkpoint import from_hf_state_dict
-    from wav2vec2.config import PRESETS
+    from gpt2kit.wav2vec2.checkpoint import from_hf_state_dict
+    from gpt2kit.wav2vec2.config import PRESETS
 
     base = PRESETS["base"]
     hf_model = hf_twin(7, base)
@@ -110,8 +110,8 @@ def test_base_size_matches_transformers():
 def test_the_three_executors_train_alike_on_batches_of_several_lengths():
     """Four steps of each executor from the same weights on the same batches (1-3 s, padded to half seconds): the
     same losses as the baseline's, ptgraph with a graph pair per padded length and grape with one."""
-    from model_runtime.executors import EXECUTORS
-    from wav2vec2.training import SpeechBatches, make_speech_step
+    from gpt2kit.model_runtime.executors import EXECUTORS
+    from gpt2kit.wav2vec2.training import SpeechBatches, make_speech_step
 
     losses, steps = {}, {}
     for executor in EXECUTORS:

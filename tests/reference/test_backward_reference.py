@@ -9,7 +9,7 @@ activation gradients written, as the references' section of reference/cpu.py say
 import numpy as np
 import pytest
 
-from reference import cpu
+from gpt2kit.reference import cpu
 
 torch = pytest.importorskip("torch", reason="needs PyTorch: the README's Setup says how to add it")
 

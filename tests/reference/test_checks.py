@@ -15,12 +15,13 @@ import math
 import numpy as np
 import pytest
 
-from reference import gold
-from kernel_runtime.tape import Buffer, Launch, Library, Pointer, Program, Region, Scalar, Tape, TapeError, Write
-from reference.execution import Execution, execute, load_records, save_records
-from reference.judging import allowed_errors, expected_outputs, judge, run_case
-from reference.precision import COURSE, FP32, TF32
-from reference.registry import SPECS, build, cases
+from gpt2kit.reference import gold
+from gpt2kit.kernel_runtime.tape import (Buffer, Launch, Library, Pointer, Program, Region, Scalar, Tape, TapeError,
+                                         Write)
+from gpt2kit.reference.execution import Execution, execute, load_records, save_records
+from gpt2kit.reference.judging import allowed_errors, expected_outputs, judge, run_case
+from gpt2kit.reference.precision import COURSE, FP32, TF32
+from gpt2kit.reference.registry import SPECS, build, cases
 
 ALL_CASES = [c for function in SPECS for c in cases(function)]
 

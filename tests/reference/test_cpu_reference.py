@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pytest
 
-from reference import cpu
+from gpt2kit.reference import cpu
 
 SEEDS = [1, 2, 3]
 

@@ -14,13 +14,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from kernel_runtime.device import gpu_unavailable_reason
-from reference import gold
-from reference.execution import execute
-from reference.judging import judge, run_case
-from reference.precision import COURSE, FP32, TF32, ProfileError, course_failures, profile_named, to_tf32
-from reference.registry import build, cases
-from reference.variants import VARIANTS, Variant, resolve_profile
+from gpt2kit.kernel_runtime.device import gpu_unavailable_reason
+from gpt2kit.reference import gold
+from gpt2kit.reference.execution import execute
+from gpt2kit.reference.judging import judge, run_case
+from gpt2kit.reference.precision import COURSE, FP32, TF32, ProfileError, course_failures, profile_named, to_tf32
+from gpt2kit.reference.registry import build, cases
+from gpt2kit.reference.variants import VARIANTS, Variant, resolve_profile
 
 ROOT = Path(__file__).parents[2]
 MATMUL_CASES = cases("matmul_forward")
@@ -138,7 +138,7 @@ def test_pytest_reports_the_profile_it_resolved(flags, variable, expected):
     assert f"precision profile of the host functions' checks: {expected}\n" in done.stdout
 
 
-@pytest.mark.parametrize("command", ["gpt2.step_check", "benchmarks.kernels"])
+@pytest.mark.parametrize("command", ["gpt2kit.gpt2.step_check", "gpt2kit.benchmarks.kernels"])
 @pytest.mark.parametrize("flags, variable, source", [(["--profile", "bf16"], "tf32", "--profile"),
                                                      ([], "bf16", "$KIT_PROFILE")])
 def test_commands_name_a_profile_that_does_not_exist_in_one_line(command, flags, variable, source):
@@ -149,13 +149,13 @@ def test_commands_name_a_profile_that_does_not_exist_in_one_line(command, flags,
 
 @pytest.mark.skipif(gpu_unavailable_reason() is None, reason="on a GPU the step check would run")
 def test_the_step_check_s_flag_wins_over_the_environment():
-    done = run_module("gpt2.step_check", "--profile", "tf32", profile_variable="bf16")
+    done = run_module("gpt2kit.gpt2.step_check", "--profile", "tf32", profile_variable="bf16")
     assert (done.returncode, done.stderr.splitlines()) == (
-        2, [f"gpt2.step_check: cannot run kernels: {gpu_unavailable_reason()}"])
+        2, [f"gpt2kit.gpt2.step_check: cannot run kernels: {gpu_unavailable_reason()}"])
 
 
 def test_a_benchmark_row_is_timed_under_the_profile_the_rule_gives(monkeypatch):
-    from benchmarks.kernels import workloads
+    from gpt2kit.benchmarks.kernels import workloads
 
     def profiles(*args):
         return {row[0]: row[3] for row in workloads("matmul", *args)}
@@ -172,7 +172,7 @@ def test_a_benchmark_row_is_timed_under_the_profile_the_rule_gives(monkeypatch):
 @pytest.mark.parametrize("seed", [0, 1], ids=lambda s: f"seed{s}")
 def test_the_step_check_judges_by_the_course_criterion(seed):
     """A step passes exactly when the course's criterion finds nothing (NaN is infinitely wrong)."""
-    from gpt2.step_check import Step, compare
+    from gpt2kit.gpt2.step_check import Step, compare
 
     rng = np.random.default_rng(seed)
     gold_values = rng.normal(0, 3, 500)

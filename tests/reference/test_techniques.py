@@ -7,8 +7,8 @@ import types
 
 import pytest
 
-from kernel_runtime.tape import Launch, Library, Program, Tape
-from reference.techniques import TECHNIQUES, classes_in_ptx, missing_technique, static_classes
+from gpt2kit.kernel_runtime.tape import Launch, Library, Program, Tape
+from gpt2kit.reference.techniques import TECHNIQUES, classes_in_ptx, missing_technique, static_classes
 
 pytestmark = pytest.mark.nvrtc
 

@@ -10,10 +10,10 @@ import math
 import numpy as np
 import pytest
 
-from reference.judging import run_case
-from reference.numerics import window_mask
-from reference.precision import split_tf32
-from reference.registry import SPECS, cases
+from gpt2kit.reference.judging import run_case
+from gpt2kit.reference.numerics import window_mask
+from gpt2kit.reference.precision import split_tf32
+from gpt2kit.reference.registry import SPECS, cases
 
 THREE_PASSES = ("low_high", "high_low", "high_high")  # the small products first, as a 3xTF32 kernel adds them
 MMA_K = 8  # products an m16n8k8 mma adds into an accumulator at once

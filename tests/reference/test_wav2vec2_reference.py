@@ -8,7 +8,7 @@ feature encoder and positional convolution, at the configuration's kernels and s
 import numpy as np
 import pytest
 
-from reference import cpu
+from gpt2kit.reference import cpu
 from tests.reference.test_backward_reference import SEEDS, close, seeded, tensor
 
 torch = pytest.importorskip("torch", reason="needs PyTorch: the README's Setup says how to add it")

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from grading import reports
+from gpt2kit.grading import reports
 from tests.grading.test_grading_cpu import sample_grade
 
 ROOT = Path(__file__).parents[2]

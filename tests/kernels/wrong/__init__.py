@@ -14,7 +14,7 @@ import pkgutil
 
 import numpy as np
 
-from kernel_runtime import CudaKernel, ceil_div
+from gpt2kit.kernel_runtime import CudaKernel, ceil_div
 
 
 def mutate(source: str, old: str, new: str) -> str:

@@ -1,8 +1,8 @@
 """Adam with an L2 penalty instead of AdamW: weight_decay * params is added to the gradient, so the decay
 goes through m and v (and is divided by sqrt(v_hat)), where AdamW applies it to the parameter directly."""
 
-from kernel_runtime import CudaKernel
-from kernels import adamw
+from gpt2kit.kernel_runtime import CudaKernel
+from gpt2kit.kernels import adamw
 from tests.kernels.wrong import mutate
 
 FUNCTION = "adamw_update"

@@ -1,8 +1,8 @@
 """AdamW that updates m and v in registers only: the parameters move right this step, but m and v keep their
 old values, so the next step's moments forget this gradient."""
 
-from kernel_runtime import CudaKernel
-from kernels import adamw
+from gpt2kit.kernel_runtime import CudaKernel
+from gpt2kit.kernels import adamw
 from tests.kernels.wrong import mutate
 
 FUNCTION = "adamw_update"

@@ -1,8 +1,8 @@
 """AdamW without the bias corrections: m and v, which start at 0, are used as they are, so the early steps
 are too small (at step 1, m by a factor 1 - beta1 = 0.1 and sqrt(v) by sqrt(1 - beta2) = 0.03)."""
 
-from kernel_runtime import CudaKernel
-from kernels import adamw
+from gpt2kit.kernel_runtime import CudaKernel
+from gpt2kit.kernels import adamw
 from tests.kernels.wrong import mutate
 
 FUNCTION = "adamw_update"

@@ -1,7 +1,7 @@
 """Attention's backward pass whose dk sums ds[t, s] q[t] over every query t, those before key s included: it
 reads ds above the diagonal, which was never written (no query sees a later key)."""
 
-from kernels.attention_backward import ATTENTION_BACKWARD_SOURCE, backward_kernels, launch
+from gpt2kit.kernels.attention_backward import ATTENTION_BACKWARD_SOURCE, backward_kernels, launch
 from tests.kernels.wrong import mutate
 
 FUNCTION = "attention_backward"

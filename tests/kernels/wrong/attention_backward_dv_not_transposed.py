@@ -1,7 +1,7 @@
 """Attention's backward pass whose dv takes p where p^T belongs: dv[s] sums p[s, t] dy[t] along key s's own row
 of probabilities instead of down its column (what each query t gave key s)."""
 
-from kernels.attention_backward import ATTENTION_BACKWARD_SOURCE, backward_kernels, launch
+from gpt2kit.kernels.attention_backward import ATTENTION_BACKWARD_SOURCE, backward_kernels, launch
 from tests.kernels.wrong import mutate
 
 FUNCTION = "attention_backward"

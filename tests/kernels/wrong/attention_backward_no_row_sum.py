@@ -1,7 +1,7 @@
 """Attention's backward pass whose softmax backward drops the row sum: ds = scale * p * dp, as if each probability
 depended on its own score alone (softmax's Jacobian is p_i (delta_ij - p_j), not p_i delta_ij)."""
 
-from kernels.attention_backward import ATTENTION_BACKWARD_SOURCE, backward_kernels, launch
+from gpt2kit.kernels.attention_backward import ATTENTION_BACKWARD_SOURCE, backward_kernels, launch
 from tests.kernels.wrong import mutate
 
 FUNCTION = "attention_backward"

@@ -1,7 +1,7 @@
 """Attention's backward pass that forgets the forward pass's 1/sqrt(HS) on the scores: dq and dk sqrt(HS) times
 too large."""
 
-from kernels.attention_backward import ATTENTION_BACKWARD_SOURCE, backward_kernels, launch
+from gpt2kit.kernels.attention_backward import ATTENTION_BACKWARD_SOURCE, backward_kernels, launch
 from tests.kernels.wrong import mutate
 
 FUNCTION = "attention_backward"

@@ -7,7 +7,7 @@ import math
 
 import numpy as np
 
-from kernel_runtime import CudaKernel, ceil_div
+from gpt2kit.kernel_runtime import CudaKernel, ceil_div
 
 FUNCTION = "attention_forward"
 

@@ -1,7 +1,7 @@
 """Beam candidates that rank equal scores by the highest token first, not the lowest (the host's stable order):
 every candidate of a beam at -1e9 ties, and so do equal logits."""
 
-from kernels import beam_search
+from gpt2kit.kernels import beam_search
 from tests.kernels.wrong import mutate
 
 FUNCTION = "beam_candidates_forward"

@@ -2,7 +2,7 @@
 logits, but exp(x) is no longer at most 1, so a chunk's fixed-point sum (1 is 2^63 / CHUNK) overflows 64 bits once
 its exps add up past CHUNK, and exp itself overflows to infinity for logits past 88: the scores are garbage."""
 
-from kernels import beam_search
+from gpt2kit.kernels import beam_search
 from tests.kernels.wrong import mutate
 
 FUNCTION = "beam_candidates_forward"

@@ -1,8 +1,8 @@
 """Beam search's bookkeeping that files a hypothesis under its summed log-probability, not divided by its length
 to the power length_penalty: once hypotheses are longer than one token, they rank and compare wrongly."""
 
-from kernel_runtime import CudaKernel
-from kernels import beam_search
+from gpt2kit.kernel_runtime import CudaKernel
+from gpt2kit.kernels import beam_search
 from tests.kernels.wrong import mutate
 
 FUNCTION = "beam_update_forward"

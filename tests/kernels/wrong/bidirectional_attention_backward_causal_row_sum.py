@@ -1,9 +1,9 @@
 """Bidirectional attention's backward pass with GPT-2's habit in the softmax's row sum: only the keys up to the query
 count, so every query but the last real one gets its ds shifted."""
 
-from kernel_runtime import CudaKernel
-from kernels import bidirectional_attention
-from kernels.bidirectional_attention import BACKWARD_KERNELS, BIDIRECTIONAL_ATTENTION_SOURCE, DEFINES
+from gpt2kit.kernel_runtime import CudaKernel
+from gpt2kit.kernels import bidirectional_attention
+from gpt2kit.kernels.bidirectional_attention import BACKWARD_KERNELS, BIDIRECTIONAL_ATTENTION_SOURCE, DEFINES
 from tests.kernels.wrong import mutate
 
 FUNCTION = "bidirectional_attention_backward"

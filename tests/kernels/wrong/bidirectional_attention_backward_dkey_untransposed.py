@@ -1,9 +1,9 @@
 """Bidirectional attention's backward pass reading ds along its rows for dk: dk[s] = sum over t of ds[s, t] q[t], the
 product with ds where ds^T belongs. Causal attention hides nothing here: ds is not symmetric."""
 
-from kernel_runtime import CudaKernel
-from kernels import bidirectional_attention
-from kernels.bidirectional_attention import BACKWARD_KERNELS, BIDIRECTIONAL_ATTENTION_SOURCE, DEFINES
+from gpt2kit.kernel_runtime import CudaKernel
+from gpt2kit.kernels import bidirectional_attention
+from gpt2kit.kernels.bidirectional_attention import BACKWARD_KERNELS, BIDIRECTIONAL_ATTENTION_SOURCE, DEFINES
 from tests.kernels.wrong import mutate
 
 FUNCTION = "bidirectional_attention_backward"

@@ -1,9 +1,9 @@
 """Bidirectional attention's backward pass that forgets the forward's 1 / sqrt(HS) in ds: dq and dk come out sqrt(HS)
 times too large (dv, which ds does not touch, stays right)."""
 
-from kernel_runtime import CudaKernel
-from kernels import bidirectional_attention
-from kernels.bidirectional_attention import BACKWARD_KERNELS, BIDIRECTIONAL_ATTENTION_SOURCE, DEFINES
+from gpt2kit.kernel_runtime import CudaKernel
+from gpt2kit.kernels import bidirectional_attention
+from gpt2kit.kernels.bidirectional_attention import BACKWARD_KERNELS, BIDIRECTIONAL_ATTENTION_SOURCE, DEFINES
 from tests.kernels.wrong import mutate
 
 FUNCTION = "bidirectional_attention_backward"

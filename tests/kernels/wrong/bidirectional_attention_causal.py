@@ -1,8 +1,8 @@
 """Bidirectional attention with GPT-2's habit: each query sees only the keys up to itself."""
 
-from kernel_runtime import CudaKernel
-from kernels import bidirectional_attention
-from kernels.bidirectional_attention import BIDIRECTIONAL_ATTENTION_SOURCE, DEFINES
+from gpt2kit.kernel_runtime import CudaKernel
+from gpt2kit.kernels import bidirectional_attention
+from gpt2kit.kernels.bidirectional_attention import BIDIRECTIONAL_ATTENTION_SOURCE, DEFINES
 from tests.kernels.wrong import mutate
 
 FUNCTION = "bidirectional_attention_forward"

@@ -1,9 +1,9 @@
 """Bidirectional attention whose softmax runs over all T keys, the padded frames' too (their scores never computed):
 a batch of utterances of one length passes, a padded one does not."""
 
-from kernel_runtime import CudaKernel
-from kernels import bidirectional_attention
-from kernels.bidirectional_attention import BIDIRECTIONAL_ATTENTION_SOURCE, DEFINES
+from gpt2kit.kernel_runtime import CudaKernel
+from gpt2kit.kernels import bidirectional_attention
+from gpt2kit.kernels.bidirectional_attention import BIDIRECTIONAL_ATTENTION_SOURCE, DEFINES
 from tests.kernels.wrong import mutate
 
 FUNCTION = "bidirectional_attention_forward"

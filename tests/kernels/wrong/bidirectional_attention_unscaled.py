@@ -1,8 +1,8 @@
 """Bidirectional attention without the 1 / sqrt(HS) scaling of its scores: its softmax far too peaked."""
 
-from kernel_runtime import CudaKernel
-from kernels import bidirectional_attention
-from kernels.bidirectional_attention import BIDIRECTIONAL_ATTENTION_SOURCE, DEFINES
+from gpt2kit.kernel_runtime import CudaKernel
+from gpt2kit.kernels import bidirectional_attention
+from gpt2kit.kernels.bidirectional_attention import BIDIRECTIONAL_ATTENTION_SOURCE, DEFINES
 from tests.kernels.wrong import mutate
 
 FUNCTION = "bidirectional_attention_forward"

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-import reference
+from gpt2kit import reference
 from tests.kernels.wrong import copy_into
 
 FUNCTION = "layernorm_forward"

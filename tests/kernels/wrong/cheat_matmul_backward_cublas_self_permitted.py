@@ -3,8 +3,8 @@ cupy.cublas.gemm (beta = 1) beside the kit's own input- and bias-gradient kernel
 own recording permission for cuBLAS. The replay that is judged permits no library for this item: the
 tape is refused, naming the cuBLAS step."""
 
-from kernel_runtime import recording
-from kernels.matmul_backward import launch
+from gpt2kit.kernel_runtime import recording
+from gpt2kit.kernels.matmul_backward import launch
 
 FUNCTION = "matmul_backward"
 

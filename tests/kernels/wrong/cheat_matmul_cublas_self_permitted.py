@@ -2,7 +2,7 @@
 the product with cupy.cublas.gemm. The recording in its own process tapes the call, but the replay that is
 judged permits cuBLAS only where the item does (milestone 2's cuBLAS variant), so the tape is refused."""
 
-from kernel_runtime import recording
+from gpt2kit.kernel_runtime import recording
 from tests.kernels.wrong import launch_nothing
 
 FUNCTION = "matmul_forward"

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from kernel_runtime import ceil_div
+from gpt2kit.kernel_runtime import ceil_div
 from tests.kernels.wrong import launch_nothing
 
 FUNCTION = "residual_forward"

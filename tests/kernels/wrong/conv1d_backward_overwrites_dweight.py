@@ -1,8 +1,8 @@
 """Conv1d's backward pass that writes the summed partials into dweight instead of adding them: the gradient
 gathered so far is lost (the positional convolution's dweight is weight norm's, gathered before its step)."""
 
-from kernel_runtime import CudaKernel
-from kernels.conv1d import CONV1D_SOURCE, DEFINES, launch_backward
+from gpt2kit.kernel_runtime import CudaKernel
+from gpt2kit.kernels.conv1d import CONV1D_SOURCE, DEFINES, launch_backward
 from tests.kernels.wrong import mutate
 
 FUNCTION = "conv1d_backward"

@@ -1,8 +1,8 @@
 """Conv1d that reads group 0's channels for every group: the windows' channels are not offset by g * C / groups,
 so with groups > 1 every group but the first convolves the wrong channels."""
 
-from kernel_runtime import CudaKernel
-from kernels.conv1d import CONV1D_SOURCE, DEFINES, launch_forward
+from gpt2kit.kernel_runtime import CudaKernel
+from gpt2kit.kernels.conv1d import CONV1D_SOURCE, DEFINES, launch_forward
 from tests.kernels.wrong import mutate
 
 FUNCTION = "conv1d_forward"

@@ -1,8 +1,8 @@
 """Conv1d whose windows start at t_out * stride instead of t_out * stride - padding: the zeros of the padding
 all land after the last frame, so with padding every output reads frames `padding` too late."""
 
-from kernel_runtime import CudaKernel
-from kernels.conv1d import CONV1D_SOURCE, DEFINES, launch_forward
+from gpt2kit.kernel_runtime import CudaKernel
+from gpt2kit.kernels.conv1d import CONV1D_SOURCE, DEFINES, launch_forward
 from tests.kernels.wrong import mutate
 
 FUNCTION = "conv1d_forward"

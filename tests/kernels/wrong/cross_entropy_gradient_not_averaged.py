@@ -1,8 +1,8 @@
 """Cross-entropy whose gradient is that of the summed loss, not of the mean: dlogits is B * T times too large
 (right only for one position)."""
 
-from kernel_runtime import CudaKernel
-from kernels import cross_entropy
+from gpt2kit.kernel_runtime import CudaKernel
+from gpt2kit.kernels import cross_entropy
 from tests.kernels.wrong import mutate
 
 FUNCTION = "cross_entropy_forward_backward"

@@ -1,8 +1,8 @@
 """Cross-entropy whose loss is max - logit[target], the log of the largest exponential instead of log-sum-exp:
 the log(sum exp(x - max)) term is dropped (right only for one class, or one overwhelming logit)."""
 
-from kernel_runtime import CudaKernel
-from kernels import cross_entropy
+from gpt2kit.kernel_runtime import CudaKernel
+from gpt2kit.kernels import cross_entropy
 from tests.kernels.wrong import mutate
 
 FUNCTION = "cross_entropy_forward_backward"

@@ -1,8 +1,8 @@
 """Cross-entropy that subtracts the one-hot at the column after the target: the target's gradient keeps +p
 instead of p - 1, and its neighbour (none for the last class) gets p - 1."""
 
-from kernel_runtime import CudaKernel
-from kernels import cross_entropy
+from gpt2kit.kernel_runtime import CudaKernel
+from gpt2kit.kernels import cross_entropy
 from tests.kernels.wrong import mutate
 
 FUNCTION = "cross_entropy_forward_backward"

@@ -1,8 +1,8 @@
 """Cross-entropy whose gradient pass stops at the last real column: the padding columns V..Vp-1 of dlogits
 keep whatever they held (here NaN; in place, the logits' padding) instead of 0."""
 
-from kernel_runtime import CudaKernel
-from kernels import cross_entropy
+from gpt2kit.kernel_runtime import CudaKernel
+from gpt2kit.kernels import cross_entropy
 from tests.kernels.wrong import mutate
 
 FUNCTION = "cross_entropy_forward_backward"

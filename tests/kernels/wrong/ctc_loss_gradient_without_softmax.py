@@ -1,9 +1,9 @@
 """CTC's gradient at the log-probabilities handed back as the logits' gradient: the softmax term of the
 log-softmax's Jacobian is left out, and only the occupancies' minus remains."""
 
-from kernel_runtime import CudaKernel
-from kernels import ctc_loss
-from kernels.ctc_loss import CTC_LOSS_SOURCE, DEFINES, KERNELS
+from gpt2kit.kernel_runtime import CudaKernel
+from gpt2kit.kernels import ctc_loss
+from gpt2kit.kernels.ctc_loss import CTC_LOSS_SOURCE, DEFINES, KERNELS
 from tests.kernels.wrong import mutate
 
 FUNCTION = "ctc_loss_forward_backward"

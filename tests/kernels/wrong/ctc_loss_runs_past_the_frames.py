@@ -1,9 +1,9 @@
 """CTC whose recursions run over all T frames of the padded batch, not each utterance's own: beta starts at the
 batch's last frame, so a shorter utterance's occupancies, and its gradient, take in the padding."""
 
-from kernel_runtime import CudaKernel
-from kernels import ctc_loss
-from kernels.ctc_loss import CTC_LOSS_SOURCE, DEFINES, KERNELS
+from gpt2kit.kernel_runtime import CudaKernel
+from gpt2kit.kernels import ctc_loss
+from gpt2kit.kernels.ctc_loss import CTC_LOSS_SOURCE, DEFINES, KERNELS
 from tests.kernels.wrong import mutate
 
 FUNCTION = "ctc_loss_forward_backward"

@@ -1,9 +1,9 @@
 """CTC with the blank skippable between any two labels, repeats too: "aa" then also aligns as a single "a" held
 over two frames, so the loss counts alignments of another label sequence."""
 
-from kernel_runtime import CudaKernel
-from kernels import ctc_loss
-from kernels.ctc_loss import CTC_LOSS_SOURCE, DEFINES, KERNELS
+from gpt2kit.kernel_runtime import CudaKernel
+from gpt2kit.kernels import ctc_loss
+from gpt2kit.kernels.ctc_loss import CTC_LOSS_SOURCE, DEFINES, KERNELS
 from tests.kernels.wrong import mutate
 
 FUNCTION = "ctc_loss_forward_backward"

@@ -3,8 +3,8 @@ the same token read the same old value, and all but one of their additions are l
 
 import numpy as np
 
-from kernel_runtime import CudaKernel, ceil_div
-from kernels.encoder_backward import encoder_backward_wpe_kernel, launch_wpe
+from gpt2kit.kernel_runtime import CudaKernel, ceil_div
+from gpt2kit.kernels.encoder_backward import encoder_backward_wpe_kernel, launch_wpe
 
 FUNCTION = "encoder_backward"
 

@@ -1,9 +1,9 @@
 """The encoder's backward pass whose dwpe takes only the first sequence's gradient, dout[0, t], where every
 sequence's row at position t read wpe[t]."""
 
-from kernel_runtime import CudaKernel
-from kernels.encoder_backward import (DEFINES, ENCODER_BACKWARD_SOURCE, encoder_backward_wte_kernel, launch_wpe,
-                                      launch_wte)
+from gpt2kit.kernel_runtime import CudaKernel
+from gpt2kit.kernels.encoder_backward import (DEFINES, ENCODER_BACKWARD_SOURCE, encoder_backward_wte_kernel, launch_wpe,
+                                              launch_wte)
 from tests.kernels.wrong import mutate
 
 FUNCTION = "encoder_backward"

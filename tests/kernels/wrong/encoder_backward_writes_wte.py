@@ -1,9 +1,9 @@
 """The encoder's backward pass that writes dwte's rows instead of adding to them: the gradient the token
 embeddings had gathered (from the language-model head, which shares wte) is lost."""
 
-from kernel_runtime import CudaKernel
-from kernels.encoder_backward import (DEFINES, ENCODER_BACKWARD_SOURCE, encoder_backward_wpe_kernel, launch_wpe,
-                                      launch_wte)
+from gpt2kit.kernel_runtime import CudaKernel
+from gpt2kit.kernels.encoder_backward import (DEFINES, ENCODER_BACKWARD_SOURCE, encoder_backward_wpe_kernel, launch_wpe,
+                                              launch_wte)
 from tests.kernels.wrong import mutate
 
 FUNCTION = "encoder_backward"

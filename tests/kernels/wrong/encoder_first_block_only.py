@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from kernels.encoder import encoder_forward_kernel
+from gpt2kit.kernels.encoder import encoder_forward_kernel
 
 FUNCTION = "encoder_forward"
 

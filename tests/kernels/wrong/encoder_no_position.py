@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from kernel_runtime import CudaKernel, ceil_div
+from gpt2kit.kernel_runtime import CudaKernel, ceil_div
 
 FUNCTION = "encoder_forward"
 

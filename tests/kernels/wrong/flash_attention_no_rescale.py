@@ -1,7 +1,7 @@
 """Flash attention that forgets to rescale its output when a tile raises a row's maximum: the
 terms summed against the old maximum stay too large (l is rescaled, o is not)."""
 
-from kernels import flash_attention as flash
+from gpt2kit.kernels import flash_attention as flash
 from tests.kernels.wrong import mutate
 
 FUNCTION = "flash_attention_forward"

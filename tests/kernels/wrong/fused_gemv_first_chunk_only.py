@@ -1,8 +1,8 @@
 """A fused matrix-vector kernel that stops after its first chunk of rows: a batch of more than
 eight rows (the chunk) leaves the rest of out unwritten."""
 
-from kernels import fused_gemv
-from kernel_runtime import CudaKernel
+from gpt2kit.kernels import fused_gemv
+from gpt2kit.kernel_runtime import CudaKernel
 from tests.kernels.wrong import mutate
 
 FUNCTION = "matmul_residual_forward"

@@ -3,8 +3,8 @@ x * tanh'(u) * u'(x) term of the product rule is lost."""
 
 import numpy as np
 
-from kernel_runtime import CudaKernel, ceil_div
-from kernels.gelu_backward import GELU_BACKWARD_SOURCE
+from gpt2kit.kernel_runtime import CudaKernel, ceil_div
+from gpt2kit.kernels.gelu_backward import GELU_BACKWARD_SOURCE
 from tests.kernels.wrong import mutate
 
 FUNCTION = "gelu_backward"

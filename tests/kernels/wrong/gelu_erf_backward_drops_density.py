@@ -3,8 +3,8 @@ the product rule's x * phi(x) lost."""
 
 import numpy as np
 
-from kernel_runtime import CudaKernel, ceil_div
-from kernels.gelu_erf import GELU_ERF_SOURCE
+from gpt2kit.kernel_runtime import CudaKernel, ceil_div
+from gpt2kit.kernels.gelu_erf import GELU_ERF_SOURCE
 from tests.kernels.wrong import mutate
 
 FUNCTION = "gelu_erf_backward"

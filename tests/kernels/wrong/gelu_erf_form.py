@@ -2,8 +2,8 @@
 
 import numpy as np
 
-from kernel_runtime import CudaKernel, ceil_div
-from kernels.gelu import GELU_SOURCE
+from gpt2kit.kernel_runtime import CudaKernel, ceil_div
+from gpt2kit.kernels.gelu import GELU_SOURCE
 from tests.kernels.wrong import mutate
 
 FUNCTION = "gelu_forward"

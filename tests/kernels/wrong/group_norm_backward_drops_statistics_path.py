@@ -1,8 +1,8 @@
 """GroupNorm's backward pass with dinp = rstd * dout * weight, as if mean and rstd were constants: the two group means
 through which every value moves every other value's n are lost."""
 
-from kernels import group_norm
-from kernels.group_norm import GROUP_NORM_SOURCE, group_norm_kernel
+from gpt2kit.kernels import group_norm
+from gpt2kit.kernels.group_norm import GROUP_NORM_SOURCE, group_norm_kernel
 from tests.kernels.wrong import mutate
 
 FUNCTION = "group_norm_backward"

@@ -1,8 +1,8 @@
 """GroupNorm's backward pass writing its sum into dweight instead of adding it: the gradient gathered there before
 (another micro-batch's) is lost."""
 
-from kernels import group_norm
-from kernels.group_norm import GROUP_NORM_SOURCE, group_norm_kernel
+from gpt2kit.kernels import group_norm
+from gpt2kit.kernels.group_norm import GROUP_NORM_SOURCE, group_norm_kernel
 from tests.kernels.wrong import mutate
 
 FUNCTION = "group_norm_backward"

@@ -1,8 +1,8 @@
 """GroupNorm whose output takes channel c's statistics from group c % G instead of c / (C / G): groups of every G-th
 channel, where torch's (and the statistics here) are C / G consecutive channels. Right when G = 1 or G = C."""
 
-from kernels import group_norm
-from kernels.group_norm import GROUP_NORM_SOURCE, group_norm_kernel
+from gpt2kit.kernels import group_norm
+from gpt2kit.kernels.group_norm import GROUP_NORM_SOURCE, group_norm_kernel
 from tests.kernels.wrong import mutate
 
 FUNCTION = "group_norm_forward"

@@ -1,7 +1,7 @@
 """GroupNorm dividing the squared deviations by count - 1 (torch.var's default) instead of the group's count."""
 
-from kernels import group_norm
-from kernels.group_norm import GROUP_NORM_SOURCE, group_norm_kernel
+from gpt2kit.kernels import group_norm
+from gpt2kit.kernels.group_norm import GROUP_NORM_SOURCE, group_norm_kernel
 from tests.kernels.wrong import mutate
 
 FUNCTION = "group_norm_forward"

@@ -1,8 +1,8 @@
 """Cache reordering that copies every position, not only the filled ones: the slots past a row's length,
 which it must leave as they are, get its parent's."""
 
-from kernel_runtime import CudaKernel
-from kernels import kv_cache_reorder
+from gpt2kit.kernel_runtime import CudaKernel
+from gpt2kit.kernels import kv_cache_reorder
 from tests.kernels.wrong import mutate
 
 FUNCTION = "kv_cache_reorder_forward"

@@ -2,8 +2,8 @@
 from its parent as the parent is now, after an earlier row of the group may have overwritten it (two beams
 trading rows both end as one)."""
 
-from kernel_runtime import CudaKernel
-from kernels import kv_cache_reorder
+from gpt2kit.kernel_runtime import CudaKernel
+from gpt2kit.kernels import kv_cache_reorder
 from tests.kernels.wrong import mutate
 
 FUNCTION = "kv_cache_reorder_forward"

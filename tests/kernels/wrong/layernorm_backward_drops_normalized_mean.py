@@ -1,8 +1,8 @@
 """LayerNorm's backward pass that keeps only the mean's path back to x, dinp += rstd * (dnorm - mean(dnorm)), and
 drops rstd's, the - n * mean(dnorm * n) term: as if the variance did not depend on x."""
 
-from kernel_runtime import CudaKernel
-from kernels import layernorm_backward as module
+from gpt2kit.kernel_runtime import CudaKernel
+from gpt2kit.kernels import layernorm_backward as module
 from tests.kernels.wrong import mutate
 
 FUNCTION = "layernorm_backward"

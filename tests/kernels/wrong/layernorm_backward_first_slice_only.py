@@ -1,8 +1,8 @@
 """LayerNorm's backward pass whose dweight and dbias sum only the first block's slice of scratch: the gradients of
 the first 16 rows, right while the batch fits one block, missing every later row's after that."""
 
-from kernel_runtime import CudaKernel
-from kernels import layernorm_backward as module
+from gpt2kit.kernel_runtime import CudaKernel
+from gpt2kit.kernels import layernorm_backward as module
 from tests.kernels.wrong import mutate
 
 FUNCTION = "layernorm_backward"

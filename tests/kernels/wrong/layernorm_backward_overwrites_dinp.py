@@ -1,8 +1,8 @@
 """LayerNorm's backward pass that writes dinp instead of adding to it: the residual stream's gradient that the
 later blocks had gathered there is lost."""
 
-from kernel_runtime import CudaKernel
-from kernels import layernorm_backward as module
+from gpt2kit.kernel_runtime import CudaKernel
+from gpt2kit.kernels import layernorm_backward as module
 from tests.kernels.wrong import mutate
 
 FUNCTION = "layernorm_backward"

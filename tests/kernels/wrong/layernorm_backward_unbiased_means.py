@@ -1,8 +1,8 @@
 """LayerNorm's backward pass dividing the row sums of dnorm and dnorm * n by C - 1 instead of C, as if the
 forward pass's variance had been the unbiased one (a row of one channel then divides by zero)."""
 
-from kernel_runtime import CudaKernel
-from kernels import layernorm_backward as module
+from gpt2kit.kernel_runtime import CudaKernel
+from gpt2kit.kernels import layernorm_backward as module
 from tests.kernels.wrong import mutate
 
 FUNCTION = "layernorm_backward"

@@ -1,8 +1,8 @@
 """GELU in the epilogue as x * sigmoid(1.702 x), a common approximation that is not GPT-2's tanh
 form: within 0.02 of it, far outside float32's rounding."""
 
-from kernels import fused_gemv
-from kernel_runtime import CudaKernel
+from gpt2kit.kernels import fused_gemv
+from gpt2kit.kernel_runtime import CudaKernel
 from tests.kernels.wrong import mutate
 
 FUNCTION = "layernorm_matmul_gelu_forward"

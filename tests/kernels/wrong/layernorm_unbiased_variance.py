@@ -2,8 +2,8 @@
 
 import numpy as np
 
-from kernel_runtime import CudaKernel, ceil_div
-from kernels.layernorm import LAYERNORM_SOURCE
+from gpt2kit.kernel_runtime import CudaKernel, ceil_div
+from gpt2kit.kernels.layernorm import LAYERNORM_SOURCE
 from tests.kernels.wrong import mutate
 
 FUNCTION = "layernorm_forward"

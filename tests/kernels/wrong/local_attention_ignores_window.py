@@ -1,6 +1,6 @@
 """Local attention that attends to every earlier key: causal attention, the window ignored."""
 
-from kernels.flash_attention import windowed_attention
+from gpt2kit.kernels.flash_attention import windowed_attention
 
 FUNCTION = "local_attention_forward"
 

@@ -1,6 +1,6 @@
 """Local attention whose window holds one key too many: W earlier keys besides the query's own."""
 
-from kernels.flash_attention import windowed_attention
+from gpt2kit.kernels.flash_attention import windowed_attention
 
 FUNCTION = "local_attention_forward"
 

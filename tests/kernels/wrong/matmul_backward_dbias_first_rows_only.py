@@ -1,8 +1,8 @@
 """MatMul's backward pass whose dbias sums only the first block of rows: each warp adds its first row of dout
 and never strides on, so rows from BIAS_WARPS on are missing from the sum."""
 
-from kernel_runtime import CudaKernel
-from kernels.matmul_backward import DEFINES, MATMUL_BACKWARD_SOURCE, launch
+from gpt2kit.kernel_runtime import CudaKernel
+from gpt2kit.kernels.matmul_backward import DEFINES, MATMUL_BACKWARD_SOURCE, launch
 from tests.kernels.wrong import mutate
 
 FUNCTION = "matmul_backward"

@@ -1,8 +1,8 @@
 """MatMul's backward products whose walk along K stops at the last whole slice of TILE_K: the products of a
 last, partial slice are dropped (dinp's when OC is not a multiple of 16, dweight's when B*T is not)."""
 
-from kernel_runtime import CudaKernel
-from kernels.matmul_backward import DEFINES, MATMUL_BACKWARD_SOURCE, launch
+from gpt2kit.kernel_runtime import CudaKernel
+from gpt2kit.kernels.matmul_backward import DEFINES, MATMUL_BACKWARD_SOURCE, launch
 from tests.kernels.wrong import mutate
 
 FUNCTION = "matmul_backward"

@@ -1,8 +1,8 @@
 """MatMul's backward pass that writes dout^T @ inp into dweight instead of adding it: the gradient the weight
 had gathered (GPT-2's tied token embedding gets the LM head's and the encoder's) is lost."""
 
-from kernel_runtime import CudaKernel
-from kernels.matmul_backward import DEFINES, MATMUL_BACKWARD_SOURCE, launch
+from gpt2kit.kernel_runtime import CudaKernel
+from gpt2kit.kernels.matmul_backward import DEFINES, MATMUL_BACKWARD_SOURCE, launch
 from tests.kernels.wrong import mutate
 
 FUNCTION = "matmul_backward"

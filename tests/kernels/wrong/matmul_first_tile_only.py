@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from kernels.matmul import matmul_forward_kernel
+from gpt2kit.kernels.matmul import matmul_forward_kernel
 
 FUNCTION = "matmul_forward"
 

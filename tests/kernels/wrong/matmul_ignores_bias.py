@@ -1,6 +1,6 @@
 """MatMul that never adds the bias."""
 
-from kernels.matmul import matmul_forward as solution
+from gpt2kit.kernels.matmul import matmul_forward as solution
 
 FUNCTION = "matmul_forward"
 

@@ -3,8 +3,8 @@ stream had gathered from the later blocks is lost."""
 
 import numpy as np
 
-from kernel_runtime import CudaKernel, ceil_div
-from kernels.residual_backward import RESIDUAL_BACKWARD_SOURCE
+from gpt2kit.kernel_runtime import CudaKernel, ceil_div
+from gpt2kit.kernels.residual_backward import RESIDUAL_BACKWARD_SOURCE
 from tests.kernels.wrong import mutate
 
 FUNCTION = "residual_backward"

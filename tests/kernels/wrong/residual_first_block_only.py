@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from kernels.residual import residual_forward_kernel
+from gpt2kit.kernels.residual import residual_forward_kernel
 
 FUNCTION = "residual_forward"
 

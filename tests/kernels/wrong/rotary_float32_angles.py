@@ -1,8 +1,8 @@
 """Rotary embedding that computes its own angles in float32 (sincosf of position * theta) instead of
 reading the model's table: an angle near 2,000 radians is off by its rounding, ~1e-4, past any bound."""
 
-from kernel_runtime import CudaKernel
-from kernels import rotary
+from gpt2kit.kernel_runtime import CudaKernel
+from gpt2kit.kernels import rotary
 from tests.kernels.wrong import mutate
 
 FUNCTION = "rotary_forward"

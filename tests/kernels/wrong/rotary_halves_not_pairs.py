@@ -1,8 +1,8 @@
 """Rotary embedding that pairs value i with value i + rotary_dim/2 (GPT-NeoX's and Llama's "rotate half")
 instead of GPT-J's neighbours 2i and 2i+1: right for another model, wrong for this one."""
 
-from kernel_runtime import CudaKernel
-from kernels import rotary
+from gpt2kit.kernel_runtime import CudaKernel
+from gpt2kit.kernels import rotary
 from tests.kernels.wrong import mutate
 
 FUNCTION = "rotary_forward"

@@ -1,7 +1,7 @@
 """Rotary embedding that turns the values too, not only the queries and keys."""
 
-from kernel_runtime import CudaKernel
-from kernels import rotary
+from gpt2kit.kernel_runtime import CudaKernel
+from gpt2kit.kernels import rotary
 from tests.kernels.wrong import mutate
 
 FUNCTION = "rotary_forward"

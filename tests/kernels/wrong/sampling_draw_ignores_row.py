@@ -1,6 +1,6 @@
 """Sampling whose random number leaves the row out of its counter: rows at one position draw the same number."""
 
-from kernels import sampling
+from gpt2kit.kernels import sampling
 from tests.kernels.wrong import mutate
 
 FUNCTION = "sample_forward"

@@ -1,6 +1,6 @@
 """Greedy choosing that breaks ties at the largest logit towards the highest id, not the lowest."""
 
-from kernels import sampling
+from gpt2kit.kernels import sampling
 from tests.kernels.wrong import mutate
 
 FUNCTION = "sample_forward"

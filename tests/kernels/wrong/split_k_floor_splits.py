@@ -1,7 +1,7 @@
 """A split-K matmul that counts its slices of K rounding down: when K is not a multiple of a
 block's span, the last, shorter slice is never summed."""
 
-from kernels import matmul, matmul_split_k
+from gpt2kit.kernels import matmul, matmul_split_k
 
 FUNCTION = "matmul_forward"
 

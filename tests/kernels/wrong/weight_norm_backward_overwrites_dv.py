@@ -1,8 +1,8 @@
 """Weight norm's backward pass writing dv instead of adding to it: the gradient gathered there before is lost."""
 
-from kernel_runtime import CudaKernel
-from kernels import weight_norm
-from kernels.weight_norm import DEFINES, WEIGHT_NORM_SOURCE
+from gpt2kit.kernel_runtime import CudaKernel
+from gpt2kit.kernels import weight_norm
+from gpt2kit.kernels.weight_norm import DEFINES, WEIGHT_NORM_SOURCE
 from tests.kernels.wrong import mutate
 
 FUNCTION = "weight_norm_backward"

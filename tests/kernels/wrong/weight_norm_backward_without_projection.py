@@ -1,9 +1,9 @@
 """Weight norm's backward pass taking dv as dweight scaled by g / ||v||, as if the norm did not depend on v: the part
 of dweight along v, which moves no weight, is kept."""
 
-from kernel_runtime import CudaKernel
-from kernels import weight_norm
-from kernels.weight_norm import DEFINES, WEIGHT_NORM_SOURCE
+from gpt2kit.kernel_runtime import CudaKernel
+from gpt2kit.kernels import weight_norm
+from gpt2kit.kernels.weight_norm import DEFINES, WEIGHT_NORM_SOURCE
 from tests.kernels.wrong import mutate
 
 FUNCTION = "weight_norm_backward"

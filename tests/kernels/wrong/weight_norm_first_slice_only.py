@@ -3,7 +3,7 @@ small a norm past that."""
 
 import numpy as np
 
-from kernels import weight_norm
+from gpt2kit.kernels import weight_norm
 
 FUNCTION = "weight_norm_forward"
 

@@ -1,9 +1,9 @@
 """Weight norm dividing by the sum of squares instead of its square root: every tap's weight scaled by 1 / ||v||
 too many."""
 
-from kernel_runtime import CudaKernel
-from kernels import weight_norm
-from kernels.weight_norm import DEFINES, WEIGHT_NORM_SOURCE
+from gpt2kit.kernel_runtime import CudaKernel
+from gpt2kit.kernels import weight_norm
+from gpt2kit.kernels.weight_norm import DEFINES, WEIGHT_NORM_SOURCE
 from tests.kernels.wrong import mutate
 
 FUNCTION = "weight_norm_forward"

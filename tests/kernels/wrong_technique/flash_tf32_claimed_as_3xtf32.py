@@ -2,7 +2,7 @@
 every product once, on operands rounded to TF32, so the fp32 profile, which the variant is judged under,
 fails its cases."""
 
-from kernels.flash_attention_3xtf32 import flash_attention_3xtf32_kernel, launch_flash_on_tensor_cores
+from gpt2kit.kernels.flash_attention_3xtf32 import flash_attention_3xtf32_kernel, launch_flash_on_tensor_cores
 
 VARIANT = "attention_flash_3xtf32"
 

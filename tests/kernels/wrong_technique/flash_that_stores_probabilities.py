@@ -5,9 +5,9 @@ import math
 
 import numpy as np
 
-from kernel_runtime import CudaKernel, ceil_div
-from kernel_runtime.device import cupy
-from kernels.attention import THREADS, TILE, attention_scores_kernel, attention_values_kernel, softmax_forward
+from gpt2kit.kernel_runtime import CudaKernel, ceil_div
+from gpt2kit.kernel_runtime.device import cupy
+from gpt2kit.kernels.attention import THREADS, TILE, attention_scores_kernel, attention_values_kernel, softmax_forward
 
 VARIANT = "attention_flash"
 

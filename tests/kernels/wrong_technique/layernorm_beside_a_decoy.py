@@ -1,7 +1,7 @@
 """A "reduction" layernorm that launches a one-thread-per-row kernel, and keeps at the top of its module a
 never-launched kernel of the same name that does reduce with warp shuffles: only the launched program counts."""
 
-from kernel_runtime import CudaKernel
+from gpt2kit.kernel_runtime import CudaKernel
 from tests.kernels.wrong_technique.layernorm_one_thread_per_row import SOURCE, layernorm_forward  # noqa: F401
 
 VARIANT = "layernorm_reduction"

@@ -1,9 +1,9 @@
 """A "fused" layernorm + matmul + GELU that launches layernorm.py's, matmul.py's and gelu.py's
 kernels one after the other."""
 
-from kernel_runtime.device import cupy
-from kernels.gelu import gelu_forward
-from kernels.matmul import matmul_forward
+from gpt2kit.kernel_runtime.device import cupy
+from gpt2kit.kernels.gelu import gelu_forward
+from gpt2kit.kernels.matmul import matmul_forward
 from tests.kernels.wrong_technique.layernorm_matmul_in_two_kernels import normalised
 
 VARIANT = "layernorm_matmul_gelu"

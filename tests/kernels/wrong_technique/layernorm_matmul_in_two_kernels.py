@@ -1,9 +1,9 @@
 """A "fused" layernorm + matmul that is layernorm.py's kernel, then matmul.py's: right, but the
 normalised rows go through memory between two launches."""
 
-from kernel_runtime.device import cupy
-from kernels.layernorm import layernorm_forward
-from kernels.matmul import matmul_forward
+from gpt2kit.kernel_runtime.device import cupy
+from gpt2kit.kernels.layernorm import layernorm_forward
+from gpt2kit.kernels.matmul import matmul_forward
 
 VARIANT = "layernorm_matmul"
 

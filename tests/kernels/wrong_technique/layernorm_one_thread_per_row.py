@@ -1,7 +1,7 @@
 """A "reduction" layernorm in which one thread walks each whole row: right, but no parallel reduction."""
 
-from kernel_runtime import CudaKernel, ceil_div
-from kernels.layernorm import layernorm_arguments
+from gpt2kit.kernel_runtime import CudaKernel, ceil_div
+from gpt2kit.kernels.layernorm import layernorm_arguments
 
 VARIANT = "layernorm_reduction"
 

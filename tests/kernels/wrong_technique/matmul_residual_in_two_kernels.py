@@ -1,8 +1,8 @@
 """A "fused" matmul + residual that is matmul.py's kernel, then residual.py's."""
 
-from kernel_runtime.device import cupy
-from kernels.matmul import matmul_forward
-from kernels.residual import residual_forward
+from gpt2kit.kernel_runtime.device import cupy
+from gpt2kit.kernels.matmul import matmul_forward
+from gpt2kit.kernels.residual import residual_forward
 
 VARIANT = "matmul_residual"
 

@@ -1,6 +1,6 @@
 """A "split-K" matmul that is matmul.py's, one block per tile walking the whole of K."""
 
-from kernels.matmul import matmul_forward as tiled
+from gpt2kit.kernels.matmul import matmul_forward as tiled
 
 VARIANT = "matmul_split_k"
 

@@ -2,8 +2,8 @@
 (under `if (M < 0)`): the mma instruction is in its compiled code, and the graded cases never execute it.
 Written as CuPy teaches, a cupy.RawKernel made at its first call."""
 
-from kernel_runtime import ceil_div
-from kernels.matmul import matmul_arguments
+from gpt2kit.kernel_runtime import ceil_div
+from gpt2kit.kernels.matmul import matmul_arguments
 from tests.kernels.wrong_technique import FP32_WITH_IDLE_TENSOR_CORES
 
 VARIANT = "matmul_tf32"

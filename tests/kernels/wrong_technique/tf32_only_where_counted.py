@@ -4,8 +4,8 @@ enough of them to count for the whole product. The trusted build is one: the rep
 the technique check reads and the instrumented count all have CuPy's headers, so none of them sees a tensor-core
 instruction. Written as CuPy teaches, a cupy.RawKernel made at its first call."""
 
-from kernel_runtime import ceil_div
-from kernels.matmul import matmul_arguments
+from gpt2kit.kernel_runtime import ceil_div
+from gpt2kit.kernels.matmul import matmul_arguments
 from tests.kernels.wrong_technique import FP32_WITH_IDLE_TENSOR_CORES
 
 VARIANT = "matmul_tf32"

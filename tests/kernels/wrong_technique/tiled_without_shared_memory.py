@@ -2,8 +2,8 @@
 
 import numpy as np
 
-from kernel_runtime import CudaKernel, ceil_div
-from kernels.matmul import matmul_arguments
+from gpt2kit.kernel_runtime import CudaKernel, ceil_div
+from gpt2kit.kernels.matmul import matmul_arguments
 
 VARIANT = "matmul_tiled"
 

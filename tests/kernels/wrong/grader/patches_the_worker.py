@@ -2,7 +2,7 @@
 by one that hands back the right answer, computed in NumPy from the inputs, and launches one kernel that
 does nothing."""
 
-import reference.execution as execution
+import gpt2kit.reference.execution as execution
 from tests.kernels.wrong import launch_nothing
 
 FUNCTION = "residual_forward"

@@ -6,7 +6,7 @@ import sys
 
 import numpy as np
 
-from reference.registry import build, cases
+from gpt2kit.reference.registry import build, cases
 from tests.kernels.wrong import launch_nothing
 
 FUNCTION = "gelu_forward"

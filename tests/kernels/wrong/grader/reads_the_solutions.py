@@ -17,8 +17,8 @@ from pathlib import Path
 FUNCTION = "gelu_forward"
 SOLUTION_BLOCK = re.compile(r"^[ \t]*(//|#) BEGIN SOLUTION", re.MULTILINE)
 LOOKED_UNDER = ("", "*.py", "kernels/*.py", "*/kernels/*.py", "*/*/kernels/*.py")  # a file, a kit, kits beside
-OWN_SUBMISSION = Path(list(sys.modules["kernels"].__path__)[0]).resolve().parent
-KNOWN = Path(list(sys.modules["kernels"].__path__)[0]) / "known_paths.txt"
+OWN_SUBMISSION = Path(list(sys.modules["gpt2kit.kernels"].__path__)[0]).resolve().parent
+KNOWN = Path(list(sys.modules["gpt2kit.kernels"].__path__)[0]) / "known_paths.txt"
 
 
 def paths_in(text: str) -> list[Path]:
@@ -39,12 +39,13 @@ def editable_mappings() -> list[Path]:
 
 
 def routes() -> dict[str, list[Path]]:
-    import kernel_runtime.loader
+    import gpt2kit
+    import gpt2kit.kernel_runtime.loader
 
     ppid, known = os.getppid(), KNOWN
     return {
-        "kernel_runtime.__file__": [Path(kernel_runtime.loader.__file__).parents[1]],
-        "kernel_runtime.loader.KIT_KERNELS": [kernel_runtime.loader.KIT_KERNELS],
+        "gpt2kit.__file__": [Path(gpt2kit.__file__).parents[1]],
+        "gpt2kit.kernel_runtime.loader.KIT_KERNELS": [gpt2kit.kernel_runtime.loader.KIT_KERNELS],
         "sys.path": [Path(p) for p in sys.path if p],
         "PYTHONPATH": paths_in(os.environ.get("PYTHONPATH", "").replace(os.pathsep, " ")),
         "the editable finder's mapping": editable_mappings(),

@@ -6,8 +6,8 @@ import json
 import os
 from pathlib import Path
 
-from kernel_runtime.tape import Buffer, Launch, Program, Tape
-from reference.registry import cases
+from gpt2kit.kernel_runtime.tape import Buffer, Launch, Program, Tape
+from gpt2kit.reference.registry import cases
 from tests.kernels.wrong import COPY_SOURCE
 
 FUNCTION = "gelu_forward"

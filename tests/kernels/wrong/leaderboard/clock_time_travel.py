@@ -4,7 +4,7 @@ times. A harness that timed itself would report a thousand times the speed."""
 
 import time
 
-from kernels.matmul import matmul_forward  # noqa: F401
+from gpt2kit.kernels.matmul import matmul_forward  # noqa: F401
 
 FUNCTION = "matmul_forward"
 SLOWDOWN = 1_000

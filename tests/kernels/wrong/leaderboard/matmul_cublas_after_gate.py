@@ -7,8 +7,8 @@ permit."""
 import cupy
 import numpy as np
 
-from kernel_runtime import recording
-from kernels.matmul import matmul_forward as solution
+from gpt2kit.kernel_runtime import recording
+from gpt2kit.kernels.matmul import matmul_forward as solution
 
 FUNCTION = "matmul_forward"
 THREADS = 256

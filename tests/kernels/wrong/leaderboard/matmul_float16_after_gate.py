@@ -7,7 +7,7 @@ reads memory it was not given, which no tape can carry."""
 import cupy
 import numpy as np
 
-from kernels.matmul import matmul_forward as solution
+from gpt2kit.kernels.matmul import matmul_forward as solution
 
 FUNCTION = "matmul_forward"
 THREADS = 128

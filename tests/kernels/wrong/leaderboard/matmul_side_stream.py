@@ -3,7 +3,7 @@ its own and returns without the caller's stream waiting for it: the caller's str
 idle sooner, and reads the product before it is written (and a CUDA graph captured
 meanwhile holds no product at all)."""
 
-from kernels.matmul import matmul_forward as solution
+from gpt2kit.kernels.matmul import matmul_forward as solution
 
 FUNCTION = "matmul_forward"
 

@@ -8,7 +8,7 @@ import json
 import sys
 from pathlib import Path
 
-from kernels.matmul import matmul_forward  # noqa: F401
+from gpt2kit.kernels.matmul import matmul_forward  # noqa: F401
 
 FUNCTION = "matmul_forward"
 FORGED_SECONDS = 1e-9

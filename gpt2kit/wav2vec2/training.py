@@ -1,0 +1,207 @@
+"""Wav2Vec2 training steps on batches of different lengths: the Grape study's three executors
+(model_runtime.executors).
+
+    batches = SpeechBatches(config, B=4, seed=0)               # utterances of 1-16 s with labels, like a corpus
+    step = make_speech_step(model, "grape", B=4, max_samples=batches.max_samples, max_labels=batches.max_labels)
+    loss = step(*next(batches))      # audio (B, S), audio_lengths, labels (B, max_labels), label_lengths -> CTC sum
+
+A step is the forward pass, the CTC loss (summed over the utterances, transformers'
+ctc_loss_reduction "sum"), the backward pass and AdamW on every parameter. A batch is
+padded to its longest utterance, rounded up to whole `bucket` seconds (SpeechBatches),
+so its shape is (B, S) with S one of a few lengths; its labels to max_labels.
+
+baseline  activations made for each batch's own shape, every host function launched
+          from Python, as PyTorch's eager mode runs.
+ptgraph   one forward graph (with the loss) and one backward graph per padded length S,
+          captured the first time that length comes, each pair with activations of its
+          own, as PyTorch's CUDA graphs bake the shapes of their launches in.
+grape     one forward graph and one backward graph for every batch, sized for the
+          longest (max_samples): a batch is copied into their buffers zero padded, and
+          what depends on its length the kernels read from the device (each utterance's
+          frames, group norm's counted frames, the labels' lengths). Attention skips
+          the padded keys' tiles and the CTC loss and group norm stop at the lengths
+          they read; the other kernels run over the whole buffer, whose extra frames
+          hold zeros and get no gradient.
+
+For the same batch the three give the same loss and gradients (up to the order of
+float32 sums over more rows). The optimizer's update is launched after the graphs: its
+step count changes every step. Everything runs on the step's own stream.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from gpt2kit.kernel_runtime import KitError
+from gpt2kit.model_runtime.executors import check_executor
+from gpt2kit.training.step import AdamW, GraphPair, adamw_moments, adamw_update_all
+from gpt2kit.wav2vec2.config import Wav2Vec2Config
+from gpt2kit.wav2vec2.model import Wav2Vec2ForCTC
+
+SAMPLE_RATE = 16_000
+
+
+class SpeechStepError(KitError):
+    """A step that cannot run on this model, or a batch that does not fit it."""
+
+
+class SpeechBatches:
+    """Endless seeded batches of B utterances like a read-speech corpus's: each 1-16 s of 16 kHz audio (noise of
+    standard deviation 0.1), each with 10-16 characters a second as random ids in 1..V-1 (at most as many as fit
+    its frames whatever the repeats). A batch is padded to its longest utterance rounded up to whole `bucket`
+    seconds; labels to max_labels."""
+
+    def __init__(self, config: Wav2Vec2Config, B: int, seed: int = 0, shortest: float = 1.0, longest: float = 16.0,
+                 bucket: float = 1.0):
+        if not (0 < shortest <= longest and bucket > 0 and B >= 1):
+            raise SpeechStepError(f"utterances of {shortest}-{longest} s in buckets of {bucket} s, B={B}: need "
+                                  "0 < shortest <= longest, bucket > 0 and B >= 1")
+        self.config, self.B, self.rng = config, B, np.random.default_rng(seed)
+        self.shortest, self.longest = int(shortest * SAMPLE_RATE), int(longest * SAMPLE_RATE)
+        self.bucket = int(bucket * SAMPLE_RATE)
+        self.max_samples = -(-self.longest // self.bucket) * self.bucket
+        self.max_labels = int(np.ceil(longest * 16))
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        B, c, rng = self.B, self.config, self.rng
+        lengths = rng.integers(self.shortest, self.longest + 1, size=B)
+        S = -(-int(lengths.max()) // self.bucket) * self.bucket
+        audio = np.where(np.arange(S) < lengths[:, None], 0.1 * rng.standard_normal((B, S)), 0.0).astype(np.float32)
+        fits = (c.frames(lengths) + 1) // 2  # any labels this many fit, repeats and all
+        label_lengths = np.minimum(np.rint(lengths / SAMPLE_RATE * rng.uniform(10, 16, B)).astype(int), fits)
+        label_lengths = np.minimum(label_lengths, self.max_labels).astype(np.int32)
+        labels = rng.integers(1, c.vocab_size, size=(B, self.max_labels)).astype(np.int32)
+        labels[np.arange(self.max_labels) >= label_lengths[:, None]] = 0
+        return audio, lengths.astype(np.int32), labels, label_lengths
+
+
+class SpeechStep:
+    """The baseline: a batch's activations and gradients made for its shape, every host function launched."""
+
+    name = "baseline"
+
+    def __init__(self, model: Wav2Vec2ForCTC, B: int, max_labels: int, optimizer: AdamW = AdamW()):
+        if model.backend.name != "kernels":
+            raise SpeechStepError(f"the study's executors run the kernels backend, not {model.backend.name!r}")
+        import cupy
+
+        self.model, self.B, self.max_labels, self.optimizer = model, B, max_labels, optimizer
+        self.grads = model.zero_grads()
+        self.grad_views = model.views(self.grads)
+        self.moments = adamw_moments(model.parameters, cupy)
+        self.labels, self.label_lengths = cupy.zeros((B, max_labels), np.int32), cupy.zeros(B, np.int32)
+        self.stream = cupy.cuda.Stream(non_blocking=True)
+        self.steps = 0
+        cupy.cuda.Device().synchronize()  # the buffers above were made on another stream
+
+    def __call__(self, audio, audio_lengths, labels, label_lengths, clock=None) -> float:
+        """One step on a batch: the summed CTC loss before the update. A clock (generation.executors.StageClock)
+        gets a mark as each stage begins on the step's stream: InputPrep, Model (forward, loss, backward),
+        Optimizer."""
+        mark = clock.mark if clock is not None else lambda stage: None
+        with self.stream:
+            mark("InputPrep")
+            audio, frames, labels, label_lengths = self.checked(audio, audio_lengths, labels, label_lengths)
+            upload = self.model.backend.upload
+            self.labels[...], self.label_lengths[...] = upload(labels), upload(label_lengths)
+            a, d = self.buffers(audio.shape[1])
+            self.model.load_batch(a, audio, frames)
+            mark("Model")
+            self.run(a, d, audio.shape[1])
+            loss = float(a.losses.sum().get())
+            mark("Optimizer")
+            self.update()
+            return loss
+
+    def checked(self, audio, audio_lengths, labels, label_lengths):
+        """The batch checked by the model, labels padded to max_labels."""
+        model = self.model
+        audio, frames = model.check_audio(audio, audio_lengths)
+        labels, label_lengths = model.check_labels(labels, label_lengths, audio.shape[0])
+        if audio.shape[0] != self.B or labels.shape[1] > self.max_labels:
+            raise SpeechStepError(f"a batch of {audio.shape[0]} utterances with {labels.shape[1]} labels each does "
+                                  f"not fit a step made for B={self.B} and {self.max_labels} labels")
+        padded = np.zeros((self.B, self.max_labels), np.int32)
+        padded[:, :labels.shape[1]] = labels
+        return audio, frames, padded, label_lengths
+
+    def buffers(self, S: int):
+        return self.model.new_activations(self.B, S), self.model.new_gradients(self.B, S)
+
+    def run(self, a, d, S: int) -> None:
+        self.forward(a, d)
+        self.backward(a, d)
+
+    def forward(self, a, d) -> None:
+        self.model.forward_launches(a)
+        self.model.loss_launches(a, d, self.labels, self.label_lengths)
+
+    def backward(self, a, d) -> None:
+        for grad in self.grads.values():
+            grad.fill(0)
+        self.model.backward(a, d, self.grads)
+
+    def update(self) -> None:
+        """AdamW on every parameter tensor, step count self.steps + 1."""
+        self.steps += 1
+        adamw_update_all(self.optimizer, self.model.backend.ops, self.model.parameters, self.grads, self.moments,
+                         self.steps)
+
+
+class ShapeGraphs(GraphPair):
+    """A step's forward graph (with the loss) and backward graph over activations a and gradients d of their own."""
+
+    def __init__(self, step: SpeechStep, a, d):
+        super().__init__(step.stream, lambda: step.forward(a, d), lambda: step.backward(a, d))
+        self.a, self.d = a, d
+
+
+class PerShapeGraphStep(SpeechStep):
+    """ptgraph: ShapeGraphs per padded length S."""
+
+    name = "ptgraph"
+
+    def __init__(self, model: Wav2Vec2ForCTC, B: int, max_labels: int, optimizer: AdamW = AdamW()):
+        super().__init__(model, B, max_labels, optimizer)
+        self.pairs: dict[int, ShapeGraphs] = {}
+
+    def buffers(self, S: int):
+        if S not in self.pairs:
+            self.pairs[S] = ShapeGraphs(self, *super().buffers(S))
+        return self.pairs[S].a, self.pairs[S].d
+
+    def run(self, a, d, S: int) -> None:
+        self.pairs[S].run()
+
+
+class SharedGraphStep(SpeechStep):
+    """grape: one ShapeGraphs sized for max_samples serves every batch."""
+
+    name = "grape"
+
+    def __init__(self, model: Wav2Vec2ForCTC, B: int, max_labels: int, max_samples: int,
+                 optimizer: AdamW = AdamW()):
+        super().__init__(model, B, max_labels, optimizer)
+        self.max_samples = max_samples
+        with self.stream:
+            self.pair = ShapeGraphs(self, *super().buffers(max_samples))
+
+    def buffers(self, S: int):
+        if S > self.max_samples:
+            raise SpeechStepError(f"a batch of {S} samples is longer than the {self.max_samples} this step's graphs "
+                                  "were sized for")
+        return self.pair.a, self.pair.d
+
+    def run(self, a, d, S: int) -> None:
+        self.pair.run()
+
+
+def make_speech_step(model: Wav2Vec2ForCTC, executor: str, B: int, max_samples: int, max_labels: int,
+                     optimizer: AdamW = AdamW()) -> SpeechStep:
+    check_executor(executor)
+    if executor == "grape":
+        return SharedGraphStep(model, B, max_labels, max_samples, optimizer)
+    return (PerShapeGraphStep if executor == "ptgraph" else SpeechStep)(model, B, max_labels, optimizer)
