@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from kernel_runtime.device import nvrtc_unavailable_reason
+from gpt2kit.kernel_runtime.device import nvrtc_unavailable_reason
 from tests import KIT_PACKAGES
 
 
