@@ -288,6 +288,45 @@ def test_a_kernel_that_waits_for_the_previous_compiles_on_both_architectures_and
         compile_report(import_file(path, "waiting_kernel").broken, "sm_86")
 
 
+@pytest.mark.parametrize("waits, cooperative, overlapped", [(True, False, True), (False, False, False),
+                                                          (True, True, False)])
+def test_a_replayed_kernel_overlaps_the_previous_one_exactly_where_the_kit_s_own_launch_would(
+        monkeypatch, waits, cooperative, overlapped):
+    """A tape's kernel whose source waits for the previous kernel is launched overlapped by its replay, as CudaKernel
+    launches it (inside a captured graph on sm_90: stood in for here); one that does not wait, or a cooperative one,
+    is launched as it was taped."""
+    from gpt2kit.kernel_runtime import overlap, replay
+    from gpt2kit.kernel_runtime import tape as tapes
+
+    body = "wait_for_previous_kernel(); y[0] = 1.0f;" if waits else "y[0] = 1.0f;"
+    source = overlap.PRELUDE * waits + f'extern "C" __global__ void one(float* y, int n) {{ {body} }}'
+    tape = tapes.Tape(buffers=[tapes.Buffer(64, "y")], programs=[tapes.Program(source, cooperative=cooperative)],
+                      steps=[tapes.Launch(0, "one", (2, 1, 1), (32, 1, 1), 0,
+                                          (tapes.Pointer(0, 16), tapes.Scalar.of(np.int32(7))))])
+    launched = []
+    ordinary = lambda grid, block, args, **options: launched.append(("ordinary", None, grid, args))  # noqa: E731
+    monkeypatch.setattr(overlap, "launches_overlapped", lambda: True)
+    monkeypatch.setattr(overlap, "launch", lambda kernel, grid, block, args, shared_mem=0: launched.append(
+        ("overlapped", kernel, grid, args)))
+    prepared = replay.PreparedTape(tape, lambda program: lambda name: _Callable(1234, ordinary))
+    y = types.SimpleNamespace(data=types.SimpleNamespace(ptr=4096), nbytes=64)
+    prepared.run({"y": y})
+    (kind, kernel, grid, arguments), = launched
+    assert kind == ("overlapped" if overlapped else "ordinary") and grid == (2, 1, 1)
+    assert [int(a) for a in arguments] == [4096 + 16, 7]  # the call's array at the taped offset, the taped scalar
+    assert kernel == (1234 if overlapped else None)  # the loaded function's handle
+
+
+class _Callable:
+    """A loaded kernel function as replay holds one: its handle, and a call that launches it."""
+
+    def __init__(self, ptr: int, call):
+        self.ptr, self._call = ptr, call
+
+    def __call__(self, *args, **options):
+        self._call(*args, **options)
+
+
 def test_an_address_where_one_buffer_ends_and_the_next_begins_is_the_next_one_s():
     from gpt2kit.kernel_runtime.tape import Pointer
 

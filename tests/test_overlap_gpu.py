@@ -82,7 +82,7 @@ def test_a_waiting_kernel_sees_the_previous_kernels_writes(cupy):
 
 def test_without_the_wait_the_overlap_shows(cupy):
     def launch_overlapped(y, x):  # what CudaKernel never does for a kernel that does not wait
-        overlap.launch(consume_without_waiting.compiled(), (BLOCKS,), (THREADS,), (y, x))
+        overlap.launch(consume_without_waiting.compiled().kernel.ptr, (BLOCKS,), (THREADS,), (y, x))
 
     seen = rounds(cupy, launch_overlapped)
     assert any((y != round_).any() for round_, y in enumerate(seen)), (

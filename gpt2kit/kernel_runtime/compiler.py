@@ -120,7 +120,7 @@ class CudaKernel:
     def __call__(self, grid, block, args, shared_mem: int = 0) -> None:
         function = self._function or self.compiled()
         if self.waits_for_previous and overlap.launches_overlapped():
-            overlap.launch(function, grid, block, args, shared_mem=shared_mem)
+            overlap.launch(function.kernel.ptr, grid, block, args, shared_mem=shared_mem)
         else:
             function(grid, block, args, shared_mem=shared_mem)
         recording.tape_launch(self.program, self.name, grid, block, args, shared_mem)

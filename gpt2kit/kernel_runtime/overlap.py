@@ -114,6 +114,11 @@ def _launch_kernel_ex():
     return launch
 
 
+def passes(value) -> bool:
+    """Whether an overlapped launch can pass `value` as a kernel argument."""
+    return isinstance(value, cupy.ndarray) or (isinstance(value, np.generic) and value.dtype in _SCALARS)
+
+
 def _argument(value):
     if isinstance(value, cupy.ndarray):
         return ctypes.c_void_p(value.data.ptr)
@@ -122,14 +127,15 @@ def _argument(value):
     raise TypeError(f"an overlapped launch takes CuPy arrays and NumPy scalars, not {type(value).__name__}")
 
 
-def launch(function, grid, block, args, shared_mem: int = 0) -> None:
-    """Launch `function` (a CuPy RawKernel) on the current stream, allowed to overlap the kernel before it."""
+def launch(kernel: int, grid, block, args, shared_mem: int = 0) -> None:
+    """Launch `kernel` (a CUfunction handle: a CuPy RawKernel's .kernel.ptr, a loaded Function's .ptr) on the
+    current stream, allowed to overlap the kernel before it."""
     grid, block = (tuple(dims) + (1,) * (3 - len(dims)) for dims in (grid, block))
     values = [_argument(arg) for arg in args]
     pointers = (ctypes.c_void_p * max(1, len(values)))(*[ctypes.addressof(v) for v in values])
     config = _LaunchConfig((ctypes.c_uint * 3)(*grid), (ctypes.c_uint * 3)(*block), shared_mem,
                            cupy.cuda.get_current_stream().ptr, ctypes.pointer(_ATTRIBUTE), 1)
-    status = _launch_kernel_ex()(ctypes.byref(config), function.kernel.ptr, pointers, None)
+    status = _launch_kernel_ex()(ctypes.byref(config), kernel, pointers, None)
     if status != 0:
         from cupy_backends.cuda.api import driver
 

@@ -37,6 +37,7 @@ from typing import Callable
 
 import numpy as np
 
+from gpt2kit.kernel_runtime import overlap
 from gpt2kit.kernel_runtime import tape as tapes
 from gpt2kit.kernel_runtime.compiler import compile_ptx
 from gpt2kit.kernel_runtime.device import cupy
@@ -61,7 +62,8 @@ class PreparedTape:
     kernels built (by `functions`, as replay's) and loaded, its constants on the device. Every run queues its
     steps on the current stream and starts its scratch (allocated at the first run, then kept) full of 0xFF
     bytes again, so nothing one run leaves there reaches the next; after the first, a run allocates nothing,
-    so a CUDA graph can capture it."""
+    so a CUDA graph can capture it, and its kernels that wait for the previous one overlap it there as the kit's
+    own launches do (kernel_runtime.overlap)."""
 
     def __init__(self, tape: tapes.Tape, functions: Callable | None = None, permit: tuple[str, ...] = ()):
         _check_library_steps(tape, permit)
@@ -76,7 +78,10 @@ class PreparedTape:
             if step.shared_mem > STATIC_SHARED_LIMIT:
                 cupy.cuda.driver.funcSetAttribute(function.ptr, _MAX_DYNAMIC_SHARED_SIZE, step.shared_mem)
             args = [(a.buffer, a.offset) if isinstance(a, tapes.Pointer) else a.value() for a in step.args]
-            return functools.partial(self._launch, function, step, args, program.cooperative)
+            # launched as CudaKernel launches it: a kernel that waits for the previous one overlaps it in a graph
+            overlapped = (overlap.waits_for_previous(program.source) and not program.cooperative
+                          and all(isinstance(a, tuple) or overlap.passes(a) for a in args))
+            return functools.partial(self._launch, function, step, args, program.cooperative, overlapped)
         if isinstance(step, tapes.Write):
             values = np.frombuffer(step.data, step.region.dtype)
             constant = values[0] if step.repeated else cupy.asarray(values.reshape(step.region.shape))
@@ -88,19 +93,22 @@ class PreparedTape:
         if self.scratch is None:
             self.scratch = [cupy.empty(max(b.nbytes, 1), np.uint8) if b.name is None else None
                             for b in self.tape.buffers]
-        stream = cupy.cuda.get_current_stream().ptr
         for scratch in self.scratch:
             if scratch is not None:
-                cupy.cuda.runtime.memsetAsync(scratch.data.ptr, 0xFF, scratch.nbytes, stream)
+                cupy.cuda.runtime.memsetAsync(scratch.data.ptr, 0xFF, scratch.nbytes,
+                                              cupy.cuda.get_current_stream().ptr)
         memory = [scratch if scratch is not None else _named(buffer, arrays)
                   for buffer, scratch in zip(self.tape.buffers, self.scratch)]
         for step in self.steps:
             step(memory)
 
     @staticmethod
-    def _launch(function, step: tapes.Launch, args: list, cooperative: bool, memory: list) -> None:
+    def _launch(function, step: tapes.Launch, args: list, cooperative: bool, overlapped: bool, memory: list) -> None:
         values = tuple(np.uint64(memory[a[0]].data.ptr + a[1]) if isinstance(a, tuple) else a for a in args)
-        function(step.grid, step.block, values, shared_mem=step.shared_mem, enable_cooperative_groups=cooperative)
+        if overlapped and overlap.launches_overlapped():
+            overlap.launch(function.ptr, step.grid, step.block, values, shared_mem=step.shared_mem)
+        else:
+            function(step.grid, step.block, values, shared_mem=step.shared_mem, enable_cooperative_groups=cooperative)
 
     @staticmethod
     def _write(region: tapes.Region, constant, memory: list) -> None:
