@@ -135,14 +135,14 @@ def write_llmc(path: str | Path, config: GPT2Config, params: Parameters, dtype: 
     item = 4 if dtype == "float32" else 2
     tenths = Tenths(progress, f"writing {path}", header.nbytes + config.num_parameters() * item)
     with os_errors(path, "write"), replacing(path) as partial, open(partial, "wb") as f:
-        header.tofile(f)
+        f.write(header.data)  # file.write, not ndarray.tofile, which can turn a Ctrl-C into a TypeError
         tenths.add(header.nbytes)
         for name in config.parameter_shapes():
             for layer in params[name] if name in _HF_LAYER_TENSORS else [params[name]]:  # a layer at a time
                 values = np.ascontiguousarray(layer, dtype="<f4").reshape(-1)
                 for start in range(0, values.size, WRITE_CHUNK):
                     piece = values[start:start + WRITE_CHUNK]
-                    (piece if dtype == "float32" else float32_to_bfloat16(piece)).tofile(f)
+                    f.write((piece if dtype == "float32" else float32_to_bfloat16(piece)).data)
                     tenths.add(piece.size * item)
 
 

@@ -114,9 +114,9 @@ def _launch_kernel_ex():
     return launch
 
 
-def passes(value) -> bool:
-    """Whether an overlapped launch can pass `value` as a kernel argument."""
-    return isinstance(value, cupy.ndarray) or (isinstance(value, np.generic) and value.dtype in _SCALARS)
+def passes(scalar: np.generic) -> bool:
+    """Whether an overlapped launch can pass the NumPy scalar `scalar` as a kernel argument."""
+    return scalar.dtype in _SCALARS
 
 
 def _argument(value):

@@ -254,7 +254,7 @@ def write_safetensors(path: Path, tensors: dict) -> None:
         f.write(len(encoded).to_bytes(8, "little"))
         f.write(encoded)
         for tensor in tensors.values():
-            np.ascontiguousarray(tensor, dtype="<f4").tofile(f)
+            f.write(np.ascontiguousarray(tensor, dtype="<f4").data)  # file.write: a Ctrl-C stays a Ctrl-C
 
 
 def split_shards(tensors: dict, max_shard_bytes: int | None) -> list[dict]:
