@@ -58,10 +58,9 @@ import functools
 import numpy as np
 
 from gpt2kit.kernel_runtime import CudaKernel, KernelArgumentError, ceil_div, check_array
-from gpt2kit.kernels.sampling import CHUNK, EXCHANGE, ROW_LOADS, ROW_PASSES, THREADS
+from gpt2kit.kernels.sampling import CHUNK, MAX_V, ROW_DEFINES, ROW_PASSES, THREADS, row_scratch
 
 MAX_BEAMS = 16        # per prompt: count, 2 * MAX_BEAMS at most, is at most THREADS
-MAX_V = THREADS * CHUNK  # a row's chunks: one thread each of its last block
 BEAM_WORDS = 16       # a Beam, in 64-bit words: rounded up to a 128-byte cache line
 EARLY_STOPPING = {False: 0, True: 1, "never": 2}
 
@@ -76,7 +75,7 @@ BEAM_SOURCE = ROW_PASSES + r"""
 __device__ bool before(float a, int ai, float b, int bi) { return a > b || (a == b && ai < bi); }
 
 // A beam's scratch across beam_candidates' two launches, on a cache line of its own, zero at the call's start
-// (_candidate_scratch holds BEAM_WORDS words a beam).
+// (launch_candidates's row_scratch holds BEAM_WORDS words a beam).
 struct __align__(128) Beam {
     float largest;      // the row's largest logit
     float log_sum;      // log of the sum of exp(x - largest)
@@ -89,13 +88,10 @@ static_assert(sizeof(Beam) == BEAM_WORDS * 8, "beam_candidates_forward's scratch
 // exchange
 #define BEAM_ARGUMENTS Beam* beams, u64* partials, unsigned* tickets, u64* exchanges, const float* logits, \
                        const int* done, int V, int stride
-#define BEAM_SETUP                                                            \
-    if (*done) return;                                                        \
-    Beam& beam = beams[blockIdx.y];                                           \
-    int block = blockIdx.y * gridDim.x + blockIdx.x;                          \
-    u64 *row_partials = partials + 2 * blockIdx.y * gridDim.x,                \
-        *own_partials = partials + 2 * block, *exchange = exchanges + block * EXCHANGE; \
-    unsigned* ticket = tickets + block;                                       \
+#define BEAM_SETUP                      \
+    if (*done) return;                  \
+    Beam& beam = beams[blockIdx.y];     \
+    BLOCK_SETUP;                        \
     const float* x = logits + (long long)blockIdx.y * stride
 
 // First: each chunk's largest logit c and sum of expf(x - c) (each term in fixed point: the sum does not depend on
@@ -253,7 +249,7 @@ extern "C" __global__ void beam_update_kernel(const float* candidate_scores, con
 """
 
 OPTIONS = ("-std=c++17",)  # the passes take lambdas
-DEFINES = dict(MAX_BEAMS=MAX_BEAMS, THREADS=THREADS, ROW_LOADS=ROW_LOADS, BEAM_WORDS=BEAM_WORDS)
+DEFINES = dict(ROW_DEFINES, MAX_BEAMS=MAX_BEAMS, BEAM_WORDS=BEAM_WORDS)
 beam_update_kernel = CudaKernel(BEAM_SOURCE, "beam_update_kernel", defines=DEFINES, options=OPTIONS)
 
 
@@ -262,20 +258,6 @@ def candidate_kernels(source: str = BEAM_SOURCE) -> tuple[CudaKernel, ...]:
     """beam_candidates_forward's two kernels (stats, select), compiled from `source`."""
     return tuple(CudaKernel(source, name, defines=DEFINES, options=OPTIONS)
                  for name in ("beam_stats_kernel", "beam_select_kernel"))
-
-
-@functools.cache
-def _candidate_scratch(device: int, rows: int, chunks: int, count: int) -> tuple:
-    """For `rows` beams of `chunks` chunks: their states, and their blocks' partials, tickets, exchanges and
-    shortlists and the beams' finalists; made once per shape and device (the first call runs eagerly, before any CUDA
-    graph captures the launches that use them). A call zeroes the states and writes everything else before it reads
-    it: nothing passes from one call to the next."""
-    import cupy
-
-    listed = rows * chunks * count * ROW_LOADS
-    return (cupy.empty(rows * BEAM_WORDS, np.uint64), cupy.empty(rows * chunks * 2, np.uint64),
-            cupy.empty(rows * chunks, np.uint32), cupy.empty(rows * chunks * EXCHANGE, np.uint64),
-            cupy.empty(listed, np.uint64), cupy.empty(listed, np.uint64))
 
 
 def beam_candidates_forward(candidate_scores, candidate_tokens, logits, beam_scores, done, rows, V, stride, count):
@@ -299,7 +281,7 @@ def launch_candidates(kernels, candidate_scores, candidate_tokens, logits, beam_
 
     stats, select = kernels
     chunks = ceil_div(V, CHUNK)
-    beams, *blocks, shortlists, finalists = _candidate_scratch(cupy.cuda.Device().id, rows, chunks, count)
+    beams, *blocks, shortlists, finalists = row_scratch(cupy.cuda.Device().id, rows, chunks, BEAM_WORDS, count)
     beams.fill(0)
     row = (beams, *blocks, logits, done, np.int32(V), np.int32(stride))
     stats((chunks, rows), (THREADS,), row)

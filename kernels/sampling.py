@@ -61,7 +61,7 @@ row is a launch of its own:
 So greedy is one launch, and temperature with top-k (the leaderboard's sampling) two.
 The scratch (the rows' states: selection, tally of arrived blocks; the blocks'
 partials, tickets and exchanges; top-k's shortlists) is made once per device and shape
-and kept (_scratch); each call zeroes the rows' states first and writes the rest
+and kept (row_scratch); each call zeroes the rows' states first and writes the rest
 before reading it, so nothing passes from one call to the next (graphs replay it),
 and calls share it: one stream at a time. Past ROWS_AT_ONCE rows the rows go in
 groups, one after the other, to keep it small.
@@ -82,10 +82,9 @@ EXCHANGE = THREADS + 16  # words of global memory a block's threads meet in
 MAX_V = THREADS * CHUNK  # a row's chunks: one thread each of its last block
 ROW_WORDS = THREADS + 16  # a RowState, in 64-bit words: rounded up to 128-byte cache lines
 
-# What a row's passes share, shared with kernels/beam_search.py (compiled with THREADS and ROW_LOADS defined).
+# What a row's passes share, shared with kernels/beam_search.py (compiled with ROW_DEFINES).
+ROW_DEFINES = dict(THREADS=THREADS, ROW_LOADS=ROW_LOADS, CHUNK=CHUNK, EXCHANGE=EXCHANGE)
 ROW_PASSES = r"""
-#define CHUNK (THREADS * ROW_LOADS)  // a row's logits a block
-#define EXCHANGE (THREADS + 16)      // words of global memory a block's threads meet in
 static_assert(THREADS == 16 * 16, "block_combine takes sixteen groups of sixteen");
 typedef unsigned long long u64;
 
@@ -105,6 +104,14 @@ __device__ u64 ranked(unsigned key, int index) { return (u64)key << 32 | tie_bit
 __device__ int index_of(u64 ranked) { return (int)tie_bits((unsigned)ranked); }
 template <typename T> __device__ T larger(T a, T b) { return a > b ? a : b; }
 template <typename T> __device__ T plus(T a, T b) { return a + b; }
+
+// A launch's block (blockIdx.y its row, blockIdx.x its chunk): its two partial words, ticket and exchange, and its
+// row's blocks' partials
+#define BLOCK_SETUP                                                                     \
+    int block = blockIdx.y * gridDim.x + blockIdx.x;                                    \
+    u64 *row_partials = partials + 2 * blockIdx.y * gridDim.x,                          \
+        *own_partials = partials + 2 * block, *exchange = exchanges + block * EXCHANGE; \
+    unsigned* ticket = tickets + block
 
 // This thread's logits of its block's chunk (blockIdx.x) of a row of V: ROW_LOADS of them, THREADS apart, all loaded
 // before any is used; f(j, x[j]) for each.
@@ -310,12 +317,9 @@ __device__ void write_token(int* tokens, int* sequences, int row, int position, 
 // the chunk; a block's two partial words, ticket and exchange.
 #define ROW_ARGUMENTS RowState* states, u64* partials, unsigned* tickets, u64* exchanges, const float* logits, \
                       int first_row, int V, int stride
-#define ROW_SETUP                                                            \
-    RowState& state = states[blockIdx.y];                                    \
-    int block = blockIdx.y * gridDim.x + blockIdx.x;                         \
-    u64 *row_partials = partials + 2 * blockIdx.y * gridDim.x,               \
-        *own_partials = partials + 2 * block, *exchange = exchanges + block * EXCHANGE; \
-    unsigned* ticket = tickets + block;                                      \
+#define ROW_SETUP                         \
+    RowState& state = states[blockIdx.y]; \
+    BLOCK_SETUP;                          \
     const float* x = logits + (long long)(first_row + blockIdx.y) * stride
 
 // First: the largest z and its id (temperature 0: z is the logit, and the id is the token), and when top-k cuts
@@ -433,7 +437,7 @@ sample_draw_kernel(ROW_ARGUMENTS, int* tokens, int* sequences, const int* length
 }
 """
 OPTIONS = ("-std=c++17",)  # the passes take lambdas
-DEFINES = dict(THREADS=THREADS, ROW_LOADS=ROW_LOADS, ROW_WORDS=ROW_WORDS)
+DEFINES = dict(ROW_DEFINES, ROW_WORDS=ROW_WORDS)
 KERNEL_NAMES = ("sample_best_kernel", "sample_top_k_kernel", "sample_top_p_kernel", "sample_draw_kernel")
 
 
@@ -446,15 +450,16 @@ KERNELS = sampling_kernels()
 
 
 @functools.cache
-def _scratch(device: int, rows: int, chunks: int, shortlisted: int) -> tuple:
-    """For `rows` rows of `chunks` chunks: their states, and their blocks' partials, tickets and exchanges, and when
-    top-k's `shortlisted` best are (top_k <= THREADS; else 0) its blocks' shortlists and rows' finalists; made once per
-    device and shape (the first call runs eagerly, before any CUDA graph captures the launches that use them). A call
-    zeroes the states and writes everything else before it reads it: nothing passes from one call to the next."""
+def row_scratch(device: int, rows: int, chunks: int, state_words: int, shortlisted: int) -> tuple:
+    """For `rows` rows of `chunks` chunks: their states (`state_words` words a row), and their blocks' partials,
+    tickets and exchanges, and when a row's `shortlisted` best are (else 0) its blocks' shortlists and rows'
+    finalists; made once per device and shape (the first call runs eagerly, before any CUDA graph captures the
+    launches that use them). A call zeroes the states and writes everything else before it reads it: nothing passes
+    from one call to the next."""
     import cupy
 
     listed = rows * chunks * shortlisted * ROW_LOADS
-    return (cupy.empty(rows * ROW_WORDS, np.uint64), cupy.empty(rows * chunks * 2, np.uint64),
+    return (cupy.empty(rows * state_words, np.uint64), cupy.empty(rows * chunks * 2, np.uint64),
             cupy.empty(rows * chunks, np.uint32), cupy.empty(rows * chunks * EXCHANGE, np.uint64),
             cupy.empty(max(listed, 1), np.uint64), cupy.empty(max(listed, 1), np.uint64))
 
@@ -485,7 +490,7 @@ def launch(kernels, tokens, sequences, logits, lengths, B, V, stride, max_T, tem
     shortlisted = int(top_k) if cutting and top_k <= THREADS else 0
     for first in range(0, B, ROWS_AT_ONCE):
         rows = min(ROWS_AT_ONCE, B - first)
-        states, *blocks, shortlists, finalists = _scratch(cupy.cuda.Device().id, rows, chunks, shortlisted)
+        states, *blocks, shortlists, finalists = row_scratch(cupy.cuda.Device().id, rows, chunks, ROW_WORDS, shortlisted)
         states.fill(0)
         row = (states, *blocks, logits, np.int32(first), np.int32(V), np.int32(stride))
         grid, block = (chunks, rows), (THREADS,)
