@@ -32,8 +32,24 @@ only OC x C (768 x 768 is 144 tiles of 64, 36 of 128), walked along a long K = B
 
 dbias is a column sum of dout: a block owns 32 columns, one per lane, so every warp
 reads 128 contiguous bytes of a row; its 32 warps take every 32nd row, and the warps'
-sums are then added in warp order. Every sum here is taken in an order fixed by the
-sizes alone (no atomics), so the results are the same bits on every run.
+sums are then added in warp order.
+
+That tiling runs on the CUDA cores, at about two thirds of cuBLAS's float32 rate. The
+kit's solution gives both products to the tensor cores instead, at float32 accuracy:
+matmul_tf32.py's kernel with three TF32 passes (matmul_3xtf32.py says how), compiled
+for the layouts above (A_ALONG_K, B_ALONG_K: dinp's weight and both of dweight's
+operands are copied into shared memory k-row by k-row, and their fragments read one
+float at a time from rows turned so that no two lanes share a bank), adding into
+dweight (ACCUMULATE). Its tiles are 128 x 128 where they give every multiprocessor one
+(dinp at B*T = 4096 rows), and 64 x 64 otherwise (dweight at C = OC = 768: 144 of them).
+K is not split, so these sums too have one order. A product of fewer than
+MIN_TENSOR_CORE_K terms stays on the CUDA cores: 3xTF32 drops the low x low product, an
+error up to about 2^-22 of each term, which fp32's bound (4 sqrt(K) float32 ulps of the
+terms' magnitudes) covers only when K is not tiny (one row's dweight, K = 1, is an outer
+product: tests/reference/test_three_pass_tf32.py shows both sides of the line).
+
+Every sum here is taken in an order fixed by the sizes and the GPU's multiprocessor
+count alone (no atomics), so the results are the same bits on every run.
 """
 
 import numpy as np
@@ -45,6 +61,7 @@ TILE_K = 16      # depth of one shared-memory slice
 THREADS = 256    # per product block, each owning a 4 x 4 part of the tile
 BIAS_COLUMNS = 32  # columns of dout per dbias block: one per lane
 BIAS_WARPS = 32    # warps per dbias block, each summing every BIAS_WARPS-th row
+MIN_TENSOR_CORE_K = 16  # terms a product sums at least to go to the tensor cores (the docstring says why)
 
 MATMUL_BACKWARD_SOURCE = r"""
 static_assert(TILE * TILE_K == 4 * THREADS, "each thread copies one float4 piece of each operand per slice");
@@ -178,6 +195,25 @@ matmul_backward_dinp_kernel = CudaKernel(MATMUL_BACKWARD_SOURCE, "matmul_backwar
 matmul_backward_dweight_kernel = CudaKernel(MATMUL_BACKWARD_SOURCE, "matmul_backward_dweight_kernel", defines=DEFINES)
 matmul_backward_dbias_kernel = CudaKernel(MATMUL_BACKWARD_SOURCE, "matmul_backward_dbias_kernel", defines=DEFINES)
 
+# BEGIN SOLUTION
+from gpt2kit.kernels.matmul_tf32 import SMALL_TILES, launch_unsplit, matmul_tf32_kernel
+
+# The products on the tensor cores, three TF32 passes each: dinp = dout @ weight reads weight across K; dweight +=
+# dout^T @ inp reads both across K and adds. Each in the large tiles and the small ones.
+tensor_core_kernels = {
+    (product, size): matmul_tf32_kernel.with_defines(PASSES=3, **layout, **tiles)
+    for product, layout in (("dinp", dict(B_ALONG_K=0)), ("dweight", dict(A_ALONG_K=0, B_ALONG_K=0, ACCUMULATE=1)))
+    for size, tiles in (("large", {}), ("small", SMALL_TILES))}
+
+
+def launch_on_tensor_cores(dinp, dweight, dbias, dout, inp, weight, M, C, OC, kernels=tensor_core_kernels):
+    """launch's work with the two products on the tensor cores (`kernels` as tensor_core_kernels: a known-wrong
+    version passes its own) and dbias on the CUDA cores."""
+    launch_unsplit(kernels["dinp", "large"], kernels["dinp", "small"], dinp, dout, weight, M, OC, C)
+    launch_unsplit(kernels["dweight", "large"], kernels["dweight", "small"], dweight, dout, inp, OC, M, C)
+    launch_dbias(dbias, dout, M, OC)
+# END SOLUTION
+
 
 def matmul_backward(dinp, dweight, dbias, dout, inp, weight, B, T, C, OC):
     check_dims("matmul_backward", B=B, T=T, C=C, OC=OC)
@@ -186,6 +222,11 @@ def matmul_backward(dinp, dweight, dbias, dout, inp, weight, B, T, C, OC):
         check_array("matmul_backward", name, array, size)
     if dbias is not None:
         check_array("matmul_backward", "dbias", dbias, OC)
+    # BEGIN SOLUTION
+    if min(B * T, OC) >= MIN_TENSOR_CORE_K:  # both products long enough for 3xTF32 (the docstring says why)
+        launch_on_tensor_cores(dinp, dweight, dbias, dout, inp, weight, B * T, C, OC)
+        return
+    # END SOLUTION
     launch(dinp, dweight, dbias, dout, inp, weight, B * T, C, OC)
 
 
@@ -196,6 +237,10 @@ def launch(dinp, dweight, dbias, dout, inp, weight, M, C, OC, dinp_kernel=matmul
     sizes = (np.int32(M), np.int32(C), np.int32(OC))
     dinp_kernel((ceil_div(M, TILE), ceil_div(C, TILE)), (THREADS,), (dinp, dout, weight, *sizes))
     dweight_kernel((ceil_div(OC, TILE), ceil_div(C, TILE)), (THREADS,), (dweight, dout, inp, *sizes))
+    launch_dbias(dbias, dout, M, OC, dbias_kernel)
+
+
+def launch_dbias(dbias, dout, M, OC, kernel=matmul_backward_dbias_kernel):
+    """dbias += the sum of dout's M rows; nothing when dbias is None (no bias)."""
     if dbias is not None:
-        dbias_kernel((ceil_div(OC, BIAS_COLUMNS),), (BIAS_COLUMNS * BIAS_WARPS,), (dbias, dout, np.int32(M),
-                                                                                     np.int32(OC)))
+        kernel((ceil_div(OC, BIAS_COLUMNS),), (BIAS_COLUMNS * BIAS_WARPS,), (dbias, dout, np.int32(M), np.int32(OC)))

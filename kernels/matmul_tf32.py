@@ -56,13 +56,23 @@ Enough splits are taken for BLOCKS_PER_SM blocks a multiprocessor, each walking 
 least MIN_SLICES slices; the tiles of a long prompt fill the GPU alone, unsplit.
 
 The same source, compiled with PASSES = 3, is matmul_3xtf32.py's kernel: float32
-accuracy from three TF32 products per product (that file's header says how).
+accuracy from three TF32 products per product (that file's header says how). It is
+matmul_backward.py's too, for the gradients' products, whose operands lie the other
+way: with A_ALONG_K = 0 (or B_ALONG_K = 0) an operand is stored k by k, each k's rows
+contiguous, and is copied into shared memory as it lies, in k-rows of TILE_M floats.
+ldmatrix cannot read those (it hands a lane 4 consecutive k of a row), so each
+fragment value is one 4-byte shared load; each k-row is turned by 8 floats per k % 4,
+which puts the 32 values of one load (rows g, k t) in 32 different banks. ACCUMULATE
+adds the product into out (a gradient), and SMALL_TILES (64 x 64 a block) gives a
+product of few tiles enough blocks without splitting K (launch_unsplit).
 
 On an H200 this runs at about 110-130 TFLOP/s at GPT-2's sizes (M = 8192, K = 768),
 with mma.sync's TF32 peak there about 310. cuBLAS in TF32 mode reaches 250-300 on the
 larger N with Hopper's own wgmma instructions, which need sm_90a and do not exist on
 the A40.
 """
+
+import numpy as np
 
 from gpt2kit.kernel_runtime import CudaKernel, ceil_div, multiprocessor_count
 from gpt2kit.kernels.matmul import matmul_arguments
@@ -97,10 +107,11 @@ MATMUL_TF32_SOURCE = TF32_HELPERS + r"""
 #define WARPS_N (TILE_N / WARP_N)
 #define M_TILES (WARP_M / 16)           // mma tiles per warp, down
 #define N_TILES (WARP_N / 8)            // and across
-#define CHUNKS (TILE_K / 4)             // 16-byte chunks per shared row
-#define ROWS_PER_LINE (32 / TILE_K)     // shared rows per 128-byte line of the 32 banks
-#define A_COPIES (TILE_M * CHUNKS / THREADS)  // 16-byte copies per thread per slice, inp
-#define B_COPIES (TILE_N * CHUNKS / THREADS)  // and weight
+#define CHUNKS (TILE_K / 4)             // 16-byte chunks per shared row of an operand along K
+#define ROWS_PER_LINE (32 / TILE_K)     // such rows per 128-byte line of the 32 banks
+static_assert(TILE_M * TILE_K % (4 * THREADS) == 0 && TILE_N * TILE_K % (4 * THREADS) == 0,
+              "every thread copies the same number of 16-byte chunks of a slice");
+static_assert(N_TILES % 2 == 0, "one ldmatrix.x4 loads the fragments of two n tiles");
 
 // What TF32 rounding leaves of a raw float (exact in float32), rounded to TF32: x's low part. Its 13 bits below
 // TF32 are left for the tensor core to drop (it truncates an operand): with half an ulp added first, that is
@@ -143,8 +154,73 @@ __device__ __forceinline__ int swizzled(int row, int k) {
     return row * TILE_K + 4 * ((k / 4) ^ ((row / ROWS_PER_LINE) % CHUNKS)) + k % 4;
 }
 
+// BEGIN SOLUTION
+// Where (row, k) of a shared tile of an operand across K lives (its k rows of ROWS floats contiguous, as in
+// matmul_backward.py): the row of k is turned by 8 floats for each k % 4, so that a fragment's 32 values, rows g
+// and k t of lane (g, t), lie in 32 different banks; 16-byte chunks stay whole.
+template <int ROWS> __device__ __forceinline__ int rotated(int row, int k) {
+    return k * ROWS + (row + 8 * (k % 4)) % ROWS;
+}
+
+// One thread's share of copying an operand's slices global -> shared: ROWS rows of it (A's rows of out, or B's
+// columns) from `first`, TILE_K of K a slice, zeros past its rows and past K. ALONG_K: row r's k are contiguous,
+// src[r * K + k]; else each k's rows are, src[k * rows + r]. 16-byte copies need the contiguous length a multiple
+// of 4 and src 16-byte aligned (a chunk is then all inside or all outside); otherwise one float at a time. A
+// thread's chunks are LINES_APART lines of the slice apart: rows along K, k across it; their shared places are as
+// far apart, since neither the swizzle nor the turn changes over that distance.
+template <int ROWS, bool ALONG_K> struct SliceCopy {
+    static constexpr int LINE = ALONG_K ? TILE_K : ROWS;  // contiguous floats of a line of the slice
+    static constexpr int LINES_APART = THREADS / (LINE / 4);
+    static constexpr int COPIES = ROWS * TILE_K / (4 * THREADS);
+    static_assert(LINES_APART % (ALONG_K ? 2 * CHUNKS : 4) == 0, "the swizzle, or the turn, repeats");
+    const float* src;
+    const float* start;  // the source of this thread's first chunk at k = 0
+    long long apart;     // floats from the source of one of its chunks to the next
+    int rows, K, row, k; // its first chunk's row and k in the slice
+    bool wide;
+
+    __device__ __forceinline__ static int at(int r, int k) { return ALONG_K ? swizzled(r, k) : rotated<ROWS>(r, k); }
+
+    __device__ __forceinline__ SliceCopy(const float* src, int rows, int K, int first)
+        : src(src), rows(rows), K(K), wide((ALONG_K ? K : rows) % 4 == 0 && (size_t)src % 16 == 0) {
+        const int line = threadIdx.x / (LINE / 4), offset = 4 * (threadIdx.x % (LINE / 4));
+        row = ALONG_K ? line : offset;
+        k = ALONG_K ? offset : line;
+        start = src + (ALONG_K ? (long long)(first + row) * K + k : (long long)k * rows + first + row);
+        apart = (long long)LINES_APART * (ALONG_K ? K : rows);
+    }
+
+    __device__ __forceinline__ void start_copy(float* tile, int first, int k0) const {
+        if (wide) {
+            const float* from = start + (ALONG_K ? k0 : (long long)k0 * rows);
+            const unsigned to = (unsigned)__cvta_generic_to_shared(tile + at(row, k));
+            #pragma unroll
+            for (int i = 0; i < COPIES; i++) {
+                const int moved = i * LINES_APART;  // lines from the first chunk
+                const bool ok = first + row + (ALONG_K ? moved : 0) < rows && k0 + k + (ALONG_K ? 0 : moved) < K;
+                copy_async16(to + 4 * moved * LINE, ok ? from + i * apart : src, ok ? 16 : 0);
+            }
+        } else {
+            #pragma unroll 1
+            for (int e = threadIdx.x; e < ROWS * TILE_K; e += THREADS) {  // neighbouring threads, neighbouring floats
+                const int line = e / LINE, offset = e % LINE;
+                const int r = ALONG_K ? line : offset, kr = ALONG_K ? offset : line;
+                const bool ok = first + r < rows && k0 + kr < K;
+                const float* from = src + (ALONG_K ? (long long)(first + r) * K + k0 + kr
+                                                   : (long long)(k0 + kr) * rows + first + r);
+                copy_async4((unsigned)__cvta_generic_to_shared(tile + at(r, kr)), ok ? from : src, ok ? 4 : 0);
+            }
+        }
+    }
+};
+// END SOLUTION
+
+// out (M, N) = A (M, K) @ B (K, N) + bias, as matmul.py's out = inp @ weight^T + bias: A is inp and B^T weight,
+// both with K contiguous. The other layouts (matmul_backward.py's): A_ALONG_K = 0 reads A from inp[k * M + m],
+// B_ALONG_K = 0 reads B from weight[k * N + n]; ACCUMULATE = 1 adds the product to out (bias nullptr).
 // grid (ceil(M / TILE_M), ceil(N / TILE_N), splits): block z sums its share of K's slices. With one split it
-// stores its tile of out; with several, out is zeros beforehand and every split adds its sums (bias: split 0).
+// stores its tile of out; with several, every split adds its sums into out (zeros beforehand, unless
+// ACCUMULATE), in no set order (bias: split 0).
 extern "C" __global__ void __launch_bounds__(THREADS)
 matmul_tf32_kernel(float* out, const float* inp, const float* weight, const float* bias, int M, int K, int N) {
     // BEGIN SOLUTION
@@ -153,59 +229,16 @@ matmul_tf32_kernel(float* out, const float* inp, const float* weight, const floa
     const int row0 = blockIdx.x * TILE_M, col0 = blockIdx.y * TILE_N;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
     const int warp_row = (warp / WARPS_N) * WARP_M, warp_col = (warp % WARPS_N) * WARP_N;
-    const bool wide = K % 4 == 0 && (((size_t)inp | (size_t)weight) % 16) == 0;  // 16-byte copies allowed
 
-    // Fast path: this thread copies chunk c = threadIdx.x % CHUNKS of rows threadIdx.x / CHUNKS
-    // + i * (THREADS / CHUNKS). Source rows and shared offsets are fixed; per slice only k moves.
-    const int c = threadIdx.x % CHUNKS;
-    const float* a_src[A_COPIES];  // nullptr: row past M, copy zeros
-    const float* b_src[B_COPIES];
-    int a_dst[A_COPIES], b_dst[B_COPIES];
-    #pragma unroll
-    for (int i = 0; i < A_COPIES; i++) {
-        const int r = threadIdx.x / CHUNKS + i * (THREADS / CHUNKS);
-        a_src[i] = row0 + r < M ? inp + (long long)(row0 + r) * K + 4 * c : nullptr;
-        a_dst[i] = swizzled(r, 4 * c);
-    }
-    #pragma unroll
-    for (int i = 0; i < B_COPIES; i++) {
-        const int r = threadIdx.x / CHUNKS + i * (THREADS / CHUNKS);
-        b_src[i] = col0 + r < N ? weight + (long long)(col0 + r) * K + 4 * c : nullptr;
-        b_dst[i] = swizzled(r, 4 * c);
-    }
+    const SliceCopy<TILE_M, A_ALONG_K> a_copy(inp, M, K, row0);
+    const SliceCopy<TILE_N, B_ALONG_K> b_copy(weight, N, K, col0);
     const int all_slices = (K + TILE_K - 1) / TILE_K, share = (all_slices + gridDim.z - 1) / gridDim.z;
     const int first_k = blockIdx.z * share * TILE_K;  // this split walks `slices` slices from here
     const int slices = max(0, min(share, all_slices - (int)blockIdx.z * share));
     auto load_stage = [&](int slice) {  // always commits a group, even an empty one, to keep the count
         if (slice < slices) {
-            const int stage = slice % STAGES, k0 = first_k + slice * TILE_K;
-            if (wide) {  // a chunk of 4 is all inside K or all outside, since K % 4 == 0
-                const bool in = k0 + 4 * c < K;
-                #pragma unroll
-                for (int i = 0; i < A_COPIES; i++) {
-                    const bool ok = in && a_src[i] != nullptr;
-                    copy_async16((unsigned)__cvta_generic_to_shared(&inp_tile[stage][a_dst[i]]),
-                                 ok ? a_src[i] + k0 : inp, ok ? 16 : 0);
-                }
-                #pragma unroll
-                for (int i = 0; i < B_COPIES; i++) {
-                    const bool ok = in && b_src[i] != nullptr;
-                    copy_async16((unsigned)__cvta_generic_to_shared(&weight_tile[stage][b_dst[i]]),
-                                 ok ? b_src[i] + k0 : weight, ok ? 16 : 0);
-                }
-            } else {  // odd K or unaligned rows: one float at a time, same layout
-                #pragma unroll 1
-                for (int e = threadIdx.x; e < (TILE_M + TILE_N) * TILE_K; e += THREADS) {
-                    const bool is_a = e < TILE_M * TILE_K;
-                    const int r = (is_a ? e : e - TILE_M * TILE_K) / TILE_K, k = e % TILE_K;
-                    const int m = (is_a ? row0 : col0) + r;
-                    const bool ok = m < (is_a ? M : N) && k0 + k < K;
-                    const float* src = is_a ? inp : weight;
-                    float* dst = is_a ? &inp_tile[stage][swizzled(r, k)] : &weight_tile[stage][swizzled(r, k)];
-                    copy_async4((unsigned)__cvta_generic_to_shared(dst),
-                                ok ? src + (long long)m * K + k0 + k : src, ok ? 4 : 0);
-                }
-            }
+            a_copy.start_copy(inp_tile[slice % STAGES], row0, first_k + slice * TILE_K);
+            b_copy.start_copy(weight_tile[slice % STAGES], col0, first_k + slice * TILE_K);
         }
         copy_async_commit();
     };
@@ -228,20 +261,39 @@ matmul_tf32_kernel(float* out, const float* inp, const float* weight, const floa
         __syncthreads();                // ...and everyone's; the buffer read last round is free
         load_stage(slice + STAGES - 1);
 
-        const unsigned a_tile = (unsigned)__cvta_generic_to_shared(inp_tile[slice % STAGES]);
-        const unsigned b_tile = (unsigned)__cvta_generic_to_shared(weight_tile[slice % STAGES]);
+        const float* a_floats = inp_tile[slice % STAGES];
+        const float* b_floats = weight_tile[slice % STAGES];
+        const unsigned a_tile = (unsigned)__cvta_generic_to_shared(a_floats);
+        const unsigned b_tile = (unsigned)__cvta_generic_to_shared(b_floats);
         #pragma unroll
         for (int kk = 0; kk < TILE_K; kk += 8) {
             unsigned a[M_TILES][4], b[N_TILES][2];
             #pragma unroll
             for (int mi = 0; mi < M_TILES; mi++) {  // (g, t), (g + 8, t), (g, t + 4), (g + 8, t + 4)
+#if A_ALONG_K
                 load_matrices(a[mi], a_tile + 4 * ((warp_row + 16 * mi) * TILE_K + a_lane[kk / 8]));
+#else
+                const int r = warp_row + 16 * mi + g, k = kk + t;
+                a[mi][0] = __float_as_uint(a_floats[rotated<TILE_M>(r, k)]);
+                a[mi][1] = __float_as_uint(a_floats[rotated<TILE_M>(r + 8, k)]);
+                a[mi][2] = __float_as_uint(a_floats[rotated<TILE_M>(r, k + 4)]);
+                a[mi][3] = __float_as_uint(a_floats[rotated<TILE_M>(r + 8, k + 4)]);
+#endif
             }
             #pragma unroll
             for (int ni = 0; ni < N_TILES; ni += 2) {  // two n tiles: (t, g), (t + 4, g) of each
+#if B_ALONG_K
                 unsigned r[4];
                 load_matrices(r, b_tile + 4 * ((warp_col + 8 * ni) * TILE_K + b_lane[kk / 8]));
                 b[ni][0] = r[0]; b[ni][1] = r[1]; b[ni + 1][0] = r[2]; b[ni + 1][1] = r[3];
+#else
+                #pragma unroll
+                for (int pair = 0; pair < 2; pair++) {
+                    const int n = warp_col + 8 * (ni + pair) + g, k = kk + t;
+                    b[ni + pair][0] = __float_as_uint(b_floats[rotated<TILE_N>(n, k)]);
+                    b[ni + pair][1] = __float_as_uint(b_floats[rotated<TILE_N>(n, k + 4)]);
+                }
+#endif
             }
 #if PASSES == 3
             // 3xTF32 (matmul_3xtf32.py): x = high + low, both TF32, and a b = high high + high low + low high
@@ -283,7 +335,7 @@ matmul_tf32_kernel(float* out, const float* inp, const float* weight, const floa
     }
     copy_async_wait<0>();  // no copy may still be writing shared memory when the block exits
 
-    const bool pairs = N % 2 == 0 && ((size_t)out % 8) == 0;  // columns 2t, 2t + 1 as one 8-byte store
+    const bool pairs = N % 2 == 0 && ((size_t)out % 8) == 0;  // columns 2t, 2t + 1 as one 8-byte access
     #pragma unroll
     for (int ni = 0; ni < N_TILES; ni++) {
         const int n = col0 + warp_col + 8 * ni + 2 * t;
@@ -296,16 +348,21 @@ matmul_tf32_kernel(float* out, const float* inp, const float* weight, const floa
             for (int half = 0; half < 2; half++) {  // rows g and g + 8
                 const int m = row0 + warp_row + 16 * mi + g + 8 * half;
                 if (m >= M) continue;
-                const float v0 = acc[mi][ni][2 * half] + bias0, v1 = acc[mi][ni][2 * half + 1] + bias1;
+                float v0 = acc[mi][ni][2 * half] + bias0, v1 = acc[mi][ni][2 * half + 1] + bias1;
                 float* o = out + (long long)m * N + n;
-                if (gridDim.z > 1) {  // the splits add into zeros, in no set order
+                if (gridDim.z > 1) {  // the splits add into out, in no set order
                     if (n < N) atomicAdd(o, v0);
                     if (n + 1 < N) atomicAdd(o + 1, v1);
-                } else if (pairs && n < N) {
-                    *(float2*)o = make_float2(v0, v1);  // N even: n < N means n + 1 < N too
+                } else if (pairs && n < N) {  // N even: n < N means n + 1 < N too
+                    if (ACCUMULATE) {
+                        const float2 held = *(const float2*)o;
+                        v0 += held.x;
+                        v1 += held.y;
+                    }
+                    *(float2*)o = make_float2(v0, v1);
                 } else {
-                    if (n < N) o[0] = v0;
-                    if (n + 1 < N) o[1] = v1;
+                    if (n < N) o[0] = ACCUMULATE ? o[0] + v0 : v0;
+                    if (n + 1 < N) o[1] = ACCUMULATE ? o[1] + v1 : v1;
                 }
             }
         }
@@ -315,7 +372,7 @@ matmul_tf32_kernel(float* out, const float* inp, const float* weight, const floa
 """
 
 TF32_DEFINES = dict(TILE_M=TILE_M, TILE_N=TILE_N, WARP_M=WARP_M, WARP_N=WARP_N, TILE_K=TILE_K, STAGES=STAGES,
-                    THREADS=THREADS)
+                    THREADS=THREADS, A_ALONG_K=1, B_ALONG_K=1, ACCUMULATE=0)
 matmul_tf32_kernel = CudaKernel(MATMUL_TF32_SOURCE, "matmul_tf32_kernel", defines=dict(TF32_DEFINES, PASSES=1))
 
 
@@ -338,3 +395,16 @@ def launch_tiles(kernel, args: tuple) -> None:
         out.fill(0)  # the splits add their sums into it
     kernel((tiles_m, tiles_n, splits), (THREADS,), args)
     # END SOLUTION
+
+
+SMALL_TILES = dict(TILE_M=64, TILE_N=64, WARP_M=32, WARP_N=32)  # a quarter of the tile, still 4 warps
+
+
+def launch_unsplit(kernel, small_kernel, out, a, b, M: int, K: int, N: int) -> None:
+    """out (M, N) = (or +=, as the kernels were compiled) A (M, K) @ B (K, N), K never split, so that every sum is
+    taken in one order: `kernel`'s TILE_M x TILE_N tiles where they give every multiprocessor one, else
+    `small_kernel`'s (compiled with SMALL_TILES), four times as many."""
+    large = ceil_div(M, TILE_M) * ceil_div(N, TILE_N) >= multiprocessor_count()
+    tile_m, tile_n = (TILE_M, TILE_N) if large else (SMALL_TILES["TILE_M"], SMALL_TILES["TILE_N"])
+    (kernel if large else small_kernel)((ceil_div(M, tile_m), ceil_div(N, tile_n)), (THREADS,),
+                                        (out, a, b, np.uint64(0), np.int32(M), np.int32(K), np.int32(N)))

@@ -70,6 +70,10 @@ SPEC = Spec(
         dict(B=4, T=64, C=768, OC=2304),                    # GPT-2's qkv projection
         dict(B=4, T=64, C=3072, OC=768),                    # GPT-2's MLP projection
         dict(B=2, T=7, C=64, OC=96, values="extreme"),
+        dict(B=1, T=16, C=40, OC=24),                       # products too short for the tensor cores
+        dict(B=2, T=17, C=40, OC=33),                       # just long enough, dout^T's columns not float4s
+        dict(B=1, T=33, C=130, OC=132),                     # past one tile of 128; inp's and weight's rows odd
+        dict(B=3, T=40, C=72, OC=36, values="extreme"),
     ),
     quick=dict(B=4, T=64, C=768, OC=2304),
     # GPT-2 124M's matmuls at B=8, T=1024: qkv, attention projection, MLP up and down

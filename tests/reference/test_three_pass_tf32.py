@@ -3,7 +3,10 @@ operand of a product is split into a TF32 high part and a TF32 low part (referen
 and three tensor-core products, low x high, high x low and high x high, are added into float32 accumulators
 one m16n8k8 mma at a time. So emulated, the matmul and flash attention's two products pass every case of their
 specs under the strict fp32 profile, the extreme ones included; leave out either cross product, or split
-nothing (one TF32 pass), and they fail it. The GPU kernels that compute this are judged by the same cases."""
+nothing (one TF32 pass), and they fail it. So does matmul's backward pass, with one rule: a product of fewer
+than 16 terms stays in float32 on the CUDA cores (kernels/matmul_backward.py's MIN_TENSOR_CORE_K), since
+one row's weight gradient, an outer product, fails fp32 on the tensor cores. The GPU kernels that compute this
+are judged by the same cases."""
 
 import math
 
@@ -19,6 +22,9 @@ THREE_PASSES = ("low_high", "high_low", "high_high")  # the small products first
 MMA_K = 8  # products an m16n8k8 mma adds into an accumulator at once
 FLASH_CASES = cases("flash_attention_forward") if "flash_attention_forward" in SPECS else []
 needs_flash = pytest.mark.skipif(not FLASH_CASES, reason="milestone 3's flash attention spec is not in this kit")
+BACKWARD_CASES = cases("matmul_backward") if "matmul_backward" in SPECS else []
+needs_backward = pytest.mark.skipif(not BACKWARD_CASES, reason="milestone 4's matmul backward spec is not in this kit")
+SHORTEST_ON_TENSOR_CORES = 16  # terms a backward product sums at least to go to the tensor cores
 
 
 def tensor_core_product(a: np.ndarray, b: np.ndarray, passes=THREE_PASSES) -> np.ndarray:
@@ -50,6 +56,22 @@ def matmul_on_tensor_cores(passes):
     return matmul_forward
 
 
+def matmul_backward_on_tensor_cores(shortest: int):
+    """Both products of matmul's backward pass on the tensor cores in three passes when each sums at least
+    `shortest` terms, else both in float32; dweight's product added to the gradient it holds, rounding once."""
+    def matmul_backward(dinp, dweight, dbias, dout, inp, weight, B, T, C, OC):
+        def product(a, b):  # a (R, K) @ b (K, N)
+            if min(B * T, OC) < shortest:
+                return np.matmul(a, b, dtype=np.float32)
+            return tensor_core_product(a, np.ascontiguousarray(b.T))
+        rows, x = dout.reshape(-1, OC), inp.reshape(-1, C)
+        dinp[...] = product(rows, weight).reshape(dinp.shape)
+        dweight[...] += product(np.ascontiguousarray(rows.T), x)
+        if dbias is not None:
+            dbias[...] += rows.sum(axis=0, dtype=np.float32)
+    return matmul_backward
+
+
 def flash_attention_on_tensor_cores(passes):
     """Both of attention's products on the tensor cores (scores = q k^T, out = p v); the scale, the softmax's
     exponentials and sums and the division by the sum in float32, as a flash kernel computes them."""
@@ -71,6 +93,19 @@ def flash_attention_on_tensor_cores(passes):
 def test_a_3xtf32_matmul_passes_fp32(case):
     result = run_case(matmul_on_tensor_cores(THREE_PASSES), case, device="cpu")
     assert result.passed, result.message
+
+
+@needs_backward
+@pytest.mark.parametrize("case", BACKWARD_CASES, ids=lambda c: c.id)
+def test_a_3xtf32_matmul_backward_passes_fp32(case):
+    result = run_case(matmul_backward_on_tensor_cores(SHORTEST_ON_TENSOR_CORES), case, device="cpu")
+    assert result.passed, result.message
+
+
+@needs_backward
+def test_a_3xtf32_matmul_backward_of_one_row_fails_fp32():
+    case = next(c for c in BACKWARD_CASES if c.size["B"] * c.size["T"] == 1 and c.size["C"] >= 64)
+    assert not run_case(matmul_backward_on_tensor_cores(1), case, device="cpu").passed
 
 
 @needs_flash
