@@ -2,6 +2,7 @@
 
     python -m gpt2kit.benchmarks.training [--model random:124M] [--batch 4] [--tokens 1024] [--runs 10]
                                   [--curve-steps 60] [--out results/training] [--no-compile]
+                                  [--variant NAME ...]
 
 One training step is forward, loss, backward and AdamW on a batch of B rows of T
 tokens (llm.c's default: GPT-2 124M, B=4, T=1024, float32). Timed after three
@@ -10,6 +11,9 @@ median of --runs:
 
 * kit, CUDA graphs: training.step.GraphTrainingStep (forward and backward replayed);
 * kit, launched: training.step.TrainingStep, every kernel launched from Python;
+  both on the kit's kernels, or with --variant's modules in place of their host
+  functions' (`--variant matmul_3xtf32`: the forward's matmuls on the tensor cores too,
+  at float32 accuracy, as the backward's are);
 * PyTorch eager: the same weights in transformers' model on the same GPU, float32
   (TF32 off, as PyTorch's default is), torch.optim.AdamW with the same settings;
 * PyTorch torch.compile: that model's forward compiled (default mode).
@@ -39,6 +43,7 @@ from gpt2kit.kernel_runtime.commands import POSITIVE_INT, OneLineArgumentParser,
 from gpt2kit.kernel_runtime.device import exit_without_gpu, first_line
 from gpt2kit.kernel_runtime.files import check_writable_directory
 from gpt2kit.model_runtime.backends import make_backend
+from gpt2kit.reference.variants import variant_argument
 from gpt2kit.training.data import TextBatches
 from gpt2kit.training.step import AdamW, GraphTrainingStep, TrainingStep
 
@@ -140,6 +145,8 @@ def main(argv=None) -> int:
                                                                     "(default %(default)s)")
     parser.add_argument("--out", type=Path, default=Path("results/training"), help="where the curve goes")
     parser.add_argument("--no-compile", action="store_true", help="leave out torch.compile")
+    parser.add_argument("--variant", nargs="*", default=[], type=variant_argument,
+                        help="solution variants to run the kit's steps on")
     args = parser.parse_args(argv)
     return run_command("gpt2kit.benchmarks.training", lambda: benchmark(args), error_status=2)
 
@@ -154,7 +161,7 @@ def benchmark(args) -> int:
     print(f"GPT-2 {config.num_parameters() / 1e6:.0f}M, B={B}, T={T}, float32, AdamW lr "
           f"{OPTIMIZER.learning_rate}; median of {args.runs} steps after 3 warm-up ones", flush=True)
     print(f"{'method':24s} {'ms/step':>9s} {'tok/s':>9s} {'vs PyTorch eager':>17s}")
-    kit = GPT2(config, params, backend=make_backend("kernels"))
+    kit = GPT2(config, params, backend=make_backend("kernels", variants=tuple(args.variant)))
     methods = [("PyTorch eager", lambda: pytorch_step(config, params, compiled=False)),
                ("kit, CUDA graphs", lambda: GraphTrainingStep(kit, B, T, OPTIMIZER)),
                ("kit, launched", lambda: TrainingStep(kit, B, T, OPTIMIZER))]
@@ -174,8 +181,7 @@ def benchmark(args) -> int:
     print(f"wrote {write_csv(args.out / 'training_step.csv', STEP_COLUMNS, times)}", flush=True)
     if args.curve_steps > 0:
         curves = []
-        for make in (lambda: GraphTrainingStep(GPT2(config, params, backend=make_backend("kernels")), B, T,
-                                               OPTIMIZER),
+        for make in (lambda: GraphTrainingStep(GPT2(config, params, backend=kit.backend), B, T, OPTIMIZER),
                      lambda: pytorch_step(config, params, compiled=False)):
             step, batches = make(), TextBatches(tokens, B, T)
             curves.append([step(*next(batches)) for _ in range(args.curve_steps)])
