@@ -23,13 +23,18 @@ dweight and dbias sum over all B*T rows, a column each: one thread per column al
 would walk thousands of rows; atomicAdd from every row onto C floats would make
 thousands of additions queue on each float, in an order that changes from run to run.
 
-* layernorm_backward_kernel: one block per ROWS_PER_BLOCK consecutive rows, taken one
-  at a time. Thread t owns columns t, t + blockDim.x, ...: it reads those of dout and
-  inp, adds its share of the two row sums, and keeps its columns' running sums of
-  dout and dout * n in shared memory, slots no other thread touches (so they need no
-  barrier). The block sums the two row sums at once (block_sums), then each thread
-  adds its columns of dinp, reading dout and inp again (from cache: it just read
-  them). At the end it writes its columns' sums to its own slice of scratch.
+* layernorm_backward_kernel: one block of WARPS warps per ROWS_PER_BLOCK consecutive
+  rows, and no barrier. First dinp: each warp takes a row (then the row WARPS further),
+  its lanes reading the row's columns lane, lane + 32, ... as it needs them (a warp's
+  load is 128 contiguous bytes); the two row sums meet by shuffles, which leave the
+  total in every lane, and each lane adds its columns of dinp, reading dout and inp
+  again (from cache: it just read them). Then the column sums: thread t takes columns
+  t, t + blockDim.x, ... and adds up dout * n and dout over the block's rows in order,
+  reading them once more (from cache: the block's warps just read them; the reads do
+  not wait for dinp, which they do not touch), and writes its columns' sums to the
+  block's own slice of scratch. The rows' warps work side by side, each on its own row:
+  no row waits for another, as it would if the block took its rows one at a time
+  behind a barrier.
 * layernorm_parameter_grads_kernel: per 32 columns, 32 x SLICES threads add up the
   blocks' slices, each thread every SLICES-th, and the first row of threads adds up
   its column's SLICES subtotals in order and the total into dweight and dbias.
@@ -44,14 +49,14 @@ its first sixteenth.
 
 import numpy as np
 
-from gpt2kit.kernel_runtime import CudaKernel, KernelArgumentError, ceil_div, check_array, check_dims
+from gpt2kit.kernel_runtime import CudaKernel, ceil_div, check_array, check_dims
 
 ROWS_PER_BLOCK = 16  # rows a block sums into one slice of scratch
+WARPS = 8  # per rows block: each warp takes every WARPS-th of its rows
 SLICES = 32  # threads per column in the parameter kernel: each adds every SLICES-th slice
-BLOCK_SIZE = 256  # at most, for the rows; a narrower row takes the fewest warps that cover it
-MAX_C = 6080  # the column sums, 2 * C floats, and block_sums' 512 bytes in the 48 KiB a block gets by default
 
 LAYERNORM_BACKWARD_SOURCE = r"""
+// The sum of value over the warp, in every lane.
 __device__ float warp_sum(float value) {
     for (int offset = 16; offset > 0; offset /= 2) {
         value += __shfl_xor_sync(0xffffffff, value, offset);
@@ -59,62 +64,51 @@ __device__ float warp_sum(float value) {
     return value;
 }
 
-// The sums of a and of b over the block (blockDim.x a multiple of 32), returned to every thread.
-// Each warp adds the warps' totals itself, so one barrier suffices; the totals alternate between two
-// slots from one call to the next (parity), since a warp already on the next call writes its total
-// while a slower one may still be reading this call's: a third call comes only after everyone has
-// passed the next call's barrier.
-__device__ float2 block_sums(float a, float b, int parity) {
-    __shared__ float2 warp_totals[2][32];
-    int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-    a = warp_sum(a);
-    b = warp_sum(b);
-    if (lane == 0) warp_totals[parity][warp] = make_float2(a, b);
-    __syncthreads();
-    float2 total = lane < blockDim.x / 32 ? warp_totals[parity][lane] : make_float2(0.0f, 0.0f);
-    return make_float2(warp_sum(total.x), warp_sum(total.y));
-}
-
-// grid ceil(N / ROWS_PER_BLOCK), shared memory 2 * C floats. Adds into dinp; block p writes its rows'
-// sums of dout * n to scratch[p][0][:] and of dout to scratch[p][1][:].
-extern "C" __global__ void layernorm_backward_kernel(float* dinp, float* scratch, const float* dout,
-                                                     const float* inp, const float* weight, const float* mean,
-                                                     const float* rstd, int N, int C) {
+// grid ceil(N / ROWS_PER_BLOCK), WARPS * 32 threads. Adds into dinp; block p writes its rows' sums of dout * n to
+// scratch[p][0][:] and of dout to scratch[p][1][:].
+extern "C" __global__ void __launch_bounds__(WARPS * 32)
+layernorm_backward_kernel(float* dinp, float* scratch, const float* dout, const float* inp, const float* weight,
+                          const float* mean, const float* rstd, int N, int C) {
     // BEGIN SOLUTION
-    extern __shared__ float column_sums[];  // [0, C): sums of dout * n, [C, 2C): sums of dout
-    float* dweight_sums = column_sums;
-    float* dbias_sums = column_sums + C;
-    for (int i = threadIdx.x; i < C; i += blockDim.x) {
-        dweight_sums[i] = 0.0f;
-        dbias_sums[i] = 0.0f;
-    }
-    const int first = blockIdx.x * ROWS_PER_BLOCK, end = min(N, first + ROWS_PER_BLOCK);
-    for (int row = first; row < end; row++) {  // the same rows for the whole block: it meets every barrier
-        const float* g = dout + (long long)row * C;
-        const float* x = inp + (long long)row * C;
-        float* dx = dinp + (long long)row * C;
+    const int first = blockIdx.x * ROWS_PER_BLOCK, rows = min(ROWS_PER_BLOCK, N - first);
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    for (int r = warp; r < rows; r += WARPS) {  // dinp: a warp per row
+        const long long row = first + r;
+        const float* g = dout + row * C;
+        const float* x = inp + row * C;
+        float* dx = dinp + row * C;
         const float mu = mean[row], s = rstd[row];
         float dnorm_sum = 0.0f, dnorm_n_sum = 0.0f;
-        for (int i = threadIdx.x; i < C; i += blockDim.x) {
+        #pragma unroll 4
+        for (int i = lane; i < C; i += 32) {
             float n = (x[i] - mu) * s;
             float dnorm = g[i] * weight[i];
             dnorm_sum += dnorm;
             dnorm_n_sum += dnorm * n;
-            dweight_sums[i] += g[i] * n;
-            dbias_sums[i] += g[i];
         }
-        float2 sums = block_sums(dnorm_sum, dnorm_n_sum, row & 1);
-        float dnorm_mean = sums.x / C, dnorm_n_mean = sums.y / C;
-        for (int i = threadIdx.x; i < C; i += blockDim.x) {
+        const float2 sums = make_float2(warp_sum(dnorm_sum), warp_sum(dnorm_n_sum));
+        const float dnorm_mean = sums.x / C, dnorm_n_mean = sums.y / C;
+        #pragma unroll 4
+        for (int i = lane; i < C; i += 32) {
             float n = (x[i] - mu) * s;
             float dnorm = g[i] * weight[i];
             dx[i] += s * ((dnorm - dnorm_mean) - n * dnorm_n_mean);
         }
     }
     float* slice = scratch + (long long)blockIdx.x * 2 * C;
-    for (int i = threadIdx.x; i < C; i += blockDim.x) {
-        slice[i] = dweight_sums[i];
-        slice[C + i] = dbias_sums[i];
+    for (int i = threadIdx.x; i < C; i += blockDim.x) {  // the column sums: a thread per column, the rows in order
+        float dweight_sum = 0.0f, dbias_sum = 0.0f;
+        #pragma unroll  // every row's loads in flight at once; the additions keep their order
+        for (int r = 0; r < ROWS_PER_BLOCK; r++) {
+            if (r < rows) {
+                const long long row = first + r;
+                const float g = dout[row * C + i];
+                dweight_sum += g * ((inp[row * C + i] - mean[row]) * rstd[row]);
+                dbias_sum += g;
+            }
+        }
+        slice[i] = dweight_sum;
+        slice[C + i] = dbias_sum;
     }
     // END SOLUTION
 }
@@ -150,7 +144,7 @@ layernorm_parameter_grads_kernel(float* dweight, float* dbias, const float* scra
 }
 """
 
-DEFINES = dict(ROWS_PER_BLOCK=ROWS_PER_BLOCK, SLICES=SLICES)
+DEFINES = dict(ROWS_PER_BLOCK=ROWS_PER_BLOCK, WARPS=WARPS, SLICES=SLICES)
 layernorm_backward_kernel = CudaKernel(LAYERNORM_BACKWARD_SOURCE, "layernorm_backward_kernel", defines=DEFINES)
 layernorm_parameter_grads_kernel = CudaKernel(LAYERNORM_BACKWARD_SOURCE, "layernorm_parameter_grads_kernel",
                                               defines=DEFINES)
@@ -158,8 +152,6 @@ layernorm_parameter_grads_kernel = CudaKernel(LAYERNORM_BACKWARD_SOURCE, "layern
 
 def layernorm_backward(dinp, dweight, dbias, scratch, dout, inp, weight, mean, rstd, B, T, C):
     check_dims("layernorm_backward", B=B, T=T, C=C)
-    if C > MAX_C:
-        raise KernelArgumentError(f"layernorm_backward: C={C} is more than the {MAX_C} channels it handles")
     for name, array, size in (("dinp", dinp, B * T * C), ("dweight", dweight, C), ("dbias", dbias, C),
                               ("scratch", scratch, 2 * B * T * C), ("dout", dout, B * T * C),
                               ("inp", inp, B * T * C), ("weight", weight, C), ("mean", mean, B * T),
@@ -173,7 +165,5 @@ def launch(rows_kernel, parameters_kernel, dinp, dweight, dbias, scratch, dout, 
     """rows_kernel (layernorm_backward_kernel, or one with its parameters) over blocks of ROWS_PER_BLOCK rows,
     then parameters_kernel (layernorm_parameter_grads_kernel's) over their slices of scratch."""
     slices = ceil_div(B * T, ROWS_PER_BLOCK)
-    threads = min(BLOCK_SIZE, 32 * ceil_div(C, 32))
-    rows_kernel((slices,), (threads,), (dinp, scratch, dout, inp, weight, mean, rstd, np.int32(B * T), np.int32(C)),
-                shared_mem=2 * C * 4)
+    rows_kernel((slices,), (WARPS * 32,), (dinp, scratch, dout, inp, weight, mean, rstd, np.int32(B * T), np.int32(C)))
     parameters_kernel((ceil_div(C, 32),), (32, SLICES), (dweight, dbias, scratch, np.int32(slices), np.int32(C)))
