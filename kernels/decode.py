@@ -17,8 +17,9 @@ for every length.
 * kv_cache_append_forward(k_cache, v_cache, qkv, lengths, B, T, C, NH, max_T):
       k_cache[b, h, (lengths[b] + t) % max_T] = k of qkv[b, t] for head h (v likewise)
 * decode_attention_forward(out, qkv, k_cache, v_cache, lengths, B, C, NH, max_T):
-      one query per row (qkv is (B, 1, 3C)) attends to cache slots
-      0..min(lengths[b], max_T - 1), among them its own key, just appended; out (B, 1, C).
+      the row's key and value (qkv is (B, 1, 3C)) go to cache slot lengths[b] % max_T,
+      as kv_cache_append_forward puts them, then its query attends to cache slots
+      0..min(lengths[b], max_T - 1), its own key among them; out (B, 1, C).
 
 A model's cache has a slot per position (max_T = its context), and lengths[b] + t
 never reaches max_T. A local model's cache (attention over a window of W) has W
@@ -26,7 +27,14 @@ slots, used as a ring: token p lives in slot p % W, so the cache holds exactly t
 keys of the newest window; when more than W tokens arrive at once, only the last W
 are kept.
 
-decode_attention is one block per (b, h). Its time is memory latency: one token's
+A decode step's attention appends its own key and value: kv_cache_append_forward is
+for the prompt's tokens (T of them at once), and a decode step saves its launch, one a
+layer, a microsecond or two each at a step of a few hundred.
+
+decode_attention is one block per (b, h). It first copies its head's key and value of
+the new token into their slot, and reads them back from there after a barrier (a
+block's writes to global memory are visible to its own threads past __syncthreads).
+Its time is memory latency: one token's
 scores and output are a few thousand flops, over keys and values spread through the
 cache. So the block is as large as still leaves every block resident at once (1,024
 threads for a batch of a few rows), and its threads put every load in flight
@@ -103,12 +111,19 @@ __device__ float block_reduce(float value, bool is_max, float* reduce) {
 // then max_T scores. vector: the cache rows and q start 16-byte aligned and HS % 4 == 0 (float4 loads).
 // key_threads (a power of two up to 32) share a key's score; groups (a power of two) split the value rows.
 extern "C" __global__ void __launch_bounds__(MAX_THREADS)
-decode_attention_kernel(float* out, const float* qkv, const float* k_cache, const float* v_cache, const int* lengths,
+decode_attention_kernel(float* out, const float* qkv, float* k_cache, float* v_cache, const int* lengths,
                         int C, int NH, int max_T, float scale, int vector, int key_threads, int groups) {
     let_next_kernel_start();
     wait_for_previous_kernel();
     // BEGIN SOLUTION
     int b = blockIdx.x, h = blockIdx.y, HS = C / NH;
+    long long slot = (((long long)b * NH + h) * max_T + lengths[b] % max_T) * HS;  // the new token's
+    const float* k_new = qkv + (long long)b * 3 * C + C + h * HS;
+    for (int d = threadIdx.x; d < HS; d += blockDim.x) {
+        k_cache[slot + d] = k_new[d];
+        v_cache[slot + d] = k_new[C + d];
+    }
+    __syncthreads();  // the block reads them back with the other keys and values
     extern __shared__ __align__(16) float shared[];
     float* partial = shared;              // [groups][HS], float4-aligned rows when vector
     float* scores = shared + groups * HS; // [max_T]
@@ -222,17 +237,21 @@ def decode_attention_forward(out, qkv, k_cache, v_cache, lengths, B, C, NH, max_
     _check_cache("decode_attention_forward", k_cache, v_cache, lengths, B, C, NH, max_T)
     check_array("decode_attention_forward", "qkv", qkv, B * 3 * C)
     check_array("decode_attention_forward", "out", out, B * C)
+    launch_decode_attention(decode_attention_kernel, out, qkv, k_cache, v_cache, lengths, B, C, NH, max_T)
+
+
+def launch_decode_attention(kernel, out, qkv, k_cache, v_cache, lengths, B, C, NH, max_T):
+    """`kernel` (decode_attention_kernel, or one with its parameters) on checked arguments: a block per (b, h)."""
     HS = C // NH
     vector = HS % 4 == 0 and all(array.data.ptr % 16 == 0 for array in (k_cache, v_cache, qkv))
     units = HS // 4 if vector else HS  # per row
     threads = _threads_per_head(B * NH)
     key_threads = min(32, power_of_two_at_least(ceil_div(units, 4)))  # at most 4 loads each
     groups = 1 << (threads // units).bit_length() - 1 if units <= threads else 1  # a power of two
-    decode_attention_kernel((B, NH), (threads,),
-                            (out, qkv, k_cache, v_cache, lengths, np.int32(C), np.int32(NH), np.int32(max_T),
-                             np.float32(1.0 / math.sqrt(HS)), np.int32(vector), np.int32(key_threads),
-                             np.int32(groups)),
-                            shared_mem=4 * (max_T + groups * HS))
+    kernel((B, NH), (threads,),
+           (out, qkv, k_cache, v_cache, lengths, np.int32(C), np.int32(NH), np.int32(max_T),
+            np.float32(1.0 / math.sqrt(HS)), np.int32(vector), np.int32(key_threads), np.int32(groups)),
+           shared_mem=4 * (max_T + groups * HS))
 
 
 def _threads_per_head(blocks: int) -> int:

@@ -141,7 +141,9 @@ def kv_cache_append_forward(k_cache, v_cache, qkv, lengths, B, T, C, NH, max_T):
 
 
 def decode_attention_forward(out, qkv, k_cache, v_cache, lengths, B, C, NH, max_T):
-    """One query per row attends to cache slots 0..min(lengths[b], max_T - 1) (its own key included)."""
+    """The row's key and value appended to the cache (kv_cache_append_forward's T = 1), then one query per row
+    attends to cache slots 0..min(lengths[b], max_T - 1), its own key included."""
+    kv_cache_append_forward(k_cache, v_cache, qkv, lengths, B, 1, C, NH, max_T)
     HS = C // NH
     q = qkv.reshape(B, 3, NH, HS)[:, 0].astype(np.float64)
     keys, values = k_cache.reshape(B, NH, max_T, HS), v_cache.reshape(B, NH, max_T, HS)

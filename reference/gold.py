@@ -152,6 +152,7 @@ def kv_cache_append_forward(k_cache, v_cache, qkv, lengths, B, T, C, NH, max_T):
 
 
 def decode_attention_forward(out, qkv, k_cache, v_cache, lengths, B, C, NH, max_T):
+    kv_cache_append_forward(k_cache, v_cache, qkv, lengths, B, 1, C, NH, max_T)
     xp = array_module(qkv)
     HS = C // NH
     q = qkv.reshape(B, 3, NH, HS)[:, 0]

@@ -185,10 +185,11 @@ class CausalLM:
         return layer_views(self.parameters, global_names)
 
     def attend(self, run, l: int, a, qkv, cache: KVCache | None, B: int, T: int, decoding: bool) -> None:
-        """Layer l's attention into a.atty[l], from its packed q|k|v rows `qkv`: with a cache, their keys and
-        values stored first; a decode step against the cache, else local, flash or three-kernel attention."""
+        """Layer l's attention into a.atty[l], from its packed q|k|v rows `qkv`: a decode step against the cache
+        (which stores the step's key and value itself), else, the keys and values stored first when there is a
+        cache, local, flash or three-kernel attention."""
         C, NH, ops = self.config.channels, self.config.num_heads, self.backend.ops
-        if cache is not None:
+        if cache is not None and not decoding:
             run("kv_append", ops.kv_cache_append_forward, cache.k[l], cache.v[l], qkv, cache.lengths, B, T, C, NH,
                 cache.slots)
         if decoding:

@@ -64,7 +64,8 @@ class ForwardOps(Protocol):
 
     def decode_attention_forward(self, out: Array, qkv: Array, k_cache: Array, v_cache: Array, lengths: Array,
                                  B: int, C: int, NH: int, max_T: int) -> None:
-        """kernels/decode.py: one query per row attends to cache slots 0..min(lengths[b], max_T - 1)."""
+        """kernels/decode.py: the row's key and value to cache slot lengths[b] % max_T, then its query attends to
+        cache slots 0..min(lengths[b], max_T - 1)."""
 
     def layernorm_matmul_forward(self, out: Array, inp: Array, ln_weight: Array, ln_bias: Array, weight: Array,
                                  bias: Array, B: int, T: int, C: int, OC: int) -> None:

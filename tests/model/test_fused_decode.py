@@ -41,10 +41,11 @@ def test_the_fused_step_computes_the_plain_step(params, seed):
     fused_logits, fused_steps = decode_steps(fused, prompt, tokens)
     for a, b in zip(plain_logits, fused_logits):
         np.testing.assert_allclose(b, a, rtol=0, atol=1e-12)  # float64 both ways: only the order of additions
-    # a layer: ln1+qkv, kv_append, attention, attproj+residual2, ln2+fc+gelu, fcproj+residual3 (plain: 11)
-    assert fused_steps[1:7] == ["ln1+qkv", "kv_append", "attention", "attproj+residual2", "ln2+fc+gelu",
-                                "fcproj+residual3"]
-    assert (len(plain_steps), len(fused_steps)) == (3 + 11 * TINY.num_layers, 2 + 6 * TINY.num_layers)
+    # a layer: ln1+qkv, attention (which appends the step's key and value), attproj+residual2, ln2+fc+gelu,
+    # fcproj+residual3 (plain: 10)
+    assert fused_steps[1:6] == ["ln1+qkv", "attention", "attproj+residual2", "ln2+fc+gelu", "fcproj+residual3"]
+    assert "kv_append" not in plain_steps
+    assert (len(plain_steps), len(fused_steps)) == (3 + 10 * TINY.num_layers, 2 + 5 * TINY.num_layers)
     assert fused_steps[-1] == "lnf+lm_head" and plain_steps[-2:] == ["lnf", "lm_head"]
 
 
