@@ -29,7 +29,8 @@ are kept.
 
 A decode step's attention appends its own key and value: kv_cache_append_forward is
 for the prompt's tokens (T of them at once), and a decode step saves its launch, one
-kernel a layer (12 of GPT-2 124M's ~130, a microsecond or two each).
+kernel a layer: 12 of the 135 calls of GPT-2 124M's step (of 74 on the fused matmuls),
+a microsecond or two each.
 
 decode_attention is one block per (b, h). It first copies its head's key and value of
 the new token into their slot, and reads them back from there after a barrier (a
