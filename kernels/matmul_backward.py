@@ -40,9 +40,11 @@ matmul_tf32.py's kernel with three TF32 passes (matmul_3xtf32.py says how), comp
 for the layouts above (A_ALONG_K, B_ALONG_K: dinp's weight and both of dweight's
 operands are copied into shared memory k-row by k-row, and their fragments read one
 float at a time from rows turned so that no two lanes share a bank), adding into
-dweight (ACCUMULATE). Its tiles are 128 x 128 where they give every multiprocessor one
-(dinp at B*T = 4096 rows), and 64 x 64 otherwise (dweight at C = OC = 768: 144 of them).
-K is not split, so these sums too have one order. A product of fewer than
+dweight (ACCUMULATE), in chunks of FLUSH_SLICES slices whose sums are added up with
+float32's own rounding (the tensor cores truncate: matmul_tf32.py says what that does to
+a long sum). Its tiles are 128 x 128 where they give every multiprocessor one (dinp at
+B*T = 4096 rows), and 64 x 64 otherwise (dweight at C = OC = 768: 144 of them). K is not
+split, so these sums too have one order. A product of fewer than
 MIN_TENSOR_CORE_K terms stays on the CUDA cores: 3xTF32 drops the low x low product, an
 error up to about 2^-22 of each term, which fp32's bound (4 sqrt(K) float32 ulps of the
 terms' magnitudes) covers only when K is not tiny (one row's dweight, K = 1, is an outer
@@ -196,15 +198,18 @@ matmul_backward_dweight_kernel = CudaKernel(MATMUL_BACKWARD_SOURCE, "matmul_back
 matmul_backward_dbias_kernel = CudaKernel(MATMUL_BACKWARD_SOURCE, "matmul_backward_dbias_kernel", defines=DEFINES)
 
 # BEGIN SOLUTION
-from gpt2kit.kernels.matmul_tf32 import SMALL_TILES, launch_unsplit, matmul_tf32_kernel
+from gpt2kit.kernels.matmul_tf32 import launch_unsplit, matmul_tf32_kernel
 
-# The products on the tensor cores, three TF32 passes each: dinp = dout @ weight reads weight across K; dweight +=
-# dout^T @ inp reads both across K and adds. Each in the large tiles and the small ones.
+# The products on the tensor cores, three TF32 passes each, their sums taken in chunks of FLUSH_SLICES slices
+# (matmul_tf32.py says why): dinp = dout @ weight reads weight across K; dweight += dout^T @ inp reads both
+# across K and adds. Each in 128 x 128 tiles of 8 warps of 64 x 32 (the chunks' totals take as many registers as
+# the accumulators), and in 64 x 64 tiles of 4 warps of 32 x 32.
+FLUSH_SLICES = 4
+TILES = {"large": dict(WARP_N=32, THREADS=256), "small": dict(TILE_M=64, TILE_N=64, WARP_M=32, WARP_N=32)}
 tensor_core_kernels = {
-    (product, size): matmul_tf32_kernel.with_defines(PASSES=3, **layout, **tiles)
+    (product, size): matmul_tf32_kernel.with_defines(PASSES=3, FLUSH=FLUSH_SLICES, **layout, **tiles)
     for product, layout in (("dinp", dict(B_ALONG_K=0)), ("dweight", dict(A_ALONG_K=0, B_ALONG_K=0, ACCUMULATE=1)))
-    for size, tiles in (("large", {}), ("small", SMALL_TILES))}
-
+    for size, tiles in TILES.items()}
 
 def launch_on_tensor_cores(dinp, dweight, dbias, dout, inp, weight, M, C, OC, kernels=tensor_core_kernels):
     """launch's work with the two products on the tensor cores (`kernels` as tensor_core_kernels: a known-wrong

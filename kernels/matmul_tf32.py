@@ -63,14 +63,24 @@ contiguous, and is copied into shared memory as it lies, in k-rows of TILE_M flo
 ldmatrix cannot read those (it hands a lane 4 consecutive k of a row), so each
 fragment value is one 4-byte shared load; each k-row is turned by 8 floats per k % 4,
 which puts the 32 values of one load (rows g, k t) in 32 different banks. ACCUMULATE
-adds the product into out (a gradient), and SMALL_TILES (64 x 64 a block) gives a
-product of few tiles enough blocks without splitting K (launch_unsplit).
+adds the product into out (a gradient), and launch_unsplit gives a product of few
+tiles a kernel of smaller tiles instead of splitting K.
+
+An mma adds its products to its accumulators with truncation, not float32's rounding
+to nearest, so over thousands of slices into one large sum the errors keep one sign
+and pile up: the LM head's dinp (K = 50304), whose rows of the softmax's gradient hold
+one large term and thousands of small ones of the other sign, came out 2e-4 of its
+terms' magnitudes off on an H100, beyond fp32's bound. FLUSH = n starts the
+accumulators from zero every n slices and adds each chunk's sums into totals with
+float32 adds; matmul_backward.py compiles its kernels so.
 
 On an H200 this runs at about 110-130 TFLOP/s at GPT-2's sizes (M = 8192, K = 768),
 with mma.sync's TF32 peak there about 310. cuBLAS in TF32 mode reaches 250-300 on the
 larger N with Hopper's own wgmma instructions, which need sm_90a and do not exist on
 the A40.
 """
+
+import math
 
 import numpy as np
 
@@ -254,6 +264,9 @@ matmul_tf32_kernel(float* out, const float* inp, const float* weight, const floa
     }
 
     float acc[M_TILES][N_TILES][4] = {};  // [m tile][n tile][fragment]
+#if FLUSH
+    float total[M_TILES][N_TILES][4] = {};  // the sums of the chunks of FLUSH slices
+#endif
     #pragma unroll
     for (int s = 0; s < STAGES - 1; s++) load_stage(s);
     for (int slice = 0; slice < slices; slice++) {
@@ -332,8 +345,33 @@ matmul_tf32_kernel(float* out, const float* inp, const float* weight, const floa
                 }
             }
         }
+#if FLUSH
+        if ((slice + 1) % FLUSH == 0 || slice + 1 == slices) {  // this chunk's sums into the totals, rounded to
+            #pragma unroll                                      // nearest as float32 adds round
+            for (int mi = 0; mi < M_TILES; mi++) {
+                #pragma unroll
+                for (int ni = 0; ni < N_TILES; ni++) {
+                    #pragma unroll
+                    for (int j = 0; j < 4; j++) {
+                        total[mi][ni][j] += acc[mi][ni][j];
+                        acc[mi][ni][j] = 0.0f;
+                    }
+                }
+            }
+        }
+#endif
     }
     copy_async_wait<0>();  // no copy may still be writing shared memory when the block exits
+#if FLUSH
+    #pragma unroll
+    for (int mi = 0; mi < M_TILES; mi++) {
+        #pragma unroll
+        for (int ni = 0; ni < N_TILES; ni++) {
+            #pragma unroll
+            for (int j = 0; j < 4; j++) acc[mi][ni][j] = total[mi][ni][j];
+        }
+    }
+#endif
 
     const bool pairs = N % 2 == 0 && ((size_t)out % 8) == 0;  // columns 2t, 2t + 1 as one 8-byte access
     #pragma unroll
@@ -372,7 +410,7 @@ matmul_tf32_kernel(float* out, const float* inp, const float* weight, const floa
 """
 
 TF32_DEFINES = dict(TILE_M=TILE_M, TILE_N=TILE_N, WARP_M=WARP_M, WARP_N=WARP_N, TILE_K=TILE_K, STAGES=STAGES,
-                    THREADS=THREADS, A_ALONG_K=1, B_ALONG_K=1, ACCUMULATE=0)
+                    THREADS=THREADS, A_ALONG_K=1, B_ALONG_K=1, ACCUMULATE=0, FLUSH=0)
 matmul_tf32_kernel = CudaKernel(MATMUL_TF32_SOURCE, "matmul_tf32_kernel", defines=dict(TF32_DEFINES, PASSES=1))
 
 
@@ -397,14 +435,13 @@ def launch_tiles(kernel, args: tuple) -> None:
     # END SOLUTION
 
 
-SMALL_TILES = dict(TILE_M=64, TILE_N=64, WARP_M=32, WARP_N=32)  # a quarter of the tile, still 4 warps
-
-
 def launch_unsplit(kernel, small_kernel, out, a, b, M: int, K: int, N: int) -> None:
     """out (M, N) = (or +=, as the kernels were compiled) A (M, K) @ B (K, N), K never split, so that every sum is
-    taken in one order: `kernel`'s TILE_M x TILE_N tiles where they give every multiprocessor one, else
-    `small_kernel`'s (compiled with SMALL_TILES), four times as many."""
-    large = ceil_div(M, TILE_M) * ceil_div(N, TILE_N) >= multiprocessor_count()
-    tile_m, tile_n = (TILE_M, TILE_N) if large else (SMALL_TILES["TILE_M"], SMALL_TILES["TILE_N"])
-    (kernel if large else small_kernel)((ceil_div(M, tile_m), ceil_div(N, tile_n)), (THREADS,),
-                                        (out, a, b, np.uint64(0), np.int32(M), np.int32(K), np.int32(N)))
+    taken in one order: `kernel`'s tiles where they give every multiprocessor one, else `small_kernel`'s (each
+    kernel's TILE_M, TILE_N and THREADS are its defines)."""
+    def tiles(k):
+        return ceil_div(M, k.defines["TILE_M"]), ceil_div(N, k.defines["TILE_N"])
+
+    chosen = kernel if math.prod(tiles(kernel)) >= multiprocessor_count() else small_kernel
+    chosen(tiles(chosen), (chosen.defines["THREADS"],),
+           (out, a, b, np.uint64(0), np.int32(M), np.int32(K), np.int32(N)))

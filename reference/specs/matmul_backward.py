@@ -13,6 +13,12 @@ def build(case, rng):
     B, T, C, OC = (case.size[k] for k in ("B", "T", "C", "OC"))
     scale = 1e4 if case.values == "extreme" else 1.0
     dout, inp, weight = normal(rng, B, T, OC, scale=scale), normal(rng, B, T, C, scale=scale), normal(rng, OC, C)
+    if case.variant == "softmax":  # the LM head's: each row the softmax of its logits less a one-hot, over B*T
+        logits = 2 * rng.standard_normal((B * T, OC))
+        rows = np.exp(logits - logits.max(axis=1, keepdims=True))
+        rows /= rows.sum(axis=1, keepdims=True)
+        rows[np.arange(B * T), rng.integers(0, OC, B * T)] -= 1
+        dout = (rows / (B * T)).astype(np.float32).reshape(B, T, OC)
     no_bias = case.variant == "no-bias"
     # the gradients gathered so far: what the call adds to
     initial = dict(dweight=normal(rng, OC, C)) | ({} if no_bias else dict(dbias=normal(rng, OC)))
@@ -74,6 +80,7 @@ SPEC = Spec(
         dict(B=2, T=17, C=40, OC=33),                       # just long enough, dout^T's columns not float4s
         dict(B=1, T=33, C=130, OC=132),                     # past one tile of 128; inp's and weight's rows odd
         dict(B=3, T=40, C=72, OC=36, values="extreme"),
+        dict(B=1, T=20, C=64, OC=8192, variant="softmax"),  # the LM head's gradient: long sums of one-signed terms
     ),
     quick=dict(B=4, T=64, C=768, OC=2304),
     # GPT-2 124M's matmuls at B=8, T=1024: qkv, attention projection, MLP up and down

@@ -3,10 +3,12 @@ operand of a product is split into a TF32 high part and a TF32 low part (referen
 and three tensor-core products, low x high, high x low and high x high, are added into float32 accumulators
 one m16n8k8 mma at a time. So emulated, the matmul and flash attention's two products pass every case of their
 specs under the strict fp32 profile, the extreme ones included; leave out either cross product, or split
-nothing (one TF32 pass), and they fail it. So does matmul's backward pass, with one rule: a product of fewer
-than 16 terms stays in float32 on the CUDA cores (kernels/matmul_backward.py's MIN_TENSOR_CORE_K), since
-one row's weight gradient, an outer product, fails fp32 on the tensor cores. The GPU kernels that compute this
-are judged by the same cases."""
+nothing (one TF32 pass), and they fail it. An mma rounds the sum it adds into its accumulators toward zero, and
+so does the emulation. So does matmul's backward pass, with two rules: a product of fewer than 16 terms stays in
+float32 on the CUDA cores (kernels/matmul_backward.py's MIN_TENSOR_CORE_K), since one row's weight gradient, an
+outer product, fails fp32 on the tensor cores; and a long sum is taken in chunks whose sums are added in float32
+(matmul_tf32.py's FLUSH), since rows of the softmax's gradient summed by mmas alone fail it too. The GPU kernels
+that compute this are judged by the same cases."""
 
 import math
 
@@ -25,17 +27,26 @@ needs_flash = pytest.mark.skipif(not FLASH_CASES, reason="milestone 3's flash at
 BACKWARD_CASES = cases("matmul_backward") if "matmul_backward" in SPECS else []
 needs_backward = pytest.mark.skipif(not BACKWARD_CASES, reason="milestone 4's matmul backward spec is not in this kit")
 SHORTEST_ON_TENSOR_CORES = 16  # terms a backward product sums at least to go to the tensor cores
+BACKWARD_FLUSH = 4 * 16  # terms per chunk of a backward product's sums: FLUSH_SLICES slices of 16
 
 
-def tensor_core_product(a: np.ndarray, b: np.ndarray, passes=THREE_PASSES) -> np.ndarray:
+def truncated(x: np.ndarray) -> np.ndarray:
+    """x (float64) rounded to float32 toward zero, as an mma rounds the sum it adds into its accumulators."""
+    nearest = x.astype(np.float32)
+    return np.where(np.abs(nearest) > np.abs(x), np.nextafter(nearest, np.float32(0)), nearest)
+
+
+def tensor_core_product(a: np.ndarray, b: np.ndarray, passes=THREE_PASSES, flush: int = 0) -> np.ndarray:
     """a @ b^T over the last axis (a (..., M, K), b (..., N, K)) as tensor cores form it from split operands:
     for every 8 of K, each pass's mma adds its 8 products (exact: TF32 x TF32 fits float64) to the float32
-    accumulator, rounding once. passes: which of the split operands' products ("high_high" alone is one TF32
-    pass)."""
+    accumulator, rounding toward zero once. passes: which of the split operands' products ("high_high" alone is
+    one TF32 pass). flush: every `flush` terms, the accumulator is added into a float32 total (rounding to
+    nearest) and starts again from zero (matmul_tf32.py's FLUSH)."""
     a_parts = dict(zip(("high", "low"), split_tf32(a)))
     b_parts = dict(zip(("high", "low"), split_tf32(b)))
     K = a.shape[-1]
     acc = np.zeros(a.shape[:-1] + b.shape[-2:-1], np.float32)
+    total = np.zeros_like(acc)
     sums = np.empty(acc.shape)  # one mma's, in float64: one array for them all (attention's scores are large)
     for k0 in range(0, K, MMA_K):
         for name in passes:
@@ -43,8 +54,11 @@ def tensor_core_product(a: np.ndarray, b: np.ndarray, passes=THREE_PASSES) -> np
                               for parts, which in zip((a_parts, b_parts), name.split("_")))
             np.matmul(a_part, np.swapaxes(b_part, -1, -2), out=sums)
             sums += acc
-            acc[...] = sums  # rounded to float32
-    return acc
+            acc[...] = truncated(sums)
+        if flush and ((k0 + MMA_K) % flush == 0 or k0 + MMA_K >= K):
+            total += acc
+            acc[...] = 0
+    return total if flush else acc
 
 
 def matmul_on_tensor_cores(passes):
@@ -56,14 +70,15 @@ def matmul_on_tensor_cores(passes):
     return matmul_forward
 
 
-def matmul_backward_on_tensor_cores(shortest: int):
-    """Both products of matmul's backward pass on the tensor cores in three passes when each sums at least
-    `shortest` terms, else both in float32; dweight's product added to the gradient it holds, rounding once."""
+def matmul_backward_on_tensor_cores(shortest: int, flush: int = BACKWARD_FLUSH):
+    """Both products of matmul's backward pass on the tensor cores in three passes, their sums taken in chunks of
+    `flush` terms, when each sums at least `shortest` terms, else both in float32; dweight's product added to the
+    gradient it holds, rounding once."""
     def matmul_backward(dinp, dweight, dbias, dout, inp, weight, B, T, C, OC):
         def product(a, b):  # a (R, K) @ b (K, N)
             if min(B * T, OC) < shortest:
                 return np.matmul(a, b, dtype=np.float32)
-            return tensor_core_product(a, np.ascontiguousarray(b.T))
+            return tensor_core_product(a, np.ascontiguousarray(b.T), flush=flush)
         rows, x = dout.reshape(-1, OC), inp.reshape(-1, C)
         dinp[...] = product(rows, weight).reshape(dinp.shape)
         dweight[...] += product(np.ascontiguousarray(rows.T), x)
@@ -100,6 +115,14 @@ def test_a_3xtf32_matmul_passes_fp32(case):
 def test_a_3xtf32_matmul_backward_passes_fp32(case):
     result = run_case(matmul_backward_on_tensor_cores(SHORTEST_ON_TENSOR_CORES), case, device="cpu")
     assert result.passed, result.message
+
+
+@needs_backward
+def test_a_3xtf32_matmul_backward_summing_without_chunks_fails_fp32():
+    """Rows of the softmax's gradient (one large term, thousands of small ones of the other sign) summed by mmas
+    alone: the truncation of every addition into the large sum keeps one sign."""
+    case = next(c for c in BACKWARD_CASES if c.variant == "softmax")
+    assert not run_case(matmul_backward_on_tensor_cores(SHORTEST_ON_TENSOR_CORES, flush=0), case, device="cpu").passed
 
 
 @needs_backward
