@@ -30,10 +30,14 @@ SHORTEST_ON_TENSOR_CORES = 16  # terms a backward product sums at least to go to
 BACKWARD_FLUSH = 4 * 16  # terms per chunk of a backward product's sums: FLUSH_SLICES slices of 16
 
 
-def truncated(x: np.ndarray) -> np.ndarray:
-    """x (float64) rounded to float32 toward zero, as an mma rounds the sum it adds into its accumulators."""
-    nearest = x.astype(np.float32)
-    return np.where(np.abs(nearest) > np.abs(x), np.nextafter(nearest, np.float32(0)), nearest)
+BELOW_FLOAT32 = np.uint64((1 << 29) - 1)  # the bits of a float64's significand that a float32's has not
+
+
+def truncate_into(acc: np.ndarray, sums: np.ndarray) -> None:
+    """acc = sums (float64, overwritten) rounded to float32 toward zero, as an mma rounds the sum it adds into its
+    accumulators: the bits past float32's significand cleared, then an exact conversion."""
+    sums.view(np.uint64)[...] &= ~BELOW_FLOAT32
+    acc[...] = sums
 
 
 def tensor_core_product(a: np.ndarray, b: np.ndarray, passes=THREE_PASSES, flush: int = 0) -> np.ndarray:
@@ -54,7 +58,7 @@ def tensor_core_product(a: np.ndarray, b: np.ndarray, passes=THREE_PASSES, flush
                               for parts, which in zip((a_parts, b_parts), name.split("_")))
             np.matmul(a_part, np.swapaxes(b_part, -1, -2), out=sums)
             sums += acc
-            acc[...] = truncated(sums)
+            truncate_into(acc, sums)
         if flush and ((k0 + MMA_K) % flush == 0 or k0 + MMA_K >= K):
             total += acc
             acc[...] = 0
