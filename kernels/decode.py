@@ -36,12 +36,13 @@ decode_attention is one block per (b, h). It first copies its head's key and val
 the new token into their slot, and reads them back from there after a barrier (a
 block's writes to global memory are visible to its own threads past __syncthreads).
 Its time is memory latency: one token's scores and output are a few thousand flops,
-over keys and values spread through the cache. So the block is as large as still leaves every block resident at once (1,024
-threads for a batch of a few rows), and its threads put every load in flight
-together: a few threads per key compute its score, each a slice of the row, meeting
-by shuffles; the scores wait in shared memory for the block's max and sum; then the
-threads split the value rows into groups of keys, each thread one float4 of the
-head, and the groups' partial sums meet pairwise in shared memory.
+over keys and values spread through the cache. So the block is as large as still
+leaves every block resident at once (1,024 threads for a batch of a few rows), and its
+threads put every load in flight together: a few threads per key compute its score,
+each a slice of the row, meeting by shuffles; the scores wait in shared memory for the
+block's max and sum; then the threads split the value rows into groups of keys, each
+thread one float4 of the head, and the groups' partial sums meet pairwise in shared
+memory.
 """
 
 import math

@@ -211,6 +211,7 @@ tensor_core_kernels = {
     for product, layout in (("dinp", dict(B_ALONG_K=0)), ("dweight", dict(A_ALONG_K=0, B_ALONG_K=0, ACCUMULATE=1)))
     for size, tiles in TILES.items()}
 
+
 def launch_on_tensor_cores(dinp, dweight, dbias, dout, inp, weight, M, C, OC, kernels=tensor_core_kernels):
     """launch's work with the two products on the tensor cores (`kernels` as tensor_core_kernels: a known-wrong
     version passes its own) and dbias on the CUDA cores."""

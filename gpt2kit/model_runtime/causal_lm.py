@@ -186,16 +186,17 @@ class CausalLM:
 
     def attend(self, run, l: int, a, qkv, cache: KVCache | None, B: int, T: int, decoding: bool) -> None:
         """Layer l's attention into a.atty[l], from its packed q|k|v rows `qkv`: a decode step against the cache
-        (which stores the step's key and value itself), else, the keys and values stored first when there is a
-        cache, local, flash or three-kernel attention."""
+        (which stores the step's key and value itself); else the keys and values stored first when there is a
+        cache, then local, flash or three-kernel attention."""
         C, NH, ops = self.config.channels, self.config.num_heads, self.backend.ops
-        if cache is not None and not decoding:
-            run("kv_append", ops.kv_cache_append_forward, cache.k[l], cache.v[l], qkv, cache.lengths, B, T, C, NH,
-                cache.slots)
         if decoding:
             run("attention", ops.decode_attention_forward, a.atty[l], qkv, cache.k[l], cache.v[l], cache.lengths, B,
                 C, NH, cache.slots)
-        elif self.window:
+            return
+        if cache is not None:
+            run("kv_append", ops.kv_cache_append_forward, cache.k[l], cache.v[l], qkv, cache.lengths, B, T, C, NH,
+                cache.slots)
+        if self.window:
             run("attention", ops.local_attention_forward, a.atty[l], a.lse[l], qkv, B, T, C, NH, self.window)
         elif self.flash_attention:
             run("attention", ops.flash_attention_forward, a.atty[l], a.lse[l], qkv, B, T, C, NH)
