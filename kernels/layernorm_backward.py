@@ -23,18 +23,24 @@ dweight and dbias sum over all B*T rows, a column each: one thread per column al
 would walk thousands of rows; atomicAdd from every row onto C floats would make
 thousands of additions queue on each float, in an order that changes from run to run.
 
-* layernorm_backward_kernel: one block of WARPS warps per ROWS_PER_BLOCK consecutive
-  rows, and no barrier. First dinp: each warp takes a row (then the row WARPS further),
-  its lanes reading the row's columns lane, lane + 32, ... as it needs them (a warp's
-  load is 128 contiguous bytes); the two row sums meet by shuffles, which leave the
-  total in every lane, and each lane adds its columns of dinp, reading dout and inp
-  again (from cache: it just read them). Then the column sums: thread t takes columns
-  t, t + blockDim.x, ... and adds up dout * n and dout over the block's rows in order,
-  reading them once more (from cache: the block's warps just read them; the reads do
-  not wait for dinp, which they do not touch), and writes its columns' sums to the
-  block's own slice of scratch. The rows' warps work side by side, each on its own row:
-  no row waits for another, as it would if the block took its rows one at a time
-  behind a barrier.
+* layernorm_backward_registers_kernel, for rows of up to 1024 columns (GPT-2 124M's
+  768, medium's 1024): one block of WARPS warps per ROWS_PER_BLOCK consecutive rows,
+  each warp taking a row (then the row WARPS further). Its lanes load the row's
+  columns lane, lane + 32, ... of dout, inp and dinp at once (a warp's load is 128
+  contiguous bytes; the loop over a lane's columns is unrolled, so every load is in
+  flight together) and keep them in registers: the row is read from memory once. The
+  two row sums meet by shuffles, which leave the total in every lane, and each lane
+  writes its columns of dinp. Each lane also keeps its columns' sums of dout * n and
+  dout over the warp's rows; at the end the warps hand them down in halves through
+  shared memory (warps 4-7 to 0-3, 2-3 to 0-1, 1 to 0: two barriers a step, none a
+  row), and warp 0 writes the block's slice of scratch. Registers are sized to the row:
+  C / 32 columns a lane, rounded up to 4, one build per size.
+* layernorm_backward_kernel, for wider rows (GPT-2 XL's 1600), whose registers a lane
+  could not hold: the same blocks and warps, but each lane reads its columns as it
+  needs them, for the row sums and then again (from cache) for dinp. Then the column
+  sums: thread t takes columns t, t + blockDim.x, ... and adds up dout * n and dout
+  over the block's rows in order, reading them once more, from cache, and writes its
+  columns' sums to the block's own slice of scratch.
 * layernorm_parameter_grads_kernel: per 32 columns, 32 x SLICES threads add up the
   blocks' slices, each thread every SLICES-th, and the first row of threads adds up
   its column's SLICES subtotals in order and the total into dweight and dbias.
@@ -47,6 +53,8 @@ scratch is (B, T, 2C), twice dout's size, so a caller needs no formula; the kern
 its first sixteenth.
 """
 
+import functools
+
 import numpy as np
 
 from gpt2kit.kernel_runtime import CudaKernel, ceil_div, check_array, check_dims
@@ -54,6 +62,7 @@ from gpt2kit.kernel_runtime import CudaKernel, ceil_div, check_array, check_dims
 ROWS_PER_BLOCK = 16  # rows a block sums into one slice of scratch
 WARPS = 8  # per rows block: each warp takes every WARPS-th of its rows
 SLICES = 32  # threads per column in the parameter kernel: each adds every SLICES-th slice
+MAX_COLUMNS_PER_LANE = 32  # rows of up to 32 * 32 = 1024 columns are held in registers; wider ones are read again
 
 LAYERNORM_BACKWARD_SOURCE = r"""
 // The sum of value over the warp, in every lane.
@@ -86,8 +95,7 @@ layernorm_backward_kernel(float* dinp, float* scratch, const float* dout, const 
             dnorm_sum += dnorm;
             dnorm_n_sum += dnorm * n;
         }
-        const float2 sums = make_float2(warp_sum(dnorm_sum), warp_sum(dnorm_n_sum));
-        const float dnorm_mean = sums.x / C, dnorm_n_mean = sums.y / C;
+        const float dnorm_mean = warp_sum(dnorm_sum) / C, dnorm_n_mean = warp_sum(dnorm_n_sum) / C;
         #pragma unroll 4
         for (int i = lane; i < C; i += 32) {
             float n = (x[i] - mu) * s;
@@ -109,6 +117,76 @@ layernorm_backward_kernel(float* dinp, float* scratch, const float* dout, const 
         }
         slice[i] = dweight_sum;
         slice[C + i] = dbias_sum;
+    }
+    // END SOLUTION
+}
+
+// grid ceil(N / ROWS_PER_BLOCK), WARPS * 32 threads, for rows of C <= 32 * COLUMNS_PER_LANE: the same results
+// into dinp and scratch as layernorm_backward_kernel, every row read once. Lane l of a warp holds columns l, l + 32,
+// ... of its row (dout * weight, n and dinp) and, across the warp's rows, its columns' sums of dout * n and dout.
+static_assert((WARPS & (WARPS - 1)) == 0, "the warps hand their sums down in halves");
+extern "C" __global__ void __launch_bounds__(WARPS * 32)
+layernorm_backward_registers_kernel(float* dinp, float* scratch, const float* dout, const float* inp,
+                                    const float* weight, const float* mean, const float* rstd, int N, int C) {
+    // BEGIN SOLUTION
+    __shared__ float upper_warps[WARPS / 2][2][32 * COLUMNS_PER_LANE];  // column sums handed down, warp w + h to w
+    const int first = blockIdx.x * ROWS_PER_BLOCK, rows = min(ROWS_PER_BLOCK, N - first);
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    float dweight_sum[COLUMNS_PER_LANE], dbias_sum[COLUMNS_PER_LANE];
+    #pragma unroll
+    for (int k = 0; k < COLUMNS_PER_LANE; k++) dweight_sum[k] = dbias_sum[k] = 0.0f;
+    for (int r = warp; r < rows; r += WARPS) {
+        const long long row = first + r;
+        const float mu = mean[row], s = rstd[row];
+        float dnorm[COLUMNS_PER_LANE], n[COLUMNS_PER_LANE], dx[COLUMNS_PER_LANE];
+        float dnorm_sum = 0.0f, dnorm_n_sum = 0.0f;
+        #pragma unroll
+        for (int k = 0; k < COLUMNS_PER_LANE; k++) {  // unrolled: every load of the row is in flight at once
+            const int i = lane + 32 * k;
+            const float g = i < C ? dout[row * C + i] : 0.0f;
+            n[k] = i < C ? (inp[row * C + i] - mu) * s : 0.0f;
+            dx[k] = i < C ? dinp[row * C + i] : 0.0f;
+            dnorm[k] = i < C ? g * weight[i] : 0.0f;
+            dnorm_sum += dnorm[k];
+            dnorm_n_sum += dnorm[k] * n[k];
+            dweight_sum[k] += g * n[k];
+            dbias_sum[k] += g;
+        }
+        const float row_dnorm_mean = warp_sum(dnorm_sum) / C, row_dnorm_n_mean = warp_sum(dnorm_n_sum) / C;
+        #pragma unroll
+        for (int k = 0; k < COLUMNS_PER_LANE; k++) {
+            const int i = lane + 32 * k;
+            if (i < C) dinp[row * C + i] = dx[k] + s * ((dnorm[k] - row_dnorm_mean) - n[k] * row_dnorm_n_mean);
+        }
+    }
+    for (int half = WARPS / 2; half > 0; half /= 2) {  // warps [half, 2 half) hand their sums to [0, half)
+        if (warp >= half && warp < 2 * half) {
+            #pragma unroll
+            for (int k = 0; k < COLUMNS_PER_LANE; k++) {
+                upper_warps[warp - half][0][lane + 32 * k] = dweight_sum[k];
+                upper_warps[warp - half][1][lane + 32 * k] = dbias_sum[k];
+            }
+        }
+        __syncthreads();
+        if (warp < half) {
+            #pragma unroll
+            for (int k = 0; k < COLUMNS_PER_LANE; k++) {
+                dweight_sum[k] += upper_warps[warp][0][lane + 32 * k];
+                dbias_sum[k] += upper_warps[warp][1][lane + 32 * k];
+            }
+        }
+        __syncthreads();
+    }
+    if (warp == 0) {
+        float* slice = scratch + (long long)blockIdx.x * 2 * C;
+        #pragma unroll
+        for (int k = 0; k < COLUMNS_PER_LANE; k++) {
+            const int i = lane + 32 * k;
+            if (i < C) {
+                slice[i] = dweight_sum[k];
+                slice[C + i] = dbias_sum[k];
+            }
+        }
     }
     // END SOLUTION
 }
@@ -144,8 +222,11 @@ layernorm_parameter_grads_kernel(float* dweight, float* dbias, const float* scra
 }
 """
 
-DEFINES = dict(ROWS_PER_BLOCK=ROWS_PER_BLOCK, WARPS=WARPS, SLICES=SLICES)
+# COLUMNS_PER_LANE: the registers kernel's; the widest rows' here, registers_kernel_for picks each C's
+DEFINES = dict(ROWS_PER_BLOCK=ROWS_PER_BLOCK, WARPS=WARPS, SLICES=SLICES, COLUMNS_PER_LANE=MAX_COLUMNS_PER_LANE)
 layernorm_backward_kernel = CudaKernel(LAYERNORM_BACKWARD_SOURCE, "layernorm_backward_kernel", defines=DEFINES)
+layernorm_backward_registers_kernel = CudaKernel(LAYERNORM_BACKWARD_SOURCE, "layernorm_backward_registers_kernel",
+                                                 defines=DEFINES)
 layernorm_parameter_grads_kernel = CudaKernel(LAYERNORM_BACKWARD_SOURCE, "layernorm_parameter_grads_kernel",
                                               defines=DEFINES)
 
@@ -157,12 +238,26 @@ def layernorm_backward(dinp, dweight, dbias, scratch, dout, inp, weight, mean, r
                               ("inp", inp, B * T * C), ("weight", weight, C), ("mean", mean, B * T),
                               ("rstd", rstd, B * T)):
         check_array("layernorm_backward", name, array, size)
-    launch(layernorm_backward_kernel, layernorm_parameter_grads_kernel,
+    launch(rows_kernel_for(C), layernorm_parameter_grads_kernel,
            dinp, dweight, dbias, scratch, dout, inp, weight, mean, rstd, B, T, C)
 
 
+def rows_kernel_for(C, registers_kernel=None):
+    """The rows kernel for rows of C columns: `registers_kernel` (layernorm_backward_registers_kernel, or one with
+    its defines) with ceil(C / 32) registers a lane rounded up to a multiple of 4 (eight builds cover every C up
+    to 32 * MAX_COLUMNS_PER_LANE); layernorm_backward_kernel for wider rows."""
+    if C > 32 * MAX_COLUMNS_PER_LANE:
+        return layernorm_backward_kernel
+    return _with_columns_per_lane(registers_kernel or layernorm_backward_registers_kernel, 4 * ceil_div(C, 128))
+
+
+@functools.cache
+def _with_columns_per_lane(kernel, columns_per_lane):
+    return kernel.with_defines(COLUMNS_PER_LANE=columns_per_lane)
+
+
 def launch(rows_kernel, parameters_kernel, dinp, dweight, dbias, scratch, dout, inp, weight, mean, rstd, B, T, C):
-    """rows_kernel (layernorm_backward_kernel, or one with its parameters) over blocks of ROWS_PER_BLOCK rows,
+    """rows_kernel (rows_kernel_for's, or one with its parameters) over blocks of ROWS_PER_BLOCK rows,
     then parameters_kernel (layernorm_parameter_grads_kernel's) over their slices of scratch."""
     slices = ceil_div(B * T, ROWS_PER_BLOCK)
     rows_kernel((slices,), (WARPS * 32,), (dinp, scratch, dout, inp, weight, mean, rstd, np.int32(B * T), np.int32(C)))

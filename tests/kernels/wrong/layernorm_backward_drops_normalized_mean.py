@@ -7,10 +7,12 @@ from tests.kernels.wrong import mutate
 
 FUNCTION = "layernorm_backward"
 
-kernel = CudaKernel(mutate(module.LAYERNORM_BACKWARD_SOURCE, "s * ((dnorm - dnorm_mean) - n * dnorm_n_mean)",
-                           "s * (dnorm - dnorm_mean)"), "layernorm_backward_kernel", defines=module.DEFINES)
+kernel = CudaKernel(mutate(module.LAYERNORM_BACKWARD_SOURCE,
+                           "s * ((dnorm[k] - row_dnorm_mean) - n[k] * row_dnorm_n_mean)",
+                           "s * (dnorm[k] - row_dnorm_mean)"),
+                    "layernorm_backward_registers_kernel", defines=module.DEFINES)
 
 
 def layernorm_backward(dinp, dweight, dbias, scratch, dout, inp, weight, mean, rstd, B, T, C):
-    module.launch(kernel, module.layernorm_parameter_grads_kernel,
+    module.launch(module.rows_kernel_for(C, kernel), module.layernorm_parameter_grads_kernel,
                   dinp, dweight, dbias, scratch, dout, inp, weight, mean, rstd, B, T, C)

@@ -12,5 +12,5 @@ kernel = CudaKernel(mutate(module.LAYERNORM_BACKWARD_SOURCE, "p < slices; p += S
 
 
 def layernorm_backward(dinp, dweight, dbias, scratch, dout, inp, weight, mean, rstd, B, T, C):
-    module.launch(module.layernorm_backward_kernel, kernel,
+    module.launch(module.rows_kernel_for(C), kernel,
                   dinp, dweight, dbias, scratch, dout, inp, weight, mean, rstd, B, T, C)

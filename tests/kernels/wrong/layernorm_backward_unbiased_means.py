@@ -7,11 +7,13 @@ from tests.kernels.wrong import mutate
 
 FUNCTION = "layernorm_backward"
 
-kernel = CudaKernel(mutate(module.LAYERNORM_BACKWARD_SOURCE, "dnorm_mean = sums.x / C, dnorm_n_mean = sums.y / C",
-                           "dnorm_mean = sums.x / (C - 1), dnorm_n_mean = sums.y / (C - 1)"),
-                    "layernorm_backward_kernel", defines=module.DEFINES)
+kernel = CudaKernel(mutate(module.LAYERNORM_BACKWARD_SOURCE,
+                           "row_dnorm_mean = warp_sum(dnorm_sum) / C, row_dnorm_n_mean = warp_sum(dnorm_n_sum) / C",
+                           "row_dnorm_mean = warp_sum(dnorm_sum) / (C - 1), "
+                           "row_dnorm_n_mean = warp_sum(dnorm_n_sum) / (C - 1)"),
+                    "layernorm_backward_registers_kernel", defines=module.DEFINES)
 
 
 def layernorm_backward(dinp, dweight, dbias, scratch, dout, inp, weight, mean, rstd, B, T, C):
-    module.launch(kernel, module.layernorm_parameter_grads_kernel,
+    module.launch(module.rows_kernel_for(C, kernel), module.layernorm_parameter_grads_kernel,
                   dinp, dweight, dbias, scratch, dout, inp, weight, mean, rstd, B, T, C)
