@@ -56,9 +56,10 @@ SPEC = Spec(
         dict(B=1, T=1, C=8, **GPT2),
         dict(B=2, T=7, C=5, V=11, max_T=16),
         dict(B=3, T=37, C=33, V=300, max_T=64),
-        dict(B=4, T=300, C=40, V=1000, max_T=512, variant="one-token"),  # 1200 rows into one, over 5 tiles
+        dict(B=4, T=300, C=40, V=1000, max_T=512, variant="one-token"),  # 1200 rows into one, over 10 tiles
         dict(B=8, T=200, C=24, V=3, max_T=256),      # a vocabulary of 3: every block's token repeats
-        dict(B=4, T=400, C=33, V=300, max_T=512),    # ~5 of each token across 7 tiles: tiles without one
+        dict(B=4, T=400, C=33, V=300, max_T=512),    # ~5 of each token across 13 tiles: tiles without one
+        dict(B=70, T=3, C=9, V=40, max_T=4),         # three turns of 32 rows a block, tokens shared within a turn
         dict(B=4, T=64, C=768, **GPT2),
         dict(B=3, T=50, C=37, V=20, max_T=64, values="extreme"),
     ),

@@ -2,16 +2,14 @@
 sequence's row at position t read wpe[t]."""
 
 from gpt2kit.kernel_runtime import CudaKernel
-from gpt2kit.kernels.encoder_backward import (DEFINES, ENCODER_BACKWARD_SOURCE, encoder_backward_wte_kernel, launch_wpe,
-                                              launch_wte)
+from gpt2kit.kernels.encoder_backward import BLOCK_SIZE, ENCODER_BACKWARD_SOURCE, launch
 from tests.kernels.wrong import mutate
 
 FUNCTION = "encoder_backward"
 
-kernel = CudaKernel(mutate(ENCODER_BACKWARD_SOURCE, "for (int b = 0; b < B; b++) sum += dout[b * TC + tc];",
-                           "sum += dout[tc];"), "encoder_backward_wpe_kernel", defines=DEFINES)
+kernel = CudaKernel(mutate(ENCODER_BACKWARD_SOURCE, "pe += grad[i];", "if (b0 + k0 + i == 0) pe += grad[i];"),
+                    "encoder_backward_kernel", defines=dict(BLOCK_SIZE=BLOCK_SIZE))
 
 
 def encoder_backward(dwte, dwpe, dout, inp, B, T, C):
-    launch_wte(encoder_backward_wte_kernel, dwte, dout, inp, B, T, C)
-    launch_wpe(kernel, dwpe, dout, B, T, C)
+    launch(kernel, dwte, dwpe, dout, inp, B, T, C)

@@ -2,16 +2,14 @@
 embeddings had gathered (from the language-model head, which shares wte) is lost."""
 
 from gpt2kit.kernel_runtime import CudaKernel
-from gpt2kit.kernels.encoder_backward import (DEFINES, ENCODER_BACKWARD_SOURCE, encoder_backward_wpe_kernel, launch_wpe,
-                                              launch_wte)
+from gpt2kit.kernels.encoder_backward import BLOCK_SIZE, ENCODER_BACKWARD_SOURCE, launch
 from tests.kernels.wrong import mutate
 
 FUNCTION = "encoder_backward"
 
-kernel = CudaKernel(mutate(ENCODER_BACKWARD_SOURCE, "float sum = row[c];", "float sum = 0.0f;"),
-                    "encoder_backward_wte_kernel", defines=DEFINES)
+kernel = CudaKernel(mutate(ENCODER_BACKWARD_SOURCE, "= te[i] + grad[i];", "= grad[i];"), "encoder_backward_kernel",
+                    defines=dict(BLOCK_SIZE=BLOCK_SIZE))
 
 
 def encoder_backward(dwte, dwpe, dout, inp, B, T, C):
-    launch_wte(kernel, dwte, dout, inp, B, T, C)
-    launch_wpe(encoder_backward_wpe_kernel, dwpe, dout, B, T, C)
+    launch(kernel, dwte, dwpe, dout, inp, B, T, C)
