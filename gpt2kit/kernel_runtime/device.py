@@ -93,12 +93,22 @@ def nvrtc_unavailable_reason() -> str | None:
 
 def multiprocessor_count() -> int:
     """The current GPU's SMs, which a launcher sizes its grid by."""
-    return _multiprocessors(cupy.cuda.Device().id)
+    return _attribute(cupy.cuda.Device().id, "MultiProcessorCount")
+
+
+def threads_per_multiprocessor() -> int:
+    """The most threads the current GPU's SM holds at once (2048 on an H100, 1536 on an A40)."""
+    return _attribute(cupy.cuda.Device().id, "MaxThreadsPerMultiProcessor")
+
+
+def l2_cache_bytes() -> int:
+    """The current GPU's L2 cache size, which a launcher that reads its data twice sizes its grid by."""
+    return _attribute(cupy.cuda.Device().id, "L2CacheSize")
 
 
 @functools.cache
-def _multiprocessors(device: int) -> int:
-    return cupy.cuda.Device(device).attributes["MultiProcessorCount"]
+def _attribute(device: int, name: str) -> int:
+    return cupy.cuda.Device(device).attributes[name]
 
 
 def require_gpu() -> None:
