@@ -38,8 +38,8 @@ That tiling runs on the CUDA cores, at about two thirds of cuBLAS's float32 rate
 kit's solution gives both products to the tensor cores instead, at float32 accuracy:
 matmul_tf32.py's kernel with three TF32 passes (matmul_3xtf32.py says how), compiled
 for the layouts above (A_ALONG_K, B_ALONG_K: dinp's weight and both of dweight's
-operands are copied into shared memory k-row by k-row, and their fragments read one
-float at a time from rows turned so that no two lanes share a bank), adding into
+operands are copied into shared memory k-row by k-row, and their fragments read four
+at a time, each lane's rows or columns dealt out side by side), adding into
 dweight (ACCUMULATE), in chunks of FLUSH_SLICES slices whose sums are added up with
 float32's own rounding (the tensor cores truncate: matmul_tf32.py says what that does to
 a long sum). Its tiles are 128 x 128 where they give every multiprocessor one (dinp at

@@ -60,9 +60,13 @@ accuracy from three TF32 products per product (that file's header says how). It 
 matmul_backward.py's too, for the gradients' products, whose operands lie the other
 way: with A_ALONG_K = 0 (or B_ALONG_K = 0) an operand is stored k by k, each k's rows
 contiguous, and is copied into shared memory as it lies, in k-rows of TILE_M floats.
-ldmatrix cannot read those (it hands a lane 4 consecutive k of a row), so each
-fragment value is one 4-byte shared load; each k-row is turned by 8 floats per k % 4,
-which puts the 32 values of one load (rows g, k t) in 32 different banks. ACCUMULATE
+ldmatrix cannot read those (it hands a lane 4 consecutive k of a row). Instead the
+tile's rows are dealt out so that lane group g's fragment rows are tile rows 4g to
+4g + 3 (and 32 on): which row of out an mma row stands for is the kernel's choice, so
+long as the stores agree. One float4 load at k then gives a lane the values of two m
+tiles (or four n tiles), as few loads as ldmatrix takes; each k-row is turned by 8
+floats per k % 4, which puts a quarter warp's 8 float4s in 8 different groups of 4
+banks. Across K, a thread's columns of out are runs of 4, stored as float4s. ACCUMULATE
 adds the product into out (a gradient), and launch_unsplit gives a product of few
 tiles a kernel of smaller tiles instead of splitting K.
 
@@ -122,6 +126,8 @@ MATMUL_TF32_SOURCE = TF32_HELPERS + r"""
 static_assert(TILE_M * TILE_K % (4 * THREADS) == 0 && TILE_N * TILE_K % (4 * THREADS) == 0,
               "every thread copies the same number of 16-byte chunks of a slice");
 static_assert(N_TILES % 2 == 0, "one ldmatrix.x4 loads the fragments of two n tiles");
+static_assert((A_ALONG_K || M_TILES % 2 == 0) && (B_ALONG_K || N_TILES % 4 == 0),
+              "across K, one float4 holds the fragment values of two m tiles, or of four n tiles");
 
 // What TF32 rounding leaves of a raw float (exact in float32), rounded to TF32: x's low part. Its 13 bits below
 // TF32 are left for the tensor core to drop (it truncates an operand): with half an ulp added first, that is
@@ -166,10 +172,45 @@ __device__ __forceinline__ int swizzled(int row, int k) {
 
 // BEGIN SOLUTION
 // Where (row, k) of a shared tile of an operand across K lives (its k rows of ROWS floats contiguous, as in
-// matmul_backward.py): the row of k is turned by 8 floats for each k % 4, so that a fragment's 32 values, rows g
-// and k t of lane (g, t), lie in 32 different banks; 16-byte chunks stay whole.
+// matmul_backward.py): the row of k is turned by 8 floats for each k % 4, so that the float4s of a quarter warp,
+// lanes (g, t) at rows 4g .. 4g + 3 of k t (across_k below), lie in 8 different groups of 4 banks; 16-byte
+// chunks stay whole.
 template <int ROWS> __device__ __forceinline__ int rotated(int row, int k) {
     return k * ROWS + (row + 8 * (k % 4)) % ROWS;
+}
+
+// An operand across K gives lane group g the tile rows (or columns) 4g .. 4g + 3 (and 32 further on, for
+// more), so that one float4 load at k holds four of its fragment values: value i of lane group g at
+// across_k(i, g). A's values are i = 2 mi + half for rows g + 8 half of m tile mi, B's are i = ni for
+// column g of n tile ni. Which row of out an mma row is, is ours to choose, as long as the stores follow.
+__device__ __forceinline__ int across_k(int i, int g) { return 32 * (i / 4) + 4 * g + i % 4; }
+
+// The warp tile's row of mma row g + 8 half of m tile mi, and its column of mma column j of n tile ni
+__device__ __forceinline__ int fragment_row(int mi, int half, int g) {
+    return A_ALONG_K ? 16 * mi + 8 * half + g : across_k(2 * mi + half, g);
+}
+__device__ __forceinline__ int fragment_col(int ni, int j) { return B_ALONG_K ? 8 * ni + j : across_k(ni, j); }
+
+// RUN consecutive values of a row of out from column n, past N left out: stored, or added (ACCUMULATE), as one
+// access where `wide`; several splits add theirs, in no set order.
+template <int RUN> __device__ __forceinline__ void store_run(float* o, float* v, int n, int N, bool wide) {
+    if (gridDim.z > 1) {
+        #pragma unroll
+        for (int j = 0; j < RUN; j++) if (n + j < N) atomicAdd(o + j, v[j]);
+    } else if (wide && n < N) {  // N a multiple of RUN: n < N means the whole run is inside
+        if (ACCUMULATE && RUN == 4) {  // the run read as one access too
+            const float4 held = *(const float4*)o;
+            v[0] += held.x; v[1] += held.y; v[2] += held.z; v[3] += held.w;
+        } else if (ACCUMULATE) {
+            const float2 held = *(const float2*)o;
+            v[0] += held.x; v[1] += held.y;
+        }
+        if (RUN == 4) *(float4*)o = make_float4(v[0], v[1], v[2], v[3]);
+        else *(float2*)o = make_float2(v[0], v[1]);
+    } else {
+        #pragma unroll
+        for (int j = 0; j < RUN; j++) if (n + j < N) o[j] = ACCUMULATE ? o[j] + v[j] : v[j];
+    }
 }
 
 // One thread's share of copying an operand's slices global -> shared: ROWS rows of it (A's rows of out, or B's
@@ -281,33 +322,42 @@ matmul_tf32_kernel(float* out, const float* inp, const float* weight, const floa
         #pragma unroll
         for (int kk = 0; kk < TILE_K; kk += 8) {
             unsigned a[M_TILES][4], b[N_TILES][2];
+#if A_ALONG_K
             #pragma unroll
             for (int mi = 0; mi < M_TILES; mi++) {  // (g, t), (g + 8, t), (g, t + 4), (g + 8, t + 4)
-#if A_ALONG_K
                 load_matrices(a[mi], a_tile + 4 * ((warp_row + 16 * mi) * TILE_K + a_lane[kk / 8]));
-#else
-                const int r = warp_row + 16 * mi + g, k = kk + t;
-                a[mi][0] = __float_as_uint(a_floats[rotated<TILE_M>(r, k)]);
-                a[mi][1] = __float_as_uint(a_floats[rotated<TILE_M>(r + 8, k)]);
-                a[mi][2] = __float_as_uint(a_floats[rotated<TILE_M>(r, k + 4)]);
-                a[mi][3] = __float_as_uint(a_floats[rotated<TILE_M>(r + 8, k + 4)]);
-#endif
             }
+#else
+            #pragma unroll
+            for (int mi = 0; mi < M_TILES; mi += 2) {  // a float4: rows g, g + 8 of m tiles mi and mi + 1
+                const int r = warp_row + fragment_row(mi, 0, g);
+                const float4 at_t = *(const float4*)&a_floats[rotated<TILE_M>(r, kk + t)];
+                const float4 at_t4 = *(const float4*)&a_floats[rotated<TILE_M>(r, kk + t + 4)];
+                a[mi][0] = __float_as_uint(at_t.x); a[mi][1] = __float_as_uint(at_t.y);
+                a[mi][2] = __float_as_uint(at_t4.x); a[mi][3] = __float_as_uint(at_t4.y);
+                a[mi + 1][0] = __float_as_uint(at_t.z); a[mi + 1][1] = __float_as_uint(at_t.w);
+                a[mi + 1][2] = __float_as_uint(at_t4.z); a[mi + 1][3] = __float_as_uint(at_t4.w);
+            }
+#endif
+#if B_ALONG_K
             #pragma unroll
             for (int ni = 0; ni < N_TILES; ni += 2) {  // two n tiles: (t, g), (t + 4, g) of each
-#if B_ALONG_K
                 unsigned r[4];
                 load_matrices(r, b_tile + 4 * ((warp_col + 8 * ni) * TILE_K + b_lane[kk / 8]));
                 b[ni][0] = r[0]; b[ni][1] = r[1]; b[ni + 1][0] = r[2]; b[ni + 1][1] = r[3];
-#else
-                #pragma unroll
-                for (int pair = 0; pair < 2; pair++) {
-                    const int n = warp_col + 8 * (ni + pair) + g, k = kk + t;
-                    b[ni + pair][0] = __float_as_uint(b_floats[rotated<TILE_N>(n, k)]);
-                    b[ni + pair][1] = __float_as_uint(b_floats[rotated<TILE_N>(n, k + 4)]);
-                }
-#endif
             }
+#else
+            #pragma unroll
+            for (int ni = 0; ni < N_TILES; ni += 4) {  // a float4: column g of n tiles ni .. ni + 3
+                const int n = warp_col + fragment_col(ni, g);
+                const float4 at_t = *(const float4*)&b_floats[rotated<TILE_N>(n, kk + t)];
+                const float4 at_t4 = *(const float4*)&b_floats[rotated<TILE_N>(n, kk + t + 4)];
+                b[ni][0] = __float_as_uint(at_t.x); b[ni + 1][0] = __float_as_uint(at_t.y);
+                b[ni + 2][0] = __float_as_uint(at_t.z); b[ni + 3][0] = __float_as_uint(at_t.w);
+                b[ni][1] = __float_as_uint(at_t4.x); b[ni + 1][1] = __float_as_uint(at_t4.y);
+                b[ni + 2][1] = __float_as_uint(at_t4.z); b[ni + 3][1] = __float_as_uint(at_t4.w);
+            }
+#endif
 #if PASSES == 3
             // 3xTF32 (matmul_3xtf32.py): x = high + low, both TF32, and a b = high high + high low + low high
             // to float32's accuracy; the small products are added first, so the large one does not swamp them.
@@ -373,34 +423,35 @@ matmul_tf32_kernel(float* out, const float* inp, const float* weight, const floa
     }
 #endif
 
-    const bool pairs = N % 2 == 0 && ((size_t)out % 8) == 0;  // columns 2t, 2t + 1 as one 8-byte access
+    // A thread's columns of out come in runs: 2t and 2t + 1 of an n tile along K, or one column of 4 n tiles
+    // across it (across_k)
+    constexpr int RUN = B_ALONG_K ? 2 : 4, TILES_A_RUN = B_ALONG_K ? 1 : 4;
+    const bool wide = N % RUN == 0 && (size_t)out % (4 * RUN) == 0;
+    const bool biased = bias != nullptr && blockIdx.z == 0;  // once, by the first split
     #pragma unroll
-    for (int ni = 0; ni < N_TILES; ni++) {
-        const int n = col0 + warp_col + 8 * ni + 2 * t;
-        const bool biased = bias != nullptr && blockIdx.z == 0;  // once, by the first split
-        const float bias0 = biased && n < N ? bias[n] : 0.0f;
-        const float bias1 = biased && n + 1 < N ? bias[n + 1] : 0.0f;
+    for (int ni = 0; ni < N_TILES; ni += TILES_A_RUN) {
+        int n[RUN / 2];  // across K, the runs of columns 2t and 2t + 1, next to each other in out
+        float bias_run[RUN / 2][RUN];
+        #pragma unroll
+        for (int e = 0; e < RUN / 2; e++) {
+            n[e] = col0 + warp_col + fragment_col(ni, 2 * t + e);
+            #pragma unroll
+            for (int j = 0; j < RUN; j++) bias_run[e][j] = biased && n[e] + j < N ? bias[n[e] + j] : 0.0f;
+        }
         #pragma unroll
         for (int mi = 0; mi < M_TILES; mi++) {
             #pragma unroll
-            for (int half = 0; half < 2; half++) {  // rows g and g + 8
-                const int m = row0 + warp_row + 16 * mi + g + 8 * half;
+            for (int half = 0; half < 2; half++) {  // mma rows g and g + 8
+                const int m = row0 + warp_row + fragment_row(mi, half, g);
                 if (m >= M) continue;
-                float v0 = acc[mi][ni][2 * half] + bias0, v1 = acc[mi][ni][2 * half + 1] + bias1;
-                float* o = out + (long long)m * N + n;
-                if (gridDim.z > 1) {  // the splits add into out, in no set order
-                    if (n < N) atomicAdd(o, v0);
-                    if (n + 1 < N) atomicAdd(o + 1, v1);
-                } else if (pairs && n < N) {  // N even: n < N means n + 1 < N too
-                    if (ACCUMULATE) {
-                        const float2 held = *(const float2*)o;
-                        v0 += held.x;
-                        v1 += held.y;
+                #pragma unroll
+                for (int e = 0; e < RUN / 2; e++) {
+                    float v[RUN];
+                    #pragma unroll
+                    for (int j = 0; j < RUN; j++) {
+                        v[j] = bias_run[e][j] + acc[mi][ni + (B_ALONG_K ? 0 : j)][2 * half + (B_ALONG_K ? j : e)];
                     }
-                    *(float2*)o = make_float2(v0, v1);
-                } else {
-                    if (n < N) o[0] = ACCUMULATE ? o[0] + v0 : v0;
-                    if (n + 1 < N) o[1] = ACCUMULATE ? o[1] + v1 : v1;
+                    store_run<RUN>(out + (long long)m * N + n[e], v, n[e], N, wide);
                 }
             }
         }
