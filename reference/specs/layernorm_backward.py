@@ -73,7 +73,8 @@ SPEC = Spec(
         dict(B=1, T=1, C=768),
         dict(B=4, T=64, C=768),       # 16 slices of rows
         dict(B=3, T=300, C=100),      # 57 slices: more than a column's 32 threads of the parameter kernel
-        dict(B=3, T=11, C=1000),      # the widest rows held in registers (32 a lane), the last ones partly
+        dict(B=3, T=11, C=1000),      # the widest build held in registers (32 a lane), the last ones partly
+        dict(B=2, T=5, C=1024),       # the widest rows held in registers: every lane's 32 in use
         dict(B=2, T=50, C=1600),      # GPT-2 XL: more columns than threads, too many for registers
         dict(B=2, T=7, C=768, values="extreme"),
     ),
