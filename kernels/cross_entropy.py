@@ -204,6 +204,7 @@ def launch(kernel, dlogits, losses, logits, targets, B, T, V, Vp):
     """`kernel` (cross_entropy_kernel, or one with its parameters): blocks of up to MAX_THREADS threads taking
     the rows in turn, as many as the SMs hold, but no more rows at once than fill half of L2."""
     threads = min(MAX_THREADS, 32 * ceil_div(ceil_div(Vp, 4), 32))
-    blocks_per_sm = max(1, min(threads_per_multiprocessor() // threads, l2_cache_bytes() // (8 * Vp * multiprocessor_count())))
-    blocks = min(B * T, blocks_per_sm * multiprocessor_count())
+    sms = multiprocessor_count()
+    blocks_per_sm = max(1, min(threads_per_multiprocessor() // threads, l2_cache_bytes() // (8 * Vp * sms)))
+    blocks = min(B * T, blocks_per_sm * sms)
     kernel((blocks,), (threads,), (dlogits, losses, logits, targets, np.int32(V), np.int32(Vp), np.int32(B * T)))

@@ -222,7 +222,7 @@ layernorm_parameter_grads_kernel(float* dweight, float* dbias, const float* scra
 }
 """
 
-# COLUMNS_PER_LANE: the registers kernel's; the widest rows' here, registers_kernel_for picks each C's
+# COLUMNS_PER_LANE: the registers kernel's; the widest rows' here, rows_kernel_for picks each C's
 DEFINES = dict(ROWS_PER_BLOCK=ROWS_PER_BLOCK, WARPS=WARPS, SLICES=SLICES, COLUMNS_PER_LANE=MAX_COLUMNS_PER_LANE)
 layernorm_backward_kernel = CudaKernel(LAYERNORM_BACKWARD_SOURCE, "layernorm_backward_kernel", defines=DEFINES)
 layernorm_backward_registers_kernel = CudaKernel(LAYERNORM_BACKWARD_SOURCE, "layernorm_backward_registers_kernel",

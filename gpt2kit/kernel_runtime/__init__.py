@@ -11,7 +11,8 @@ A kernel module imports what it needs from here, and nothing else of the kit:
              in a captured graph (sm_90 and later)
 * arguments: check_array, check_rows, check_dims, ceil_div
 * device:    gpu_unavailable_reason, nvrtc_unavailable_reason, require_gpu, exit_without_gpu,
-             multiprocessor_count, threads_per_multiprocessor, l2_cache_bytes, captured (launches captured as a CUDA graph)
+             multiprocessor_count, threads_per_multiprocessor, l2_cache_bytes,
+             captured (launches captured as a CUDA graph)
 * loader:    use_kernels, the one kernels directory a process runs
 * commands:  OneLineArgumentParser: a command-line mistake is one line, status 2
 * recording: record, the tape of a call's own launches, and the refusal of the rest
@@ -32,6 +33,6 @@ from gpt2kit.kernel_runtime.errors import (GPUUnavailableError, KernelArgumentEr
 
 __all__ = [
     "CudaKernel", "GPUUnavailableError", "KernelArgumentError", "KernelCompileError", "KernelLoadError", "KitError",
-    "ceil_div", "check_array", "check_dims", "check_rows", "gpu_unavailable_reason", "l2_cache_bytes", "multiprocessor_count",
-    "power_of_two_at_least", "require_gpu", "threads_per_multiprocessor",
+    "ceil_div", "check_array", "check_dims", "check_rows", "gpu_unavailable_reason", "l2_cache_bytes",
+    "multiprocessor_count", "power_of_two_at_least", "require_gpu", "threads_per_multiprocessor",
 ]

@@ -61,7 +61,7 @@ SPEC = Spec(
         dict(B=3, T=5, V=1000, Vp=1024),                 # padding of whole groups of 4
         dict(B=2, T=4, V=1000, Vp=1000),                 # no padding
         dict(B=2, T=4, **GPT2),                          # rows longer than a block's 4 * 1024 columns
-        dict(B=8, T=40, V=4999, Vp=5000),                # more rows than blocks (2 an SM): each takes several
+        dict(B=8, T=40, V=4999, Vp=5000),                # more rows than blocks: blocks take several
         dict(B=3, T=5, V=1000, Vp=1024, variant="in-place"),
         dict(B=1, T=3, **GPT2, variant="in-place"),
         dict(B=4, T=8, V=1000, Vp=1024, values="extreme"),
