@@ -30,11 +30,13 @@ thousands of additions queue on each float, in an order that changes from run to
   contiguous bytes; the loop over a lane's columns is unrolled, so every load is in
   flight together) and keep them in registers: the row is read from memory once. The
   two row sums meet by shuffles, which leave the total in every lane, and each lane
-  writes its columns of dinp. Each lane also keeps its columns' sums of dout * n and
-  dout over the warp's rows; at the end the warps hand them down in halves through
-  shared memory (warps 4-7 to 0-3, 2-3 to 0-1, 1 to 0: two barriers a step, none a
-  row), and warp 0 writes the block's slice of scratch. Registers are sized to the row:
-  C / 32 columns a lane, rounded up to 4, one build per size.
+  writes its columns of dinp. Each lane also adds its columns' dout * n and dout into
+  its warp's own sums in shared memory (no other lane touches them, so no barrier a
+  row); after the block's rows, one barrier, and thread t adds column t's WARPS sums
+  (then column t + blockDim.x's) in warp order into the block's slice of scratch.
+  Registers are sized to the row: C / 32 columns a lane, rounded up to 4, one build
+  per size; four warps a block (168 registers a thread at C = 768 on sm_90) let three
+  blocks share an SM, where the sums kept in registers allowed one of eight warps.
 * layernorm_backward_kernel, for wider rows (GPT-2 XL's 1600), whose registers a lane
   could not hold: the same blocks and warps, but each lane reads its columns as it
   needs them, for the row sums and then again (from cache) for dinp. Then the column
@@ -60,7 +62,7 @@ import numpy as np
 from gpt2kit.kernel_runtime import CudaKernel, ceil_div, check_array, check_dims
 
 ROWS_PER_BLOCK = 16  # rows a block sums into one slice of scratch
-WARPS = 8  # per rows block: each warp takes every WARPS-th of its rows
+WARPS = 4  # per rows block: each warp takes every WARPS-th of its rows
 SLICES = 32  # threads per column in the parameter kernel: each adds every SLICES-th slice
 MAX_COLUMNS_PER_LANE = 32  # rows of up to 32 * 32 = 1024 columns are held in registers; wider ones are read again
 
@@ -123,18 +125,19 @@ layernorm_backward_kernel(float* dinp, float* scratch, const float* dout, const 
 
 // grid ceil(N / ROWS_PER_BLOCK), WARPS * 32 threads, for rows of C <= 32 * COLUMNS_PER_LANE: the same results
 // into dinp and scratch as layernorm_backward_kernel, every row read once. Lane l of a warp holds columns l, l + 32,
-// ... of its row (dout * weight, n and dinp) and, across the warp's rows, its columns' sums of dout * n and dout.
-static_assert((WARPS & (WARPS - 1)) == 0, "the warps hand their sums down in halves");
+// ... of its row (dout * weight, n and dinp) in registers and adds its columns' dout * n and dout into its warp's
+// own sums in shared memory, which no other lane touches until the block's rows are done.
 extern "C" __global__ void __launch_bounds__(WARPS * 32)
 layernorm_backward_registers_kernel(float* dinp, float* scratch, const float* dout, const float* inp,
                                     const float* weight, const float* mean, const float* rstd, int N, int C) {
     // BEGIN SOLUTION
-    __shared__ float upper_warps[WARPS / 2][2][32 * COLUMNS_PER_LANE];  // column sums handed down, warp w + h to w
+    __shared__ float warp_sums[WARPS][2][32 * COLUMNS_PER_LANE];  // warp w's sums of dout * n and of dout, by column
     const int first = blockIdx.x * ROWS_PER_BLOCK, rows = min(ROWS_PER_BLOCK, N - first);
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    float dweight_sum[COLUMNS_PER_LANE], dbias_sum[COLUMNS_PER_LANE];
+    float* dweight_sum = warp_sums[warp][0];
+    float* dbias_sum = warp_sums[warp][1];
     #pragma unroll
-    for (int k = 0; k < COLUMNS_PER_LANE; k++) dweight_sum[k] = dbias_sum[k] = 0.0f;
+    for (int k = 0; k < COLUMNS_PER_LANE; k++) dweight_sum[lane + 32 * k] = dbias_sum[lane + 32 * k] = 0.0f;
     for (int r = warp; r < rows; r += WARPS) {
         const long long row = first + r;
         const float mu = mean[row], s = rstd[row];
@@ -149,8 +152,8 @@ layernorm_backward_registers_kernel(float* dinp, float* scratch, const float* do
             dnorm[k] = i < C ? g * weight[i] : 0.0f;
             dnorm_sum += dnorm[k];
             dnorm_n_sum += dnorm[k] * n[k];
-            dweight_sum[k] += g * n[k];
-            dbias_sum[k] += g;
+            dweight_sum[i] += g * n[k];
+            dbias_sum[i] += g;
         }
         const float row_dnorm_mean = warp_sum(dnorm_sum) / C, row_dnorm_n_mean = warp_sum(dnorm_n_sum) / C;
         #pragma unroll
@@ -159,34 +162,17 @@ layernorm_backward_registers_kernel(float* dinp, float* scratch, const float* do
             if (i < C) dinp[row * C + i] = dx[k] + s * ((dnorm[k] - row_dnorm_mean) - n[k] * row_dnorm_n_mean);
         }
     }
-    for (int half = WARPS / 2; half > 0; half /= 2) {  // warps [half, 2 half) hand their sums to [0, half)
-        if (warp >= half && warp < 2 * half) {
-            #pragma unroll
-            for (int k = 0; k < COLUMNS_PER_LANE; k++) {
-                upper_warps[warp - half][0][lane + 32 * k] = dweight_sum[k];
-                upper_warps[warp - half][1][lane + 32 * k] = dbias_sum[k];
-            }
-        }
-        __syncthreads();
-        if (warp < half) {
-            #pragma unroll
-            for (int k = 0; k < COLUMNS_PER_LANE; k++) {
-                dweight_sum[k] += upper_warps[warp][0][lane + 32 * k];
-                dbias_sum[k] += upper_warps[warp][1][lane + 32 * k];
-            }
-        }
-        __syncthreads();
-    }
-    if (warp == 0) {
-        float* slice = scratch + (long long)blockIdx.x * 2 * C;
+    __syncthreads();
+    float* slice = scratch + (long long)blockIdx.x * 2 * C;
+    for (int i = threadIdx.x; i < C; i += WARPS * 32) {  // each column's warp sums, added in warp order
+        float dweight_total = 0.0f, dbias_total = 0.0f;
         #pragma unroll
-        for (int k = 0; k < COLUMNS_PER_LANE; k++) {
-            const int i = lane + 32 * k;
-            if (i < C) {
-                slice[i] = dweight_sum[k];
-                slice[C + i] = dbias_sum[k];
-            }
+        for (int w = 0; w < WARPS; w++) {
+            dweight_total += warp_sums[w][0][i];
+            dbias_total += warp_sums[w][1][i];
         }
+        slice[i] = dweight_total;
+        slice[C + i] = dbias_total;
     }
     // END SOLUTION
 }

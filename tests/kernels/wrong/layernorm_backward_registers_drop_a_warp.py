@@ -1,6 +1,5 @@
-"""LayerNorm's backward pass (rows held in registers) whose warps hand their column sums down one round short:
-warp 1's sums, which by then hold warps 1, 3, 5 and 7's rows, never reach warp 0, so dweight and dbias miss those
-rows (right only while a block has one row)."""
+"""LayerNorm's backward pass (rows held in registers) whose block adds up its warps' column sums without the last
+warp's: dweight and dbias miss every WARPS-th row of a block (right only while a block has fewer rows than warps)."""
 
 from gpt2kit.kernel_runtime import CudaKernel
 from gpt2kit.kernels import layernorm_backward as module
@@ -8,7 +7,7 @@ from tests.kernels.wrong import mutate
 
 FUNCTION = "layernorm_backward"
 
-kernel = CudaKernel(mutate(module.LAYERNORM_BACKWARD_SOURCE, "half > 0; half /= 2", "half > 1; half /= 2"),
+kernel = CudaKernel(mutate(module.LAYERNORM_BACKWARD_SOURCE, "w < WARPS; w++", "w < WARPS - 1; w++"),
                     "layernorm_backward_registers_kernel", defines=module.DEFINES)
 
 
