@@ -43,8 +43,12 @@ at a time, each lane's rows or columns dealt out side by side), adding into
 dweight (ACCUMULATE), in chunks of FLUSH_SLICES slices whose sums are added up with
 float32's own rounding (the tensor cores truncate: matmul_tf32.py says what that does to
 a long sum). Its tiles are 128 x 128 where they give every multiprocessor one (dinp at
-B*T = 4096 rows), and 64 x 64 otherwise (dweight at C = OC = 768: 144 of them). K is not
-split, so these sums too have one order. A product of fewer than
+B*T = 4096 rows), and 64 x 64 otherwise. dweight's tiles are few for its long K = B*T
+(36 to 144 tiles of 128 x 128 at GPT-2's sizes, for 132 multiprocessors on an H100),
+so its K is split instead: split z stores its sums into a slice of scratch of its own
+(SLICED), allocated by the call (a captured step's graph keeps it), and
+add_slices_kernel adds the slices into dweight in split order, so these sums too have
+one order. A product of fewer than
 MIN_TENSOR_CORE_K terms stays on the CUDA cores: 3xTF32 drops the low x low product, an
 error up to about 2^-22 of each term, which fp32's bound (4 sqrt(K) float32 ulps of the
 terms' magnitudes) covers only when K is not tiny (one row's dweight, K = 1, is an outer
@@ -63,6 +67,7 @@ TILE_K = 16      # depth of one shared-memory slice
 THREADS = 256    # per product block, each owning a 4 x 4 part of the tile
 BIAS_COLUMNS = 32  # columns of dout per dbias block: one per lane
 BIAS_WARPS = 32    # warps per dbias block, each summing every BIAS_WARPS-th row
+SLICE_THREADS = 256  # per block adding dweight's split-K slices, 4 floats a thread
 MIN_TENSOR_CORE_K = 16  # terms a product sums at least to go to the tensor cores (the docstring says why)
 
 MATMUL_BACKWARD_SOURCE = r"""
@@ -190,15 +195,46 @@ matmul_backward_dbias_kernel(float* dbias, const float* dout, int M, int OC) {
     }
     // END SOLUTION
 }
+
+// out (n floats) += slices[0] + slices[1] + ... + slices[count - 1], n floats each, one after the other, added in
+// that order. Grid ceil(n / (4 * SLICE_THREADS)), SLICE_THREADS threads: 4 floats of out a thread, as float4s
+// where n is a multiple of 4 and out 16-byte aligned.
+extern "C" __global__ void __launch_bounds__(SLICE_THREADS)
+add_slices_kernel(float* out, const float* slices, int count, long long n) {
+    // BEGIN SOLUTION
+    const long long first = 4 * ((long long)blockIdx.x * SLICE_THREADS + threadIdx.x);
+    if (first >= n) return;
+    if (n % 4 == 0 && (size_t)out % 16 == 0) {
+        float4 sum = *(const float4*)(slices + first);
+        for (int z = 1; z < count; z++) {
+            const float4 part = *(const float4*)(slices + z * n + first);
+            sum.x += part.x; sum.y += part.y; sum.z += part.z; sum.w += part.w;
+        }
+        float4 held = *(float4*)(out + first);
+        held.x += sum.x; held.y += sum.y; held.z += sum.z; held.w += sum.w;
+        *(float4*)(out + first) = held;
+    } else {
+        for (long long i = first; i < min(first + 4, n); i++) {
+            float sum = slices[i];
+            for (int z = 1; z < count; z++) sum += slices[z * n + i];
+            out[i] += sum;
+        }
+    }
+    // END SOLUTION
+}
 """
 
-DEFINES = dict(TILE=TILE, TILE_K=TILE_K, THREADS=THREADS, BIAS_COLUMNS=BIAS_COLUMNS, BIAS_WARPS=BIAS_WARPS)
+DEFINES = dict(TILE=TILE, TILE_K=TILE_K, THREADS=THREADS, BIAS_COLUMNS=BIAS_COLUMNS, BIAS_WARPS=BIAS_WARPS,
+               SLICE_THREADS=SLICE_THREADS)
 matmul_backward_dinp_kernel = CudaKernel(MATMUL_BACKWARD_SOURCE, "matmul_backward_dinp_kernel", defines=DEFINES)
 matmul_backward_dweight_kernel = CudaKernel(MATMUL_BACKWARD_SOURCE, "matmul_backward_dweight_kernel", defines=DEFINES)
 matmul_backward_dbias_kernel = CudaKernel(MATMUL_BACKWARD_SOURCE, "matmul_backward_dbias_kernel", defines=DEFINES)
+add_slices_kernel = CudaKernel(MATMUL_BACKWARD_SOURCE, "add_slices_kernel", defines=DEFINES)
 
 # BEGIN SOLUTION
-from gpt2kit.kernels.matmul_tf32 import launch_unsplit, matmul_tf32_kernel
+from gpt2kit.kernel_runtime import multiprocessor_count
+from gpt2kit.kernel_runtime.device import cupy
+from gpt2kit.kernels.matmul_tf32 import TILE_K as TF32_TILE_K, launch_unsplit, matmul_tf32_kernel
 
 # The products on the tensor cores, three TF32 passes each, their sums taken in chunks of FLUSH_SLICES slices
 # (matmul_tf32.py says why): dinp = dout @ weight reads weight across K; dweight += dout^T @ inp reads both
@@ -206,18 +242,42 @@ from gpt2kit.kernels.matmul_tf32 import launch_unsplit, matmul_tf32_kernel
 # the accumulators), and in 64 x 64 tiles of 4 warps of 32 x 32.
 FLUSH_SLICES = 4
 TILES = {"large": dict(WARP_N=32, THREADS=256), "small": dict(TILE_M=64, TILE_N=64, WARP_M=32, WARP_N=32)}
+SPLIT_WAVES = 4         # dweight's K is split until its blocks fill every multiprocessor this many times...
+MAX_SPLITS = 8          # ...in at most this many slices of scratch...
+MIN_SPLIT_SLICES = 16   # ...each split walking at least this many of K's slices
+DWEIGHT = dict(A_ALONG_K=0, B_ALONG_K=0)
 tensor_core_kernels = {
     (product, size): matmul_tf32_kernel.with_defines(PASSES=3, FLUSH=FLUSH_SLICES, **layout, **tiles)
-    for product, layout in (("dinp", dict(B_ALONG_K=0)), ("dweight", dict(A_ALONG_K=0, B_ALONG_K=0, ACCUMULATE=1)))
+    for product, layout in (("dinp", dict(B_ALONG_K=0)), ("dweight", dict(DWEIGHT, ACCUMULATE=1)))
     for size, tiles in TILES.items()}
+tensor_core_kernels["dweight", "sliced"] = matmul_tf32_kernel.with_defines(PASSES=3, FLUSH=FLUSH_SLICES, SLICED=1,
+                                                                           **DWEIGHT, **TILES["large"])
 
 
-def launch_on_tensor_cores(dinp, dweight, dbias, dout, inp, weight, M, C, OC, kernels=tensor_core_kernels):
-    """launch's work with the two products on the tensor cores (`kernels` as tensor_core_kernels: a known-wrong
-    version passes its own) and dbias on the CUDA cores."""
+def launch_on_tensor_cores(dinp, dweight, dbias, dout, inp, weight, M, C, OC, kernels=tensor_core_kernels,
+                           add_slices=add_slices_kernel):
+    """launch's work with the two products on the tensor cores (`kernels` as tensor_core_kernels, `add_slices` as
+    add_slices_kernel: a known-wrong version passes its own) and dbias on the CUDA cores."""
     launch_unsplit(kernels["dinp", "large"], kernels["dinp", "small"], dinp, dout, weight, M, OC, C)
-    launch_unsplit(kernels["dweight", "large"], kernels["dweight", "small"], dweight, dout, inp, OC, M, C)
+    sliced = kernels["dweight", "sliced"]
+    splits = dweight_splits(sliced, M, C, OC)
+    if splits == 1:
+        launch_unsplit(kernels["dweight", "large"], kernels["dweight", "small"], dweight, dout, inp, OC, M, C)
+    else:  # each split's sums into a slice of scratch of its own, then the slices added in split order
+        slices = cupy.empty(splits * OC * C, dtype=np.float32)
+        sliced((ceil_div(OC, sliced.defines["TILE_M"]), ceil_div(C, sliced.defines["TILE_N"]), splits),
+               (sliced.defines["THREADS"],), (slices, dout, inp, np.uint64(0), np.int32(OC), np.int32(M), np.int32(C)))
+        add_slices((ceil_div(OC * C, 4 * SLICE_THREADS),), (SLICE_THREADS,),
+                   (dweight, slices, np.int32(splits), np.int64(OC * C)))
     launch_dbias(dbias, dout, M, OC)
+
+
+def dweight_splits(kernel, M, C, OC):
+    """Slices of K = M that dweight's tiles of `kernel` are split into: enough for SPLIT_WAVES blocks a
+    multiprocessor, at most MAX_SPLITS, each at least MIN_SPLIT_SLICES slices long; 1 (unsplit) for a short K."""
+    tiles = ceil_div(OC, kernel.defines["TILE_M"]) * ceil_div(C, kernel.defines["TILE_N"])
+    wanted = ceil_div(SPLIT_WAVES * multiprocessor_count(), tiles)
+    return max(1, min(wanted, MAX_SPLITS, M // (TF32_TILE_K * MIN_SPLIT_SLICES)))
 # END SOLUTION
 
 

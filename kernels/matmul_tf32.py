@@ -54,6 +54,8 @@ matmul_split_k.py does): grid z is the split, block z walks its share of K's sli
 and the splits add their sums into out, which is zeros beforehand, with atomicAdd.
 Enough splits are taken for BLOCKS_PER_SM blocks a multiprocessor, each walking at
 least MIN_SLICES slices; the tiles of a long prompt fill the GPU alone, unsplit.
+Compiled with SLICED = 1, split z stores its sums into out + z * M * N instead, a slice
+of its own, for the caller to add up in split order (matmul_backward.py's dweight).
 
 The same source, compiled with PASSES = 3, is matmul_3xtf32.py's kernel: float32
 accuracy from three TF32 products per product (that file's header says how). It is
@@ -192,9 +194,9 @@ __device__ __forceinline__ int fragment_row(int mi, int half, int g) {
 __device__ __forceinline__ int fragment_col(int ni, int j) { return B_ALONG_K ? 8 * ni + j : across_k(ni, j); }
 
 // RUN consecutive values of a row of out from column n, past N left out: stored, or added (ACCUMULATE), as one
-// access where `wide`; several splits add theirs, in no set order.
+// access where `wide`; several splits add theirs, in no set order, unless each has its own slice of out (SLICED).
 template <int RUN> __device__ __forceinline__ void store_run(float* o, float* v, int n, int N, bool wide) {
-    if (gridDim.z > 1) {
+    if (gridDim.z > 1 && !SLICED) {
         #pragma unroll
         for (int j = 0; j < RUN; j++) if (n + j < N) atomicAdd(o + j, v[j]);
     } else if (wide && n < N) {  // N a multiple of RUN: n < N means the whole run is inside
@@ -271,7 +273,8 @@ template <int ROWS, bool ALONG_K> struct SliceCopy {
 // B_ALONG_K = 0 reads B from weight[k * N + n]; ACCUMULATE = 1 adds the product to out (bias nullptr).
 // grid (ceil(M / TILE_M), ceil(N / TILE_N), splits): block z sums its share of K's slices. With one split it
 // stores its tile of out; with several, every split adds its sums into out (zeros beforehand, unless
-// ACCUMULATE), in no set order (bias: split 0).
+// ACCUMULATE), in no set order (bias: split 0); SLICED = 1: split z stores its sums into out + z * M * N.
+static_assert(!(SLICED && ACCUMULATE), "a split's slice of out is written, and the slices are added up later");
 extern "C" __global__ void __launch_bounds__(THREADS)
 matmul_tf32_kernel(float* out, const float* inp, const float* weight, const float* bias, int M, int K, int N) {
     // BEGIN SOLUTION
@@ -426,7 +429,8 @@ matmul_tf32_kernel(float* out, const float* inp, const float* weight, const floa
     // A thread's columns of out come in runs: 2t and 2t + 1 of an n tile along K, or one column of 4 n tiles
     // across it (across_k)
     constexpr int RUN = B_ALONG_K ? 2 : 4, TILES_A_RUN = B_ALONG_K ? 1 : 4;
-    const bool wide = N % RUN == 0 && (size_t)out % (4 * RUN) == 0;
+    float* const slice_out = SLICED ? out + (long long)blockIdx.z * M * N : out;
+    const bool wide = N % RUN == 0 && (size_t)slice_out % (4 * RUN) == 0;
     const bool biased = bias != nullptr && blockIdx.z == 0;  // once, by the first split
     #pragma unroll
     for (int ni = 0; ni < N_TILES; ni += TILES_A_RUN) {
@@ -451,7 +455,7 @@ matmul_tf32_kernel(float* out, const float* inp, const float* weight, const floa
                     for (int j = 0; j < RUN; j++) {
                         v[j] = bias_run[e][j] + acc[mi][ni + (B_ALONG_K ? 0 : j)][2 * half + (B_ALONG_K ? j : e)];
                     }
-                    store_run<RUN>(out + (long long)m * N + n[e], v, n[e], N, wide);
+                    store_run<RUN>(slice_out + (long long)m * N + n[e], v, n[e], N, wide);
                 }
             }
         }
@@ -461,7 +465,7 @@ matmul_tf32_kernel(float* out, const float* inp, const float* weight, const floa
 """
 
 TF32_DEFINES = dict(TILE_M=TILE_M, TILE_N=TILE_N, WARP_M=WARP_M, WARP_N=WARP_N, TILE_K=TILE_K, STAGES=STAGES,
-                    THREADS=THREADS, A_ALONG_K=1, B_ALONG_K=1, ACCUMULATE=0, FLUSH=0)
+                    THREADS=THREADS, A_ALONG_K=1, B_ALONG_K=1, ACCUMULATE=0, FLUSH=0, SLICED=0)
 matmul_tf32_kernel = CudaKernel(MATMUL_TF32_SOURCE, "matmul_tf32_kernel", defines=dict(TF32_DEFINES, PASSES=1))
 
 

@@ -81,6 +81,9 @@ SPEC = Spec(
         dict(B=1, T=33, C=130, OC=132),                     # past one tile of 128; inp's and weight's rows odd
         dict(B=2, T=9, C=16900, OC=20),                     # 133 tiles of 128 x 128 in each product: the large
                                                             # kernels, on 132 SMs too, with rows past every edge
+        dict(B=4, T=130, C=200, OC=72),                     # dweight's K split in two slices of scratch, the
+                                                            # second short; the slices added as float4s
+        dict(B=2, T=400, C=201, OC=73, variant="no-bias"),  # in three, added one float at a time (OC * C odd)
         dict(B=3, T=40, C=72, OC=36, values="extreme"),
         dict(B=1, T=20, C=64, OC=8192, variant="softmax"),  # the LM head's gradient: long sums of one-signed terms
     ),
