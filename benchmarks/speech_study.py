@@ -10,16 +10,17 @@ padded to its longest utterance rounded up to a whole second
 is forward, CTC loss (summed), backward and AdamW.
 
 runtime: per executor (baseline, ptgraph, grape: wav2vec2.training) a warm-up run over
-    the batches (ptgraph captures a graph pair per padded length, grape its one), then
+    the batches (ptgraph and grape capture a graph pair per padded length), then
     --runs timed runs over the same batches, wall clock to each step's loss on the
     host. transformers' Wav2Vec2ForCTC on the same weights and batches, float32 with
     TF32 off (cuDNN's convolutions too), eager, torch.optim.AdamW with the same
     settings, is the reference row. Rows go to speedometer.csv ("Model": "Wav2Vec2").
 graph-memory: the buffers and graphs each executor's captured steps hold over the
-    batches' padded lengths, forward and backward apart: ptgraph's pair per length
-    against grape's one pair. Counted as the bytes of each graph's buffers (its
-    activations, or the backward pass's gradients) plus the memory pool its capture
-    allocated from (kernel_runtime.device.CapturedGraph); the parameters, their
+    batches' padded lengths, forward and backward apart: ptgraph's pair per length,
+    each with buffers and pools of its own, against grape's pairs in the memory of the
+    longest. Counted as the bytes of the graphs' buffers (activations, or the backward
+    pass's gradients) plus the memory pools their captures allocated from
+    (kernel_runtime.device.CapturedGraph), each allocation once; the parameters, their
     gradients and the optimizer's moments, which every executor holds once, are left
     out. Rows "Wav2Vec2 forward" and "Wav2Vec2 backward" go to metadata_compression.csv.
 breakdown: one run per executor after a warm-up, a CUDA event on the step's stream as
@@ -131,27 +132,36 @@ def runtime(study: SpeechStudy, out: Path, runs: int, executors, with_hf: bool, 
     return list(write_speedometer(out, timings, device, study.name))
 
 
-def held(step, executor: str) -> tuple[float, float, int]:
-    """MB of the forward graphs' buffers and pools, and of the backward graphs', and how many pairs."""
-    pairs = list(step.pairs.values()) if executor == "ptgraph" else [step.pair]
+def held(step) -> tuple[float, float, int]:
+    """MB that the forward graphs' buffers and pools hold, MB that the backward graphs' add, and how many pairs:
+    each allocation counted once, so grape's lengths, which share the longest's buffers and one pool, count it
+    once (the pool with the forward graphs)."""
+    import cupy
 
-    def megabytes(arrays, graph) -> float:
-        flat = [x for value in vars(arrays).values() for x in (value if isinstance(value, list) else [value])]
-        return (sum(x.nbytes for x in flat if hasattr(x, "nbytes")) + graph.pool.total_bytes()) / 2**20
+    pairs, counted = list(step.pairs.values()), set()
 
-    return (sum(megabytes(p.a, p.forward_graph) for p in pairs), sum(megabytes(p.d, p.backward_graph) for p in pairs),
-            len(pairs))
+    def megabytes(buffers, graphs) -> float:
+        arrays = [x for held_buffers in buffers for value in vars(held_buffers).values()
+                  for x in (value if isinstance(value, list) else [value]) if isinstance(x, cupy.ndarray)]
+        allocations = ([(id(x.data.mem), x.data.mem.size) for x in arrays]
+                       + [(id(graph.pool), graph.pool.total_bytes()) for graph in graphs])
+        new = {key: size for key, size in allocations if key not in counted}
+        counted.update(new)
+        return sum(new.values()) / 2**20
+
+    forward = megabytes([p.a for p in pairs], [p.forward_graph for p in pairs])
+    return forward, megabytes([p.d for p in pairs], [p.backward_graph for p in pairs]), len(pairs)
 
 
 def graph_memory(study: SpeechStudy, out: Path, device: str) -> list[Path]:
-    print(f"graph memory: ptgraph's graph pair per padded length ({len(study.lengths)}) against grape's one pair",
-          flush=True)
+    print(f"graph memory: a graph pair per padded length ({len(study.lengths)}), ptgraph's each with memory of its "
+          "own, grape's all in the longest's", flush=True)
     sizes = {}
     for executor in ("ptgraph", "grape"):
         step = study.step(executor)
         for batch in study.batches:  # every length captured (each pair launched once first, then captured)
             step(*batch)
-        sizes[executor] = held(step, executor)
+        sizes[executor] = held(step)
         print(f"  {executor}: {sizes[executor][2]} pairs, forward {sizes[executor][0]:.0f} MB, backward "
               f"{sizes[executor][1]:.0f} MB", flush=True)
         del step

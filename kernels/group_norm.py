@@ -10,8 +10,9 @@ as torch.nn.GroupNorm; frames (B,) int32 on the device, F = frames[b] in 1..T):
     out        = n * weight[c] + bias[c]
 
 Wav2Vec2 normalises over the batch's padded length, every frame of it: frames[b] = T,
-except in a CUDA graph sized for the longest batch (the Grape study's), which reads the
-frames of the batch it runs from the device, the buffer's later frames being zeros.
+except where a batch runs in activations longer than its own (a CUDA graph's buffers
+reused for a shorter batch), which reads the frames of the batch it runs from the device,
+the buffer's later frames being zeros.
 
 mean and rstd (B, G) are outputs too, for the backward pass, which from dout (B, T, C)
 writes dinp and adds to the parameters' gradients:

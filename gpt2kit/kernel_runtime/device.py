@@ -146,10 +146,12 @@ def give_back_memory() -> None:
     cupy.get_default_memory_pool().free_all_blocks()
 
 
-def captured(stream, launch):
+def captured(stream, launch, pool=None):
     """launch()'s launches captured on `stream` as a CUDA graph, not run: (CapturedGraph, what launch returned).
-    The caller must be in `stream` (`with stream:`), so that the launches go to it."""
-    pool = cupy.cuda.MemoryPool()
+    The caller must be in `stream` (`with stream:`), so that the launches go to it. pool: the memory pool its
+    scratch comes from, shared with other graphs that never run at the same time as this one (one stream's);
+    None: a pool of its own."""
+    pool = pool if pool is not None else cupy.cuda.MemoryPool()
     with cupy.cuda.using_allocator(pool.malloc):
         stream.begin_capture()
         try:

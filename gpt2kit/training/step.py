@@ -79,18 +79,18 @@ def adamw_update_all(optimizer: AdamW, ops, parameters: dict, grads: dict, momen
 class GraphPair:
     """A forward graph and a backward graph: forward() and backward() (zero-argument launches over buffers the
     caller owns) launched the first time, which loads every kernel (a capture cannot), then captured on `stream`,
-    and replayed from then on. Run it inside `with stream:`."""
+    and replayed from then on, their scratch from `pool` (captured's). Run it inside `with stream:`."""
 
-    def __init__(self, stream, forward: Callable[[], None], backward: Callable[[], None]):
-        self.stream, self.forward, self.backward = stream, forward, backward
+    def __init__(self, stream, forward: Callable[[], None], backward: Callable[[], None], pool=None):
+        self.stream, self.forward, self.backward, self.pool = stream, forward, backward, pool
         self.forward_graph = self.backward_graph = None
 
     def run(self) -> None:
         if self.forward_graph is None:
             self.forward()
             self.backward()
-            self.forward_graph, _ = captured(self.stream, self.forward)
-            self.backward_graph, _ = captured(self.stream, self.backward)
+            self.forward_graph, _ = captured(self.stream, self.forward, self.pool)
+            self.backward_graph, _ = captured(self.stream, self.backward, self.pool)
         else:
             self.forward_graph.launch(self.stream)
             self.backward_graph.launch(self.stream)

@@ -34,6 +34,7 @@ so that input's gradient is the sum of two shares, which residual_forward adds.
 
 from __future__ import annotations
 
+import math
 import types
 
 import numpy as np
@@ -90,7 +91,7 @@ class Wav2Vec2ForCTC:
     def load_batch(self, a, audio, frames) -> None:
         """A checked batch (check_audio) into a's input buffers: the audio zero padded to a's S samples, each
         utterance's frames, the mask of valid frames, and the frames group norm counts: all of the batch's padded
-        length (audio.shape[1] samples), which a's S may exceed (a graph sized for the longest batch)."""
+        length (audio.shape[1] samples), which a's S may exceed (a graph's buffers reused for a shorter batch)."""
         B, S = a.audio.shape[:2]
         if audio.shape[0] != B or audio.shape[1] > S:
             raise InputError(f"a batch of {audio.shape[0]} utterances of {audio.shape[1]} samples does not fit "
@@ -252,31 +253,45 @@ class Wav2Vec2ForCTC:
                      "fcproj", "residual2", "ln2", "ln2_mean", "ln2_rstd")
         return shapes | {name: [shapes[name]] * L for name in per_layer}
 
-    def new_activations(self, B: int, S: int):
+    def new_activations(self, B: int, S: int, within=None):
         """A fresh set of activations for B utterances of S samples, with the batch's buffers load_batch fills:
         frames (B,) each utterance's valid frames, valid (B, T, 1) their mask, gn_frames (B,) the frames group norm
-        counts."""
+        counts. within: a set made for B utterances of S samples or more, whose memory this set takes (each array
+        the first elements of its namesake) instead of its own."""
+        if within is not None:
+            a = self._allocate(self.activation_shapes(B, S) | {"valid": (B, self.config.frames(S), 1)}, within)
+            a.frames, a.gn_frames = within.frames, within.gn_frames
+            return a
         a = self._allocate(self.activation_shapes(B, S))
         a.frames, a.gn_frames = (self.backend.xp.zeros(B, np.int32) for _ in range(2))
         a.valid = self.backend.empty(B, self.config.frames(S), 1)
         return a
 
-    def new_gradients(self, B: int, S: int):
+    def new_gradients(self, B: int, S: int, within=None):
         """The backward pass's buffers for B utterances of S samples: the gradients of GRADIENT_ACTIVATIONS, named
         as the activations; share (B, T, C), the gradient a matmul or the positional convolution hands an input
-        that a residual add reads too, before residual_forward adds the add's; and layernorm_backward's scratch."""
+        that a residual add reads too, before residual_forward adds the add's; and layernorm_backward's scratch.
+        within: as new_activations'."""
         c, shapes = self.config, self.activation_shapes(B, S)
         T, C = c.frames(S), c.channels
         return self._allocate({name: shapes[name] for name in GRADIENT_ACTIVATIONS}
-                              | {"share": (B, T, C), "scratch": (B, T, 2 * max(C, c.features))})
+                              | {"share": (B, T, C), "scratch": (B, T, 2 * max(C, c.features))}, within)
 
     def zero_grads(self) -> dict:
         """A zero gradient for every parameter, laid out as self.parameters."""
         return {name: self.backend.xp.zeros_like(array) for name, array in self.parameters.items()}
 
-    def _allocate(self, shapes: dict):
+    def _allocate(self, shapes: dict, within=None):
+        """An array of each shape (a list of shapes: a list of arrays), by name: new, or the first elements of
+        within's namesake, which is at least as large."""
+        def array(name, shape, i=None):
+            if within is None:
+                return self.backend.empty(*shape)
+            held = getattr(within, name) if i is None else getattr(within, name)[i]
+            return held.reshape(-1)[:math.prod(shape)].reshape(shape)
+
         return types.SimpleNamespace(**{
-            name: [self.backend.empty(*s) for s in shape] if isinstance(shape, list) else self.backend.empty(*shape)
+            name: [array(name, s, i) for i, s in enumerate(shape)] if isinstance(shape, list) else array(name, shape)
             for name, shape in shapes.items()})
 
     # ------------------------------------------------------------------ checks

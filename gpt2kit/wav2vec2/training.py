@@ -15,13 +15,15 @@ baseline  activations made for each batch's own shape, every host function launc
 ptgraph   one forward graph (with the loss) and one backward graph per padded length S,
           captured the first time that length comes, each pair with activations of its
           own, as PyTorch's CUDA graphs bake the shapes of their launches in.
-grape     one forward graph and one backward graph for every batch, sized for the
-          longest (max_samples): a batch is copied into their buffers zero padded, and
-          what depends on its length the kernels read from the device (each utterance's
-          frames, group norm's counted frames, the labels' lengths). Attention skips
-          the padded keys' tiles and the CTC loss and group norm stop at the lengths
-          they read; the other kernels run over the whole buffer, whose extra frames
-          hold zeros and get no gradient.
+grape     a graph pair per padded length S too, so each batch runs at its own length,
+          but all of them over one memory: the activations and gradients of the longest
+          length (max_samples), made once, of which each length's arrays are the first
+          elements, and one memory pool for every capture's scratch. The graphs run one
+          at a time on one stream, so they can share it: the step holds the memory of
+          its longest length alone, where ptgraph holds every length's. What depends
+          on a batch's utterances the kernels read from the device (each utterance's
+          frames, group norm's counted frames, the labels' lengths): attention skips
+          the padded keys' tiles, and the CTC loss and group norm stop at the lengths.
 
 For the same batch the three give the same loss and gradients (up to the order of
 float32 sums over more rows). The optimizer's update is launched after the graphs: its
@@ -152,10 +154,11 @@ class SpeechStep:
 
 
 class ShapeGraphs(GraphPair):
-    """A step's forward graph (with the loss) and backward graph over activations a and gradients d of their own."""
+    """A step's forward graph (with the loss) and backward graph over activations a and gradients d, their scratch
+    from `pool` (None: a pool of each graph's own)."""
 
-    def __init__(self, step: SpeechStep, a, d):
-        super().__init__(step.stream, lambda: step.forward(a, d), lambda: step.backward(a, d))
+    def __init__(self, step: SpeechStep, a, d, pool=None):
+        super().__init__(step.stream, lambda: step.forward(a, d), lambda: step.backward(a, d), pool)
         self.a, self.d = a, d
 
 
@@ -177,26 +180,31 @@ class PerShapeGraphStep(SpeechStep):
         self.pairs[S].run()
 
 
-class SharedGraphStep(SpeechStep):
-    """grape: one ShapeGraphs sized for max_samples serves every batch."""
+class SharedGraphStep(PerShapeGraphStep):
+    """grape: ShapeGraphs per padded length S, all over the activations and gradients made once for max_samples
+    (each length's arrays the first elements of theirs) and with one pool for their scratch."""
 
     name = "grape"
 
     def __init__(self, model: Wav2Vec2ForCTC, B: int, max_labels: int, max_samples: int,
                  optimizer: AdamW = AdamW()):
+        import cupy
+
         super().__init__(model, B, max_labels, optimizer)
         self.max_samples = max_samples
         with self.stream:
-            self.pair = ShapeGraphs(self, *super().buffers(max_samples))
+            self.longest = model.new_activations(B, max_samples), model.new_gradients(B, max_samples)
+        self.pool = cupy.cuda.MemoryPool()
 
     def buffers(self, S: int):
         if S > self.max_samples:
             raise SpeechStepError(f"a batch of {S} samples is longer than the {self.max_samples} this step's graphs "
                                   "were sized for")
-        return self.pair.a, self.pair.d
-
-    def run(self, a, d, S: int) -> None:
-        self.pair.run()
+        if S not in self.pairs:
+            a, d = self.longest
+            self.pairs[S] = ShapeGraphs(self, self.model.new_activations(self.B, S, within=a),
+                                        self.model.new_gradients(self.B, S, within=d), self.pool)
+        return self.pairs[S].a, self.pairs[S].d
 
 
 def make_speech_step(model: Wav2Vec2ForCTC, executor: str, B: int, max_samples: int, max_labels: int,

@@ -105,6 +105,34 @@ def test_random_init_fills_every_parameter_and_runs(seed):
     assert np.isfinite(model.loss(labels, LABEL_LENGTHS, a, model.new_gradients(*audio.shape)))
 
 
+@pytest.mark.parametrize("seed", SEEDS, ids=lambda s: f"seed{s}")
+def test_a_shorter_batch_in_the_longest_batch_s_memory_gives_its_own_logits_loss_and_gradients(seed):
+    """grape's steps run each length over the memory of the longest: activations and gradients made within a set
+    for more samples are the first elements of its arrays, and compute what a set of their own does, after a
+    longer batch has left its values there."""
+    model = Wav2Vec2ForCTC(TINY, perturbed_parameters(TINY, seed), backend="reference")
+    audio, labels = batch(seed)
+    longest_a, longest_d = model.new_activations(3, 2 * audio.shape[1]), model.new_gradients(3, 2 * audio.shape[1])
+    model.forward(np.concatenate([audio, audio], axis=1), 2 * AUDIO_LENGTHS, longest_a)
+    model.loss(labels, LABEL_LENGTHS, longest_a, longest_d)
+    results = []
+    for a, d in ((model.new_activations(*audio.shape), model.new_gradients(*audio.shape)),
+                 (model.new_activations(*audio.shape, within=longest_a),
+                  model.new_gradients(*audio.shape, within=longest_d))):
+        logits = model.forward(audio, AUDIO_LENGTHS, a).copy()
+        loss = model.loss(labels, LABEL_LENGTHS, a, d)
+        grads = model.zero_grads()
+        model.backward(a, d, grads)
+        results.append((logits, loss, grads))
+    carved = model.new_activations(*audio.shape, within=longest_a)
+    assert np.shares_memory(carved.audio, longest_a.audio) and carved.audio.shape == (3, audio.shape[1], 1)
+    (logits, loss, grads), (logits_within, loss_within, grads_within) = results
+    np.testing.assert_array_equal(logits_within, logits)
+    assert loss_within == loss
+    for name, grad in grads.items():
+        np.testing.assert_array_equal(grads_within[name], grad, err_msg=name)
+
+
 def test_audio_too_short_for_a_frame_is_refused():
     model = Wav2Vec2ForCTC(TINY, perturbed_parameters(TINY, 0), backend="reference")
     with pytest.raises(InputError, match="at least 400 \\(one frame\\)"):
