@@ -19,10 +19,17 @@ shared-memory tiles are gathered straight from inp and weight. The backward pass
 
 tile_product is the one tiling of all three: a block computes a 64 x 64 tile of a product, walking the
 reduction in slices of 16; per slice its 256 threads gather a 64 x 16 slice of each operand into shared memory
-(4 elements each, zeros outside the operand) and each accumulates a 4 x 4 part of the tile, two float4 reads
-from shared memory per 16 multiply-adds. A gather reads along whichever index is contiguous in global memory:
-ALONG_K, 16 lanes take 16 consecutive reduction indices of one row (inp's windows and dout's channels); else 64
-lanes take 64 consecutive rows or columns (dout transposed, and the window columns of dweight). Each kernel
+(4 elements each, zeros outside the operand), two buffers taking turns so that the next slice's loads are in
+flight while this one is multiplied. Each thread then owns 16 elements of the tile. A product whose sums have
+at least MIN_TENSOR_CORE_K terms runs on the tensor cores (the kernels compiled with TENSOR_CORES = 1): 8 warps
+of 16 x 32, mma.sync m16n8k8 in 3xTF32 (matmul_3xtf32.py: float32's accuracy from three TF32 products), the
+sums added into float32 totals every FLUSH slices because an mma truncates as it adds (matmul_tf32.py). A
+shorter one (the audio's first convolution, 10 terms; tiny test cases) stays on the CUDA cores, a 4 x 4 part
+a thread, two float4 reads from shared memory per 16 multiply-adds: 3xTF32 drops the low x low product, which
+fp32's bound covers only for sums that are not tiny. A gather reads along whichever index is contiguous in
+global memory: ALONG_K, 16 lanes take 16 consecutive reduction indices of one row (inp's windows and dout's
+channels); else 64 lanes take 64 consecutive rows or columns (dout transposed, and the window columns of
+dweight). Each kernel
 hands tile_product two element functions, a(piece, k) and b(piece, k), over the rows (columns) it prepared once
 per thread: where they start in memory, the first frame they read.
 
@@ -45,27 +52,43 @@ per thread: where they start in memory, the first frame they read.
 
 Every sum is taken in an order fixed by the sizes alone (no atomics): the same bits on every run. Weight
 gathers are strided (weight's fastest index is k); weights are small next to the frames and stay in L2. This
-module builds on nothing of kernels/matmul*.py: those are the students' to write, and this one is in every kit
-whole.
+module takes nothing of kernels/matmul*.py but matmul_tf32.py's TF32 helpers, which lie outside the part the
+students write: the matmuls are theirs, and this module is in every kit whole.
 """
+
+import functools
 
 import numpy as np
 
 from gpt2kit.kernel_runtime import CudaKernel, KernelArgumentError, ceil_div, check_array, check_dims
 from gpt2kit.kernel_runtime.device import cupy
+from gpt2kit.kernels.matmul_tf32 import TF32_HELPERS, TF32_PRODUCTS
 
 TILE = 64          # rows and columns of a product's tile per block
 TILE_K = 16        # depth of one shared-memory slice
-THREADS = 256      # per product block, each owning a 4 x 4 part of the tile
+THREADS = 256      # per product block, each owning 16 elements of the tile
+OWNED = 16         # those elements: a 4 x 4 part on the CUDA cores, four mma fragments on the tensor cores
+FLUSH = 4          # slices whose tensor-core sums are added into the float32 totals at a time
+MIN_TENSOR_CORE_K = 16  # reduction length from which a product goes to the tensor cores (matmul_backward.py's)
 BIAS_COLUMNS = 32  # columns of dout per dbias block: one per lane
 BIAS_WARPS = 32    # warps per dbias block, each summing every BIAS_WARPS-th row
 SUM_THREADS = 256  # per dweight_sum_kernel block, one dweight element each
 TARGET_BLOCKS = 1024   # dweight's row splits aim at about this many blocks in all
 MIN_SPLIT_ROWS = 256   # and give each split at least this many rows
 
-CONV1D_SOURCE = r"""
+CONV1D_SOURCE = TF32_HELPERS + TF32_PRODUCTS + r"""
+#define PITCH (TILE + 8)  // floats a k-row of a shared slice: 8 more than the tile, so that a fragment's loads at
+                          // rows g (8 of them) and k t (4) fall in 32 different banks
 static_assert(TILE * TILE_K == 4 * THREADS, "each thread gathers four elements of each operand per slice");
-static_assert((TILE / 4) * (TILE / 4) == THREADS, "each thread owns a 4 x 4 part of the tile");
+#if TENSOR_CORES
+#define WARP_ROWS 16  // the 8 warps in a 4 x 2 grid over the tile: each 16 rows (one mma tile) by 32 columns (four)
+#define WARP_COLS 32
+#define WARPS_ACROSS (TILE / WARP_COLS)
+static_assert((TILE / WARP_ROWS) * WARPS_ACROSS * 32 == THREADS && WARP_COLS / 8 * 4 == OWNED,
+              "the warps cover the tile, and a thread's fragments are its OWNED elements");
+#else
+static_assert((TILE / 4) * (TILE / 4) == THREADS && 4 * 4 == OWNED, "each thread owns a 4 x 4 part of the tile");
+#endif
 
 // Piece i (0..3) of this thread's gather of a TILE x TILE_K slice: its row (or column) in the tile, and its
 // reduction index in the slice. ALONG_K: lanes take consecutive reduction indices of one row; else
@@ -76,39 +99,127 @@ template <bool ALONG_K> __device__ __forceinline__ int piece_outer(int i) {
 template <bool ALONG_K> __device__ __forceinline__ int piece_k(int i) {
     return ALONG_K ? threadIdx.x % TILE_K : threadIdx.x / TILE + (THREADS / TILE) * i;
 }
-// The tile rows and columns of this thread's 4 x 4 part of the tile: 4 * (its row group) + i, 4 * (column group) + j.
-__device__ __forceinline__ int owned_row(int i) { return 4 * (threadIdx.x / (TILE / 4)) + i; }
-__device__ __forceinline__ int owned_column(int j) { return 4 * (threadIdx.x % (TILE / 4)) + j; }
+
+// The tile row and column of this thread's element e (0..OWNED-1) of the product. On the CUDA cores a 4 x 4
+// part: row 4 * (its row group) + e / 4, column 4 * (its column group) + e % 4. On the tensor cores its warp's
+// fragments, with g = lane / 4 and t = lane % 4: e = 4 ni + j is value j of n tile ni, at row g (j < 2) or
+// g + 8, column 8 ni + 2t + j % 2 of the warp's part.
+__device__ __forceinline__ int owned_row(int e) {
+#if TENSOR_CORES
+    return threadIdx.x / 32 / WARPS_ACROSS * WARP_ROWS + threadIdx.x % 32 / 4 + 8 * (e % 4 / 2);
+#else
+    return 4 * (threadIdx.x / (TILE / 4)) + e / 4;
+#endif
+}
+__device__ __forceinline__ int owned_column(int e) {
+#if TENSOR_CORES
+    return threadIdx.x / 32 % WARPS_ACROSS * WARP_COLS + 8 * (e / 4) + 2 * (threadIdx.x % 4) + e % 2;
+#else
+    return 4 * (threadIdx.x % (TILE / 4)) + e % 4;
+#endif
+}
+
+// sums[e] += this thread's element e of A's TILE_K columns (a_tile[k][r] = A[r][k]) @ B's TILE_K rows
+// (b_tile[k][n] = B[k][n]).
+__device__ __forceinline__ void add_slice_product(float (&sums)[OWNED], const float (*a_tile)[PITCH],
+                                                  const float (*b_tile)[PITCH]) {
+#if TENSOR_CORES
+    // 3xTF32 (matmul_3xtf32.py): x = high + low, both TF32, and a b = high high + high low + low high to
+    // float32's accuracy, the small products added first
+    const int warp = threadIdx.x / 32, g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
+    const int r = warp / WARPS_ACROSS * WARP_ROWS + g;  // A's fragment rows: r and r + 8
+    const int c = warp % WARPS_ACROSS * WARP_COLS + g;  // B's fragment column in n tile 0
+    #pragma unroll
+    for (int kk = 0; kk < TILE_K; kk += 8) {
+        unsigned a_high[4] = {__float_as_uint(a_tile[kk + t][r]), __float_as_uint(a_tile[kk + t][r + 8]),
+                              __float_as_uint(a_tile[kk + t + 4][r]), __float_as_uint(a_tile[kk + t + 4][r + 8])};
+        unsigned a_low[4];
+        #pragma unroll
+        for (int j = 0; j < 4; j++) {
+            a_low[j] = low_part(a_high[j]);
+            a_high[j] = to_tf32(__uint_as_float(a_high[j]));
+        }
+        #pragma unroll
+        for (int ni = 0; ni < WARP_COLS / 8; ni++) {
+            unsigned b_high[2] = {__float_as_uint(b_tile[kk + t][c + 8 * ni]),
+                                  __float_as_uint(b_tile[kk + t + 4][c + 8 * ni])};
+            const unsigned b_low[2] = {low_part(b_high[0]), low_part(b_high[1])};
+            b_high[0] = to_tf32(__uint_as_float(b_high[0]));
+            b_high[1] = to_tf32(__uint_as_float(b_high[1]));
+            mma_tf32(&sums[4 * ni], a_low, b_high);
+            mma_tf32(&sums[4 * ni], a_high, b_low);
+            mma_tf32(&sums[4 * ni], a_high, b_high);
+        }
+    }
+#else
+    const int r = owned_row(0), c = owned_column(0);
+    #pragma unroll
+    for (int k = 0; k < TILE_K; k++) {
+        const float4 a_column = *(const float4*)&a_tile[k][r];
+        const float4 b_row = *(const float4*)&b_tile[k][c];
+        const float a_k[4] = {a_column.x, a_column.y, a_column.z, a_column.w};
+        #pragma unroll
+        for (int i = 0; i < 4; i++) {  // the outer product of A's column and B's row at this k
+            sums[4 * i + 0] += a_k[i] * b_row.x;
+            sums[4 * i + 1] += a_k[i] * b_row.y;
+            sums[4 * i + 2] += a_k[i] * b_row.z;
+            sums[4 * i + 3] += a_k[i] * b_row.w;
+        }
+    }
+#endif
+}
 
 // acc += A (TILE rows) @ B (TILE columns) over the reduction indices [k_begin, k_end): a(i, k) is A's element
 // at tile row piece_outer<A_ALONG_K>(i), b(i, k) B's at tile column piece_outer<B_ALONG_K>(i), each 0 outside
-// its operand (k is always inside [k_begin, k_end)).
+// its operand (k is always inside [k_begin, k_end)). The slices take turns in two shared buffers: a thread's
+// gathers of the next slice are loads in flight while the warps multiply this one, stored after it, and one
+// barrier a slice both publishes them and frees the buffer just read.
 template <bool A_ALONG_K, bool B_ALONG_K, class ElementA, class ElementB>
-__device__ __forceinline__ void tile_product(float (&acc)[4][4], int k_begin, int k_end, ElementA a, ElementB b) {
-    __shared__ __align__(16) float a_tile[TILE_K][TILE + 4];  // a_tile[k][r] = A[r][k0 + k]
-    __shared__ __align__(16) float b_tile[TILE_K][TILE + 4];  // b_tile[k][n] = B[k0 + k][n]
-    for (int k0 = k_begin; k0 < k_end; k0 += TILE_K) {
+__device__ __forceinline__ void tile_product(float (&acc)[OWNED], int k_begin, int k_end, ElementA a, ElementB b) {
+    __shared__ __align__(16) float a_tile[2][TILE_K][PITCH];  // a_tile[buffer][k][r] = A[r][k0 + k]
+    __shared__ __align__(16) float b_tile[2][TILE_K][PITCH];  // b_tile[buffer][k][n] = B[k0 + k][n]
+    float a_next[4], b_next[4];
+    auto gather = [&](int k0) {
         #pragma unroll
         for (int i = 0; i < 4; i++) {
-            int ka = k0 + piece_k<A_ALONG_K>(i), kb = k0 + piece_k<B_ALONG_K>(i);
-            a_tile[piece_k<A_ALONG_K>(i)][piece_outer<A_ALONG_K>(i)] = ka < k_end ? a(i, ka) : 0.0f;
-            b_tile[piece_k<B_ALONG_K>(i)][piece_outer<B_ALONG_K>(i)] = kb < k_end ? b(i, kb) : 0.0f;
+            const int ka = k0 + piece_k<A_ALONG_K>(i), kb = k0 + piece_k<B_ALONG_K>(i);
+            a_next[i] = ka < k_end ? a(i, ka) : 0.0f;
+            b_next[i] = kb < k_end ? b(i, kb) : 0.0f;
         }
-        __syncthreads();
+    };
+    auto publish = [&](int buffer) {
         #pragma unroll
-        for (int k = 0; k < TILE_K; k++) {
-            float4 a_column = *(const float4*)&a_tile[k][owned_row(0)];
-            float4 b_row = *(const float4*)&b_tile[k][owned_column(0)];
-            float a_k[4] = {a_column.x, a_column.y, a_column.z, a_column.w};
+        for (int i = 0; i < 4; i++) {
+            a_tile[buffer][piece_k<A_ALONG_K>(i)][piece_outer<A_ALONG_K>(i)] = a_next[i];
+            b_tile[buffer][piece_k<B_ALONG_K>(i)][piece_outer<B_ALONG_K>(i)] = b_next[i];
+        }
+    };
+#if TENSOR_CORES
+    float chunk[OWNED] = {};  // the sums of FLUSH slices at a time: an mma truncates as it adds (matmul_tf32.py),
+                              // so each chunk is added into acc with float32's rounding
+#endif
+    if (k_begin < k_end) {
+        gather(k_begin);
+        publish(0);
+    }
+    __syncthreads();
+    for (int k0 = k_begin, slice = 0; k0 < k_end; k0 += TILE_K, slice++) {
+        const bool more = k0 + TILE_K < k_end;
+        if (more) gather(k0 + TILE_K);
+#if TENSOR_CORES
+        add_slice_product(chunk, a_tile[slice % 2], b_tile[slice % 2]);
+        if ((slice + 1) % FLUSH == 0 || !more) {
             #pragma unroll
-            for (int i = 0; i < 4; i++) {  // the outer product of A's column and B's row at this k
-                acc[i][0] += a_k[i] * b_row.x;
-                acc[i][1] += a_k[i] * b_row.y;
-                acc[i][2] += a_k[i] * b_row.z;
-                acc[i][3] += a_k[i] * b_row.w;
+            for (int e = 0; e < OWNED; e++) {
+                acc[e] += chunk[e];
+                chunk[e] = 0.0f;
             }
         }
-        __syncthreads();  // everyone is done with this slice before the next one overwrites it
+#else
+        add_slice_product(acc, a_tile[slice % 2], b_tile[slice % 2]);
+#endif
+        if (more) publish((slice + 1) % 2);
+        __syncthreads();
     }
 }
 
@@ -138,18 +249,13 @@ conv1d_forward_kernel(float* out, const float* inp, const float* weight, const f
         int k = j / Cg, c = j - k * Cg;
         return filters[i] ? filters[i][c * K + k] : 0.0f;
     };
-    float acc[4][4] = {};
+    float acc[OWNED] = {};
     tile_product<true, true>(acc, 0, K * Cg, window, tap);
 
     #pragma unroll
-    for (int i = 0; i < 4; i++) {
-        int row = row0 + owned_row(i);
-        if (row >= rows) break;
-        #pragma unroll
-        for (int j = 0; j < 4; j++) {
-            int o = col0 + owned_column(j);
-            if (o < OCg) out[(long long)row * OC + g * OCg + o] = acc[i][j] + (bias ? bias[g * OCg + o] : 0.0f);
-        }
+    for (int e = 0; e < OWNED; e++) {
+        const int row = row0 + owned_row(e), o = col0 + owned_column(e);
+        if (row < rows && o < OCg) out[(long long)row * OC + g * OCg + o] = acc[e] + (bias ? bias[g * OCg + o] : 0.0f);
     }
 }
 
@@ -182,19 +288,15 @@ conv1d_backward_dinp_kernel(float* dinp, const float* dout, const float* weight,
         int m = j / OCg, o = j - m * OCg;
         return filter ? filter[(long long)o * Cg * K + stride * m] : 0.0f;
     };
-    float acc[4][4] = {};
+    float acc[OWNED] = {};
     tile_product<true, false>(acc, 0, taps * OCg, grad, tap);
 
     #pragma unroll
-    for (int i = 0; i < 4; i++) {
-        int row = row0 + owned_row(i);
-        if (row >= rows) break;
-        int b = row / frames_of_phase, t = (row - b * frames_of_phase) * stride + q;
-        #pragma unroll
-        for (int j = 0; j < 4; j++) {
-            int channel = col0 + owned_column(j);
-            if (channel < Cg) dinp[((long long)b * T + t) * C + g * Cg + channel] = acc[i][j];
-        }
+    for (int e = 0; e < OWNED; e++) {
+        const int row = row0 + owned_row(e), channel = col0 + owned_column(e);
+        if (row >= rows || channel >= Cg) continue;
+        const int b = row / frames_of_phase, t = (row - b * frames_of_phase) * stride + q;
+        dinp[((long long)b * T + t) * C + g * Cg + channel] = acc[e];
     }
 }
 
@@ -216,19 +318,14 @@ conv1d_backward_dweight_kernel(float* partials, const float* dout, const float* 
         int b = row / T_out, frame = (row - b * T_out) * stride + k - padding;
         return j < columns && frame >= 0 && frame < T ? inp[((long long)b * T + frame) * C + g * Cg + c] : 0.0f;
     };
-    float acc[4][4] = {};
+    float acc[OWNED] = {};
     tile_product<false, false>(acc, row_begin, min(rows, row_begin + split_rows), grad, window);
 
     float* partial = partials + (long long)blockIdx.z * OCg * columns;
     #pragma unroll
-    for (int i = 0; i < 4; i++) {
-        int out_channel = row0 + owned_row(i);
-        if (out_channel >= OCg) break;
-        #pragma unroll
-        for (int jj = 0; jj < 4; jj++) {
-            int column = col0 + owned_column(jj);
-            if (column < columns) partial[(long long)out_channel * columns + column] = acc[i][jj];
-        }
+    for (int e = 0; e < OWNED; e++) {
+        const int out_channel = row0 + owned_row(e), column = col0 + owned_column(e);
+        if (out_channel < OCg && column < columns) partial[(long long)out_channel * columns + column] = acc[e];
     }
 }
 
@@ -266,13 +363,31 @@ conv1d_backward_dbias_kernel(float* dbias, const float* dout, int rows, int OC) 
 }
 """
 
-DEFINES = dict(TILE=TILE, TILE_K=TILE_K, THREADS=THREADS, BIAS_COLUMNS=BIAS_COLUMNS, BIAS_WARPS=BIAS_WARPS,
-               SUM_THREADS=SUM_THREADS)
+DEFINES = dict(TILE=TILE, TILE_K=TILE_K, THREADS=THREADS, OWNED=OWNED, FLUSH=FLUSH, TENSOR_CORES=0,
+               BIAS_COLUMNS=BIAS_COLUMNS, BIAS_WARPS=BIAS_WARPS, SUM_THREADS=SUM_THREADS)
 conv1d_forward_kernel = CudaKernel(CONV1D_SOURCE, "conv1d_forward_kernel", defines=DEFINES)
 conv1d_backward_dinp_kernel = CudaKernel(CONV1D_SOURCE, "conv1d_backward_dinp_kernel", defines=DEFINES)
 conv1d_backward_dweight_kernel = CudaKernel(CONV1D_SOURCE, "conv1d_backward_dweight_kernel", defines=DEFINES)
 dweight_sum_kernel = CudaKernel(CONV1D_SOURCE, "dweight_sum_kernel", defines=DEFINES)
 conv1d_backward_dbias_kernel = CudaKernel(CONV1D_SOURCE, "conv1d_backward_dbias_kernel", defines=DEFINES)
+
+
+@functools.lru_cache(maxsize=None)
+def on_tensor_cores(kernel: CudaKernel) -> CudaKernel:
+    """kernel's build whose products run on the tensor cores, made once for each kernel."""
+    return kernel.with_defines(TENSOR_CORES=1)
+
+
+def for_reduction(kernel: CudaKernel, terms: int) -> CudaKernel:
+    """kernel, or its tensor-core build where each of its sums has at least MIN_TENSOR_CORE_K terms: 3xTF32 drops
+    the low x low product, about 2^-22 of each term, which fp32's bound (4 sqrt(n) ulps of the terms'
+    magnitudes) covers only from there."""
+    return on_tensor_cores(kernel) if terms >= MIN_TENSOR_CORE_K else kernel
+
+
+# The products' tensor-core builds, made here where the compile checks see them
+tensor_core_kernels = tuple(on_tensor_cores(kernel) for kernel in (
+    conv1d_forward_kernel, conv1d_backward_dinp_kernel, conv1d_backward_dweight_kernel))
 
 
 def check_conv1d(function, B, T, C, OC, K, stride, padding, groups, T_out):
@@ -313,7 +428,8 @@ def launch_forward(out, inp, weight, bias, B, T, C, OC, K, stride, padding, grou
     """The forward kernel on checked arguments (a known-wrong version passes its own)."""
     grid = (ceil_div(B * T_out, TILE), ceil_div(OC // groups, TILE), groups)
     bias_pointer = bias if bias is not None else np.uint64(0)  # NULL: no bias
-    kernel(grid, (THREADS,), (out, inp, weight, bias_pointer, *sizes(B, T, C, OC, K, stride, padding, groups, T_out)))
+    for_reduction(kernel, K * (C // groups))(
+        grid, (THREADS,), (out, inp, weight, bias_pointer, *sizes(B, T, C, OC, K, stride, padding, groups, T_out)))
 
 
 def sizes(*values):
@@ -339,13 +455,17 @@ def launch_backward(dinp, dweight, dbias, dout, inp, weight, B, T, C, OC, K, str
     Cg, OCg = C // groups, OC // groups
     splits, split_rows = dweight_splits(B, C, OC, K, groups, T_out)
     partials = cupy.empty(splits * OC * Cg * K, dtype=cupy.float32)
-    conv1d_backward_dweight_kernel((ceil_div(OCg, TILE), ceil_div(K * Cg, TILE), groups * splits), (THREADS,),
-                                   (partials, dout, inp, *shape, np.int32(split_rows)))
+    last_split_rows = B * T_out - (splits - 1) * split_rows  # the fewest rows a split sums
+    for_reduction(conv1d_backward_dweight_kernel, last_split_rows)(
+        (ceil_div(OCg, TILE), ceil_div(K * Cg, TILE), groups * splits), (THREADS,),
+        (partials, dout, inp, *shape, np.int32(split_rows)))
     sum_kernel((ceil_div(OC * Cg * K, SUM_THREADS),), (SUM_THREADS,),
                (dweight, partials, *sizes(C, OC, K, groups, splits)))
     if dinp is not None:
-        dinp_kernel((ceil_div(B * ceil_div(T, stride), TILE), ceil_div(Cg, TILE), groups * stride), (THREADS,),
-                    (dinp, dout, weight, *shape))
+        fewest_taps = K // stride  # of a phase's frames (ceil(K / stride) for the others)
+        for_reduction(dinp_kernel, fewest_taps * OCg)(
+            (ceil_div(B * ceil_div(T, stride), TILE), ceil_div(Cg, TILE), groups * stride), (THREADS,),
+            (dinp, dout, weight, *shape))
     if dbias is not None:
         conv1d_backward_dbias_kernel((ceil_div(OC, BIAS_COLUMNS),), (BIAS_COLUMNS * BIAS_WARPS,),
                                      (dbias, dout, *sizes(B * T_out, OC)))

@@ -119,7 +119,26 @@ template <int pending> __device__ __forceinline__ void copy_async_wait() {
 }
 """
 
-MATMUL_TF32_SOURCE = TF32_HELPERS + r"""
+# The m16n8k8 TF32 product and 3xTF32's low parts, shared with conv1d.py
+TF32_PRODUCTS = r"""
+// d += a (16 x 8, row) * b (8 x 8, col), inputs TF32, accumulators float32
+__device__ __forceinline__ void mma_tf32(float* d, const unsigned* a, const unsigned* b) {
+    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 "
+                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+// What TF32 rounding leaves of a raw float (exact in float32), rounded to TF32: x's low part. Its 13 bits below
+// TF32 are left for the tensor core to drop (it truncates an operand): with half an ulp added first, that is
+// to_tf32's rounding, one operation sooner.
+__device__ __forceinline__ unsigned low_part(unsigned raw) {
+    const float x = __uint_as_float(raw);
+    return __float_as_uint(x - __uint_as_float(to_tf32(x))) + 0x1000u;
+}
+"""
+
+MATMUL_TF32_SOURCE = TF32_HELPERS + TF32_PRODUCTS + r"""
 #define WARPS_N (TILE_N / WARP_N)
 #define M_TILES (WARP_M / 16)           // mma tiles per warp, down
 #define N_TILES (WARP_N / 8)            // and across
@@ -131,14 +150,6 @@ static_assert(N_TILES % 2 == 0, "one ldmatrix.x4 loads the fragments of two n ti
 static_assert((A_ALONG_K || M_TILES % 2 == 0) && (B_ALONG_K || N_TILES % 4 == 0),
               "across K, one float4 holds the fragment values of two m tiles, or of four n tiles");
 
-// What TF32 rounding leaves of a raw float (exact in float32), rounded to TF32: x's low part. Its 13 bits below
-// TF32 are left for the tensor core to drop (it truncates an operand): with half an ulp added first, that is
-// to_tf32's rounding, one operation sooner.
-__device__ __forceinline__ unsigned low_part(unsigned raw) {
-    const float x = __uint_as_float(raw);
-    return __float_as_uint(x - __uint_as_float(to_tf32(x))) + 0x1000u;
-}
-
 // Start copying 16 (or 4) bytes from global src to shared address dst; only the first
 // src_bytes are read, the rest of dst is zero-filled. .cg (16 bytes only) skips L1.
 __device__ __forceinline__ void copy_async16(unsigned dst, const float* src, int src_bytes) {
@@ -148,14 +159,6 @@ __device__ __forceinline__ void copy_async16(unsigned dst, const float* src, int
 __device__ __forceinline__ void copy_async4(unsigned dst, const float* src, int src_bytes) {
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;"
                  :: "r"(dst), "l"(src), "r"(src_bytes) : "memory");
-}
-
-// d += a (16 x 8, row) * b (8 x 8, col), inputs TF32, accumulators float32
-__device__ __forceinline__ void mma_tf32(float* d, const unsigned* a, const unsigned* b) {
-    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 "
-                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
 // Four 8 x 8 matrices of 16-bit values from shared memory: lanes 8i .. 8i + 7 give the
