@@ -17,7 +17,8 @@ is the kit's grape executor with the kit's own sampling kernels.
     in  "done"
 
 Before a configuration's first run it warms up on prompts of that shape (the first
-generation builds and loads the programs, the second captures the graphs); then it
+generation builds and loads the programs, the second captures the graphs, the third
+replays them); then it
 synchronizes the device, starts its clock, generates, and stops the clock when the
 token ids are on the host. "refused" {reason} is one line: a tape that cannot be
 replayed (named by its call), or the error a replay raised; the replayer then ends.
