@@ -1,7 +1,7 @@
 """A configuration sweep of the fused decode kernels (kernels/fused_gemv.py): every tuning, its
 registers and spills, and its time at the decode step's shapes.
 
-    python -m gpt2kit.benchmarks.sweep [--kind layernorm] [--batch 1 8] [--compile-only]
+    python -m gpt2kit.benchmarks.sweep [--kind layernorm] [--batch 1 8] [--model gpt-j-6b] [--compile-only]
 
 A tuning is PIECES, the float4s of a weight row each lane loads before using them (all in
 flight at once), and BLOCKS, the launch bounds' minimum of blocks per SM (which caps the
@@ -9,8 +9,9 @@ registers a thread may take; with a layernorm, also the grid's blocks per SM). E
 compiled through NVRTC for sm_86 (A40) and sm_90 (H100/H200), whose registers and spilled
 bytes are printed (of the 8-row compilation: a launch compiles for its batch, and the
 compile checks cover every batch's); `--compile-only` stops there, and needs no GPU. Otherwise each tuning is
-timed at the shapes GPT-2 124M's decode step gives its kind of kernel (CUDA events after
-warm-up, median), with GB/s against the copy bandwidth measured here. The kit's own tuning
+timed at the shapes the decode step of GPT-2 124M (or, with --model gpt-j-6b, of GPT-J 6B) gives
+its kind of kernel (CUDA events after warm-up, median), with GB/s against the copy bandwidth
+measured here. The kit's own tuning
 is marked with *. A tuning that spills on either architecture is printed but not chosen:
 the kit's kernels compile without spills (tests/kernels/test_compile.py).
 """
@@ -31,12 +32,21 @@ from gpt2kit.reference.registry import kernel_module
 PIECES = (2, 4, 8)
 BLOCKS = (1, 2, 3)
 ARCHES = ("sm_86", "sm_90")
-# kind -> (layernorm, gelu, residual), the host function it serves, and the decode step's (name, C, OC) for it
+# kind -> (layernorm, gelu, residual) and the host function it serves
 KINDS = {
-    "layernorm": ((True, False, False), "layernorm_matmul_forward",
-                  (("ln1+qkv", 768, 2304), ("lnf+lm_head", 768, 50304))),
-    "layernorm_gelu": ((True, True, False), "layernorm_matmul_gelu_forward", (("ln2+fc+gelu", 768, 3072),)),
-    "residual": ((False, False, True), "matmul_residual_forward", (("attproj", 768, 768), ("fcproj", 3072, 768))),
+    "layernorm": ((True, False, False), "layernorm_matmul_forward"),
+    "layernorm_gelu": ((True, True, False), "layernorm_matmul_gelu_forward"),
+    "residual": ((False, False, True), "matmul_residual_forward"),
+}
+# model -> kind -> its decode step's calls of that kind: (name, C, OC)
+SHAPES = {
+    "gpt2": {"layernorm": (("ln1+qkv", 768, 2304), ("lnf+lm_head", 768, 50304)),
+             "layernorm_gelu": (("ln2+fc+gelu", 768, 3072),),
+             "residual": (("attproj", 768, 768), ("fcproj", 3072, 768))},
+    # GPT-J's layer is parallel: ln1 feeds both qkv and fc
+    "gpt-j-6b": {"layernorm": (("ln1+qkv", 4096, 12288), ("lnf+lm_head", 4096, 50400)),
+                 "layernorm_gelu": (("ln1+fc+gelu", 4096, 16384),),
+                 "residual": (("attproj", 4096, 4096), ("fcproj", 16384, 4096))},
 }
 
 
@@ -46,6 +56,8 @@ def main(argv=None) -> int:
                         help="sweep only this kind of kernel (default: all three; repeat for several)")
     parser.add_argument("--batch", type=POSITIVE_INT, nargs="+", default=[1, 8],
                         help="rows of the timed calls (default: 1 8)")
+    parser.add_argument("--model", choices=tuple(SHAPES), default="gpt2",
+                        help="whose decode step's shapes to time (default: gpt2, GPT-2 124M)")
     parser.add_argument("--compile-only", action="store_true",
                         help="print registers and spills only (no GPU needed; default: also time each tuning)")
     args = parser.parse_args(argv)
@@ -69,7 +81,8 @@ def sweep(args) -> int:
     if copy_gbs:
         print(f"copy bandwidth (1 GiB device-to-device, read + write): {copy_gbs:.0f} GB/s")
     for kind in args.kind or KINDS:
-        parts, function, shapes = KINDS[kind]
+        parts, function = KINDS[kind]
+        shapes = SHAPES[args.model][kind]
         kit = fused_gemv.fused_kernel(*parts).defines
         timed = [] if args.compile_only else [(name, C, OC, batch) for name, C, OC in shapes for batch in args.batch]
         print(f"\n{kind} ({function})")

@@ -37,3 +37,10 @@ def test_timing_without_a_gpu_is_one_line():
     assert done.returncode == 2
     assert done.stderr.strip().splitlines() == [
         f"gpt2kit.benchmarks.sweep: cannot time kernels: {gpu_unavailable_reason()}"]
+
+
+def test_an_unknown_model_is_one_line_naming_the_choices():
+    done = sweep("--model", "gpt-3", "--compile-only")
+    assert done.returncode == 2
+    assert done.stdout == "" and len(done.stderr.strip().splitlines()) == 1
+    assert "gpt-3" in done.stderr and "gpt-j-6b" in done.stderr
