@@ -2,7 +2,7 @@
 
     python -m gpt2kit.benchmarks.training [--model random:124M] [--batch 4] [--tokens 1024] [--runs 10]
                                   [--curve-steps 60] [--out results/training] [--no-compile]
-                                  [--variant NAME ...]
+                                  [--variant NAME ...] [--profile]
 
 One training step is forward, loss, backward and AdamW on a batch of B rows of T
 tokens (llm.c's default: GPT-2 124M, B=4, T=1024, float32). Timed after three
@@ -22,7 +22,9 @@ PyTorch eager runs first, so every row says how it compares with it; the table g
 training_step.csv in --out. Then --curve-steps steps of the kit and of PyTorch eager from
 the same weights on the same batches of the same text (the kit's READMEs, as python -m
 gpt2.train reads them): training_loss.csv and training_loss.png in --out, the two curves
-on one plot.
+on one plot. --profile then times the kit's launched step host function by host function
+(CUDA events around every call, each call's median over --runs steps: the table of
+benchmarks.speech_profile, benchmarks.call_profile's).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ import time
 from pathlib import Path
 
 
+from gpt2kit.benchmarks.call_profile import cublas_float32_tflops, print_tables, profiled_runs
 from gpt2kit.benchmarks.grape_tables import FIGURES, pyplot, read_csv, save_figure, write_csv
 from gpt2kit.benchmarks.transformers_model import TRANSFORMERS
 from gpt2kit.gpt2.checkpoint import load as load_gpt2, transformers_model
@@ -147,6 +150,8 @@ def main(argv=None) -> int:
     parser.add_argument("--no-compile", action="store_true", help="leave out torch.compile")
     parser.add_argument("--variant", nargs="*", default=[], type=variant_argument,
                         help="solution variants to run the kit's steps on")
+    parser.add_argument("--profile", action="store_true",
+                        help="last, the kit's launched step host function by host function")
     args = parser.parse_args(argv)
     return run_command("gpt2kit.benchmarks.training", lambda: benchmark(args), error_status=2)
 
@@ -191,7 +196,18 @@ def benchmark(args) -> int:
         worst = max(abs(a - b) / b for a, b in zip(*curves))
         print(f"loss curves: step {args.curve_steps} kit {curves[0][-1]:.4f}, PyTorch {curves[1][-1]:.4f}; largest "
               f"relative difference {worst:.2e}; wrote {', '.join(map(str, paths))}", flush=True)
+    if args.profile:  # last: it wraps the kit's host functions for good
+        profile_step(TrainingStep(kit, B, T, OPTIMIZER), TextBatches(tokens, B, T), args.runs)
     return 0
+
+
+def profile_step(step: TrainingStep, batches, runs: int) -> None:
+    """The kit's launched step, host function by host function (benchmarks.call_profile)."""
+    ceiling = cublas_float32_tflops()
+    print(f"\nthe kit's launched step, host function by host function; cuBLAS float32 (4096^3 matmul): "
+          f"{ceiling:.1f} TFLOP/s", flush=True)
+    calls, ms = profiled_runs(step.model.backend.ops, lambda: step(*next(batches)), runs)
+    print_tables(calls, ms, ceiling)
 
 
 if __name__ == "__main__":
