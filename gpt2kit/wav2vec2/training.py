@@ -173,8 +173,12 @@ class PerShapeGraphStep(SpeechStep):
 
     def buffers(self, S: int):
         if S not in self.pairs:
-            self.pairs[S] = ShapeGraphs(self, *super().buffers(S))
+            self.pairs[S] = self.new_pair(S)
         return self.pairs[S].a, self.pairs[S].d
+
+    def new_pair(self, S: int) -> ShapeGraphs:
+        """The graph pair of padded length S, over buffers of its own."""
+        return ShapeGraphs(self, *super().buffers(S))
 
     def run(self, a, d, S: int) -> None:
         self.pairs[S].run()
@@ -200,11 +204,13 @@ class SharedGraphStep(PerShapeGraphStep):
         if S > self.max_samples:
             raise SpeechStepError(f"a batch of {S} samples is longer than the {self.max_samples} this step's graphs "
                                   "were sized for")
-        if S not in self.pairs:
-            a, d = self.longest
-            self.pairs[S] = ShapeGraphs(self, self.model.new_activations(self.B, S, within=a),
-                                        self.model.new_gradients(self.B, S, within=d), self.pool)
-        return self.pairs[S].a, self.pairs[S].d
+        return super().buffers(S)
+
+    def new_pair(self, S: int) -> ShapeGraphs:
+        """The graph pair of padded length S, over the first elements of the longest length's buffers."""
+        a, d = self.longest
+        return ShapeGraphs(self, self.model.new_activations(self.B, S, within=a),
+                           self.model.new_gradients(self.B, S, within=d), self.pool)
 
 
 def make_speech_step(model: Wav2Vec2ForCTC, executor: str, B: int, max_samples: int, max_labels: int,
