@@ -220,11 +220,13 @@ template <int RUN> __device__ __forceinline__ void store_run(float* o, float* v,
 
 // One thread's share of copying an operand's slices global -> shared: ROWS rows of it (A's rows of out, or B's
 // columns) from `first`, TILE_K of K a slice, zeros past its rows and past K. ALONG_K: row r's k are contiguous,
-// src[r * K + k]; else each k's rows are, src[k * rows + r]. 16-byte copies need the contiguous length a multiple
-// of 4 and src 16-byte aligned (a chunk is then all inside or all outside); otherwise one float at a time. A
-// thread's chunks are LINES_APART lines of the slice apart: rows along K, k across it; their shared places are as
-// far apart, since neither the swizzle nor the turn changes over that distance.
-template <int ROWS, bool ALONG_K> struct SliceCopy {
+// src[r * K + k]; else each k's rows are, src[k * rows + r]. STEP, where not 0, is the floats from one row (or
+// k) to the next instead of K (or rows): rows that overlap, as a convolution's windows of frames (conv1d.py).
+// 16-byte copies need the contiguous length and the step multiples of 4 and src 16-byte aligned (a chunk is then
+// all inside or all outside); otherwise one float at a time. A thread's chunks are LINES_APART lines of the slice
+// apart: rows along K, k across it; their shared places are as far apart, since neither the swizzle nor the turn
+// changes over that distance.
+template <int ROWS, bool ALONG_K, int STEP> struct SliceCopy {
     static constexpr int LINE = ALONG_K ? TILE_K : ROWS;  // contiguous floats of a line of the slice
     static constexpr int LINES_APART = THREADS / (LINE / 4);
     static constexpr int COPIES = ROWS * TILE_K / (4 * THREADS);
@@ -233,22 +235,24 @@ template <int ROWS, bool ALONG_K> struct SliceCopy {
     const float* start;  // the source of this thread's first chunk at k = 0
     long long apart;     // floats from the source of one of its chunks to the next
     int rows, K, row, k; // its first chunk's row and k in the slice
+    long long step;      // floats from one row (along K) or k (across) of src to the next
     bool wide;
 
     __device__ __forceinline__ static int at(int r, int k) { return ALONG_K ? swizzled(r, k) : rotated<ROWS>(r, k); }
 
     __device__ __forceinline__ SliceCopy(const float* src, int rows, int K, int first)
-        : src(src), rows(rows), K(K), wide((ALONG_K ? K : rows) % 4 == 0 && (size_t)src % 16 == 0) {
+        : src(src), rows(rows), K(K), step(STEP ? STEP : ALONG_K ? K : rows),
+          wide((ALONG_K ? K : rows) % 4 == 0 && step % 4 == 0 && (size_t)src % 16 == 0) {
         const int line = threadIdx.x / (LINE / 4), offset = 4 * (threadIdx.x % (LINE / 4));
         row = ALONG_K ? line : offset;
         k = ALONG_K ? offset : line;
-        start = src + (ALONG_K ? (long long)(first + row) * K + k : (long long)k * rows + first + row);
-        apart = (long long)LINES_APART * (ALONG_K ? K : rows);
+        start = src + (ALONG_K ? (first + row) * step + k : k * step + first + row);
+        apart = LINES_APART * step;
     }
 
     __device__ __forceinline__ void start_copy(float* tile, int first, int k0) const {
         if (wide) {
-            const float* from = start + (ALONG_K ? k0 : (long long)k0 * rows);
+            const float* from = start + (ALONG_K ? k0 : k0 * step);
             const unsigned to = (unsigned)__cvta_generic_to_shared(tile + at(row, k));
             #pragma unroll
             for (int i = 0; i < COPIES; i++) {
@@ -262,8 +266,7 @@ template <int ROWS, bool ALONG_K> struct SliceCopy {
                 const int line = e / LINE, offset = e % LINE;
                 const int r = ALONG_K ? line : offset, kr = ALONG_K ? offset : line;
                 const bool ok = first + r < rows && k0 + kr < K;
-                const float* from = src + (ALONG_K ? (long long)(first + r) * K + k0 + kr
-                                                   : (long long)(k0 + kr) * rows + first + r);
+                const float* from = src + (ALONG_K ? (first + r) * step + k0 + kr : (k0 + kr) * step + first + r);
                 copy_async4((unsigned)__cvta_generic_to_shared(tile + at(r, kr)), ok ? from : src, ok ? 4 : 0);
             }
         }
@@ -273,7 +276,8 @@ template <int ROWS, bool ALONG_K> struct SliceCopy {
 
 // out (M, N) = A (M, K) @ B (K, N) + bias, as matmul.py's out = inp @ weight^T + bias: A is inp and B^T weight,
 // both with K contiguous. The other layouts (matmul_backward.py's): A_ALONG_K = 0 reads A from inp[k * M + m],
-// B_ALONG_K = 0 reads B from weight[k * N + n]; ACCUMULATE = 1 adds the product to out (bias nullptr).
+// B_ALONG_K = 0 reads B from weight[k * N + n]; ACCUMULATE = 1 adds the product to out (bias nullptr); A_STEP
+// (B_STEP), where not 0, is the floats from one of A's rows (B's) to the next, in place of K (SliceCopy).
 // grid (ceil(M / TILE_M), ceil(N / TILE_N), splits): block z sums its share of K's slices. With one split it
 // stores its tile of out; with several, every split adds its sums into out (zeros beforehand, unless
 // ACCUMULATE), in no set order (bias: split 0); SLICED = 1: split z stores its sums into out + z * M * N.
@@ -287,8 +291,8 @@ matmul_tf32_kernel(float* out, const float* inp, const float* weight, const floa
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
     const int warp_row = (warp / WARPS_N) * WARP_M, warp_col = (warp % WARPS_N) * WARP_N;
 
-    const SliceCopy<TILE_M, A_ALONG_K> a_copy(inp, M, K, row0);
-    const SliceCopy<TILE_N, B_ALONG_K> b_copy(weight, N, K, col0);
+    const SliceCopy<TILE_M, A_ALONG_K, A_STEP> a_copy(inp, M, K, row0);
+    const SliceCopy<TILE_N, B_ALONG_K, B_STEP> b_copy(weight, N, K, col0);
     const int all_slices = (K + TILE_K - 1) / TILE_K, share = (all_slices + gridDim.z - 1) / gridDim.z;
     const int first_k = blockIdx.z * share * TILE_K;  // this split walks `slices` slices from here
     const int slices = max(0, min(share, all_slices - (int)blockIdx.z * share));
@@ -468,7 +472,8 @@ matmul_tf32_kernel(float* out, const float* inp, const float* weight, const floa
 """
 
 TF32_DEFINES = dict(TILE_M=TILE_M, TILE_N=TILE_N, WARP_M=WARP_M, WARP_N=WARP_N, TILE_K=TILE_K, STAGES=STAGES,
-                    THREADS=THREADS, A_ALONG_K=1, B_ALONG_K=1, ACCUMULATE=0, FLUSH=0, SLICED=0)
+                    THREADS=THREADS, A_ALONG_K=1, B_ALONG_K=1, A_STEP=0, B_STEP=0, ACCUMULATE=0, FLUSH=0,
+                    SLICED=0)
 matmul_tf32_kernel = CudaKernel(MATMUL_TF32_SOURCE, "matmul_tf32_kernel", defines=dict(TF32_DEFINES, PASSES=1))
 
 
@@ -493,13 +498,13 @@ def launch_tiles(kernel, args: tuple) -> None:
     # END SOLUTION
 
 
-def launch_unsplit(kernel, small_kernel, out, a, b, M: int, K: int, N: int) -> None:
-    """out (M, N) = (or +=, as the kernels were compiled) A (M, K) @ B (K, N), K never split, so that every sum is
-    taken in one order: `kernel`'s tiles where they give every multiprocessor one, else `small_kernel`'s (each
-    kernel's TILE_M, TILE_N and THREADS are its defines)."""
+def launch_unsplit(kernel, small_kernel, out, a, b, M: int, K: int, N: int, bias=None) -> None:
+    """out (M, N) = (or +=, as the kernels were compiled) A (M, K) @ B (K, N) + bias (None: none), K never split, so
+    that every sum is taken in one order: `kernel`'s tiles where they give every multiprocessor one, else
+    `small_kernel`'s (each kernel's TILE_M, TILE_N and THREADS are its defines)."""
     def tiles(k):
         return ceil_div(M, k.defines["TILE_M"]), ceil_div(N, k.defines["TILE_N"])
 
     chosen = kernel if math.prod(tiles(kernel)) >= multiprocessor_count() else small_kernel
     chosen(tiles(chosen), (chosen.defines["THREADS"],),
-           (out, a, b, np.uint64(0), np.int32(M), np.int32(K), np.int32(N)))
+           (out, a, b, np.uint64(0) if bias is None else bias, np.int32(M), np.int32(K), np.int32(N)))
