@@ -50,10 +50,21 @@ per thread: where they start in memory, the first frame they read.
 * dbias: a block owns 32 columns, one per lane; its 32 warps sum every 32nd row, then the warps' sums are added
   in warp order.
 
+Where a window is K * C contiguous floats (one group, no padding, C a multiple of 4: Wav2Vec2's feature encoder
+after its first layer), the three products run on matmul_tf32.py's engine instead (128 x 128 tiles, three-stage
+cp.async copies, 3xTF32), and weight is copied once a call into the windows' order, (OC, K, C):
+* forward, one product an utterance: its windows are the rows of a matrix, read in place, each stride * C
+  floats after the last (the engine's A_STEP);
+* dweight, the same windows as the columns of dout^T's product (B_STEP), the frames split into spans whose sums
+  go to slices of scratch, added up by dweight_sum_kernel as the tiles' partials are;
+* dinp, each window's gradient (dout times the filters, one product for the batch) into scratch, (B, T_out,
+  K * C: about 0.6 GB for four utterances of 16 s at the feature encoder's second layer), which
+  add_windows_kernel adds back onto the frames the windows were read from.
+
 Every sum is taken in an order fixed by the sizes alone (no atomics): the same bits on every run. Weight
-gathers are strided (weight's fastest index is k); weights are small next to the frames and stay in L2. This
-module takes nothing of kernels/matmul*.py but matmul_tf32.py's TF32 helpers, which lie outside the part the
-students write: the matmuls are theirs, and this module is in every kit whole.
+gathers are strided (weight's fastest index is k); weights are small next to the frames and stay in L2. No
+starter kit holds this module (Wav2Vec2's layers are the staff's: grading.handout), so it may build on the
+engine of matmul_tf32.py, whose solution the kits stub.
 """
 
 import functools
@@ -62,6 +73,7 @@ import numpy as np
 
 from gpt2kit.kernel_runtime import CudaKernel, KernelArgumentError, ceil_div, check_array, check_dims
 from gpt2kit.kernel_runtime.device import cupy
+from gpt2kit.kernels import matmul_tf32
 from gpt2kit.kernels.matmul_tf32 import TF32_HELPERS, TF32_PRODUCTS
 
 TILE = 64          # rows and columns of a product's tile per block
@@ -75,6 +87,7 @@ BIAS_WARPS = 32    # warps per dbias block, each summing every BIAS_WARPS-th row
 SUM_THREADS = 256  # per dweight_sum_kernel block, one dweight element each
 TARGET_BLOCKS = 1024   # dweight's row splits aim at about this many blocks in all
 MIN_SPLIT_ROWS = 256   # and give each split at least this many rows
+WINDOWS_TARGET_BLOCKS = 512  # the same for the engine's 128 x 128 tiles (launch_windows), four times the work each
 
 CONV1D_SOURCE = TF32_HELPERS + TF32_PRODUCTS + r"""
 #define PITCH (TILE + 8)  // floats a k-row of a shared slice: 8 more than the tile, so that a fragment's loads at
@@ -221,6 +234,32 @@ __device__ __forceinline__ void tile_product(float (&acc)[OWNED], int k_begin, i
         if (more) publish((slice + 1) % 2);
         __syncthreads();
     }
+}
+
+// weight_by_tap (OC, K, C) = weight (OC, C, K) with each tap's channels contiguous: a filter in the order of a
+// window's floats (launch_windows). One thread an element.
+extern "C" __global__ void __launch_bounds__(SUM_THREADS)
+weight_by_tap_kernel(float* weight_by_tap, const float* weight, int OC, int C, int K) {
+    const long long element = (long long)blockIdx.x * SUM_THREADS + threadIdx.x;
+    if (element >= (long long)OC * K * C) return;
+    const int c = element % C, k = element / C % K, o = element / ((long long)K * C);
+    weight_by_tap[element] = weight[((long long)o * C + c) * K + k];
+}
+
+// dinp (B, T, C) = the windows' gradients (B, T_out, K * C: a window's floats in order) added back onto the frames
+// they were read from: frame t gets tap k of output frame t_out = (t - k) / stride wherever that divides and
+// t_out < T_out, in order of k; 0 where no window read it. One thread an element.
+extern "C" __global__ void __launch_bounds__(SUM_THREADS)
+add_windows_kernel(float* dinp, const float* windows, int B, int T, int C, int K, int stride, int T_out) {
+    const long long element = (long long)blockIdx.x * SUM_THREADS + threadIdx.x;
+    if (element >= (long long)B * T * C) return;
+    const int c = element % C, t = element / C % T, b = element / ((long long)T * C);
+    float sum = 0.0f;
+    for (int k = t % stride; k < K && k <= t; k += stride) {  // the taps with (t - k) % stride == 0
+        const int t_out = (t - k) / stride;
+        if (t_out < T_out) sum += windows[((long long)b * T_out + t_out) * K * C + k * C + c];
+    }
+    dinp[element] = sum;
 }
 
 // out (B, T_out, OC) = the convolution, bias added (bias may be null). Grid (ceil(B * T_out / TILE),
@@ -370,6 +409,78 @@ conv1d_backward_dinp_kernel = CudaKernel(CONV1D_SOURCE, "conv1d_backward_dinp_ke
 conv1d_backward_dweight_kernel = CudaKernel(CONV1D_SOURCE, "conv1d_backward_dweight_kernel", defines=DEFINES)
 dweight_sum_kernel = CudaKernel(CONV1D_SOURCE, "dweight_sum_kernel", defines=DEFINES)
 conv1d_backward_dbias_kernel = CudaKernel(CONV1D_SOURCE, "conv1d_backward_dbias_kernel", defines=DEFINES)
+weight_by_tap_kernel = CudaKernel(CONV1D_SOURCE, "weight_by_tap_kernel", defines=DEFINES)
+add_windows_kernel = CudaKernel(CONV1D_SOURCE, "add_windows_kernel", defines=DEFINES)
+
+
+def windows_are_rows(C, K, padding, groups) -> bool:
+    """Whether a convolution's windows are rows of a matrix that matmul_tf32's engine copies 16 bytes at a time:
+    one group, no padding (a window is then K * C contiguous floats, and the next output frame's starts stride * C
+    floats on), C a multiple of 4, and sums long enough for the tensor cores."""
+    return groups == 1 and padding == 0 and C % 4 == 0 and K * C >= MIN_TENSOR_CORE_K
+
+
+@functools.lru_cache(maxsize=None)
+def engine_kernels(**layout: int) -> tuple[CudaKernel, CudaKernel]:
+    """matmul_tf32's 3xTF32 engine with its operands laid out as `layout` says (its defines), in matmul_backward.py's
+    tiles: 128 x 128 and 64 x 64, for matmul_tf32.launch_unsplit to choose from."""
+    return tuple(matmul_tf32.matmul_tf32_kernel.with_defines(PASSES=3, FLUSH=FLUSH, **layout, **tiles) for tiles in (
+        dict(WARP_N=32, THREADS=256), dict(TILE_M=64, TILE_N=64, WARP_M=32, WARP_N=32)))
+
+
+def filters_by_tap(weight, OC, C, K):
+    """A scratch copy of weight (OC, C, K) in a window's order, (OC, K, C)."""
+    weight_by_tap = cupy.empty(OC * K * C, dtype=cupy.float32)
+    weight_by_tap_kernel((ceil_div(OC * K * C, SUM_THREADS),), (SUM_THREADS,),
+                         (weight_by_tap, weight, *sizes(OC, C, K)))
+    return weight_by_tap
+
+
+def launch_windows(out, inp, weight, bias, B, T, C, OC, K, stride, T_out):
+    """The forward pass as B products on the tensor cores, one an utterance: its T_out windows (rows of K * C
+    floats, stride * C apart, read in place: nothing is copied) times the filters in the windows' order. K is
+    never split, so each sum has one order."""
+    weight_by_tap = filters_by_tap(weight, OC, C, K)
+    large, small = engine_kernels(A_STEP=stride * C)
+    frames, outputs = inp.reshape(-1), out.reshape(-1)
+    for b in range(B):
+        matmul_tf32.launch_unsplit(large, small, outputs[b * T_out * OC:], frames[b * T * C:], weight_by_tap,
+                                   T_out, K * C, OC, bias=bias)
+
+
+@functools.lru_cache(maxsize=None)
+def windows_dweight_kernel(step: int) -> CudaKernel:
+    """matmul_tf32's 3xTF32 engine in 128 x 128 tiles for dweight: dout^T (its rows read across K) times one
+    utterance's windows (read across K too, rows `step` floats apart), each split of K into a slice of its own."""
+    return matmul_tf32.matmul_tf32_kernel.with_defines(PASSES=3, FLUSH=FLUSH, A_ALONG_K=0, B_ALONG_K=0, B_STEP=step,
+                                                       SLICED=1, WARP_N=32, THREADS=256)
+
+
+def windows_dweight_partials(dout, inp, B, T, C, OC, K, stride, T_out):
+    """dweight's sums (in the windows' order, (OC, K * C)) in slices of scratch, for dweight_sum_kernel to add up:
+    per utterance, dout's rows transposed times its windows, read in place, over its T_out frames split into
+    `splits` spans, about WINDOWS_TARGET_BLOCKS blocks in all. (partials, B * splits)."""
+    kernel = windows_dweight_kernel(stride * C)
+    rows, columns = kernel.defines["TILE_M"], kernel.defines["TILE_N"]
+    tiles = ceil_div(OC, rows) * ceil_div(K * C, columns)
+    splits = max(1, min(ceil_div(WINDOWS_TARGET_BLOCKS, tiles * B), T_out // MIN_SPLIT_ROWS))
+    partials = cupy.empty(B * splits * OC * K * C, dtype=cupy.float32)
+    grads, frames = dout.reshape(-1), inp.reshape(-1)
+    for b in range(B):
+        kernel((ceil_div(OC, rows), ceil_div(K * C, columns), splits), (kernel.defines["THREADS"],),
+               (partials[b * splits * OC * K * C:], grads[b * T_out * OC:], frames[b * T * C:], np.uint64(0),
+                *sizes(OC, T_out, K * C)))
+    return partials, B * splits
+
+
+def windows_dinp(dinp, dout, weight, B, T, C, OC, K, stride, T_out, add_windows):
+    """dinp where windows are rows: each window's gradient, dout (B * T_out rows, all utterances in one product)
+    times the filters in the windows' order, into scratch (B, T_out, K * C), then added back onto the frames the
+    windows were read from (add_windows, a known-wrong version's own)."""
+    windows = cupy.empty(B * T_out * K * C, dtype=cupy.float32)
+    matmul_tf32.launch_unsplit(*engine_kernels(B_ALONG_K=0), windows, dout, filters_by_tap(weight, OC, C, K),
+                               B * T_out, OC, K * C)
+    add_windows((ceil_div(B * T * C, SUM_THREADS),), (SUM_THREADS,), (dinp, windows, *sizes(B, T, C, K, stride, T_out)))
 
 
 @functools.lru_cache(maxsize=None)
@@ -385,9 +496,11 @@ def for_reduction(kernel: CudaKernel, terms: int) -> CudaKernel:
     return on_tensor_cores(kernel) if terms >= MIN_TENSOR_CORE_K else kernel
 
 
-# The products' tensor-core builds, made here where the compile checks see them
+# The products' tensor-core builds, and the engine's for Wav2Vec2's feature encoder (stride 2, 512 channels),
+# made here where the compile checks see them
 tensor_core_kernels = tuple(on_tensor_cores(kernel) for kernel in (
-    conv1d_forward_kernel, conv1d_backward_dinp_kernel, conv1d_backward_dweight_kernel))
+    conv1d_forward_kernel, conv1d_backward_dinp_kernel, conv1d_backward_dweight_kernel)) + (
+    *engine_kernels(A_STEP=2 * 512), *engine_kernels(B_ALONG_K=0), windows_dweight_kernel(2 * 512))
 
 
 def check_conv1d(function, B, T, C, OC, K, stride, padding, groups, T_out):
@@ -425,7 +538,11 @@ def conv1d_backward(dinp, dweight, dbias, dout, inp, weight, B, T, C, OC, K, str
 
 def launch_forward(out, inp, weight, bias, B, T, C, OC, K, stride, padding, groups, T_out,
                    kernel=conv1d_forward_kernel):
-    """The forward kernel on checked arguments (a known-wrong version passes its own)."""
+    """The forward kernel on checked arguments (a known-wrong version passes its own); a convolution whose
+    windows are rows of a matrix, matmul_tf32's engine (launch_windows)."""
+    if windows_are_rows(C, K, padding, groups):
+        launch_windows(out, inp, weight, bias, B, T, C, OC, K, stride, T_out)
+        return
     grid = (ceil_div(B * T_out, TILE), ceil_div(OC // groups, TILE), groups)
     bias_pointer = bias if bias is not None else np.uint64(0)  # NULL: no bias
     for_reduction(kernel, K * (C // groups))(
@@ -447,21 +564,27 @@ def dweight_splits(B, C, OC, K, groups, T_out):
 
 
 def launch_backward(dinp, dweight, dbias, dout, inp, weight, B, T, C, OC, K, stride, padding, groups, T_out,
-                    dinp_kernel=conv1d_backward_dinp_kernel, sum_kernel=dweight_sum_kernel):
+                    dinp_kernel=conv1d_backward_dinp_kernel, sum_kernel=dweight_sum_kernel,
+                    add_windows=add_windows_kernel):
     """The backward kernels on checked arguments (a known-wrong version passes its own kernel for one); the
     dweight partials in a scratch array from CuPy's memory pool; no dinp, no dinp kernel; no dbias, no bias
     kernel."""
     shape = sizes(B, T, C, OC, K, stride, padding, groups, T_out)
     Cg, OCg = C // groups, OC // groups
-    splits, split_rows = dweight_splits(B, C, OC, K, groups, T_out)
-    partials = cupy.empty(splits * OC * Cg * K, dtype=cupy.float32)
-    last_split_rows = B * T_out - (splits - 1) * split_rows  # the fewest rows a split sums
-    for_reduction(conv1d_backward_dweight_kernel, last_split_rows)(
-        (ceil_div(OCg, TILE), ceil_div(K * Cg, TILE), groups * splits), (THREADS,),
-        (partials, dout, inp, *shape, np.int32(split_rows)))
+    if windows_are_rows(C, K, padding, groups):
+        partials, splits = windows_dweight_partials(dout, inp, B, T, C, OC, K, stride, T_out)
+    else:
+        splits, split_rows = dweight_splits(B, C, OC, K, groups, T_out)
+        partials = cupy.empty(splits * OC * Cg * K, dtype=cupy.float32)
+        last_split_rows = B * T_out - (splits - 1) * split_rows  # the fewest rows a split sums
+        for_reduction(conv1d_backward_dweight_kernel, last_split_rows)(
+            (ceil_div(OCg, TILE), ceil_div(K * Cg, TILE), groups * splits), (THREADS,),
+            (partials, dout, inp, *shape, np.int32(split_rows)))
     sum_kernel((ceil_div(OC * Cg * K, SUM_THREADS),), (SUM_THREADS,),
                (dweight, partials, *sizes(C, OC, K, groups, splits)))
-    if dinp is not None:
+    if dinp is not None and windows_are_rows(C, K, padding, groups):
+        windows_dinp(dinp, dout, weight, B, T, C, OC, K, stride, T_out, add_windows)
+    elif dinp is not None:
         fewest_taps = K // stride  # of a phase's frames (ceil(K / stride) for the others)
         for_reduction(dinp_kernel, fewest_taps * OCg)(
             (ceil_div(B * ceil_div(T, stride), TILE), ceil_div(Cg, TILE), groups * stride), (THREADS,),
