@@ -65,7 +65,7 @@ from gpt2kit.kernel_runtime import (CudaKernel, KernelArgumentError, ceil_div, c
 
 THREADS = 256              # 8 warps per block
 ROWS = 8                   # most rows per chunk: each thread keeps a chunk's accumulators
-LAYERNORM_SHARED = 48 * 1024  # bytes of shared memory for a chunk's normalised rows
+LAUNCH_SHARED = 48 * 1024  # bytes of shared memory a block may have without the kernel opting in to more
 TWO_COLUMN_ROWS = 4        # from this many rows a chunk, a warp takes two columns (see _with_rows)
 # Per kernel: PIECES, the float4s of a weight row each lane loads before using them (all in
 # flight at once), and BLOCKS, the launch bounds' minimum of blocks an SM holds at once (with
@@ -375,10 +375,12 @@ def launch_fused(kernel, function, out, inp, ln_weight, ln_bias, weight, bias, r
     if kernel.defines["LAYERNORM"]:
         check_array(function, "ln_weight", ln_weight, C)
         check_array(function, "ln_bias", ln_bias, C)
-        rows_per_chunk = min(chunk, LAYERNORM_SHARED // (4 * C))
+        # the chunk's normalised rows share the launch's shared memory with the kernel's own arrays
+        room = LAUNCH_SHARED - kernel.compiled().attributes["shared_size_bytes"]
+        rows_per_chunk = min(chunk, room // (4 * C))
         if rows_per_chunk == 0:
-            raise KernelArgumentError(f"{function}: C={C} is too wide: a normalised row must fit in "
-                                      f"{LAYERNORM_SHARED // 1024} KB of shared memory (C <= {LAYERNORM_SHARED // 4})")
+            raise KernelArgumentError(f"{function}: C={C} is too wide: a normalised row must fit in the "
+                                      f"{room} bytes of shared memory left (C <= {room // 4})")
         shared_bytes = 4 * rows_per_chunk * C
     if kernel.defines["RESIDUAL"]:
         check_array(function, "residual", residual, M * OC)

@@ -14,9 +14,10 @@ from gpt2kit.reference.specs.matmul import flops, rounding_error
 LAYERNORM_EPS = 1e-5  # layernorm_forward's
 
 # The decode step's shapes: rows up to a batch of 32, chunks of the kernel's 8 rows and beyond,
-# C not a multiple of the float4 width, a row too wide for 8 rows of shared memory (C=1600). The
-# kernel is compiled for the batch rounded up to 1, 2, 4 or 8 rows, with a float4 prologue from 4:
-# beam 5's rows and a chunk of 4 with 3 rows in it are cases of their own.
+# C not a multiple of the float4 width, a row too wide for 8 rows of shared memory (C=1600), GPT-J's
+# rows (C=4096), of which only a few fit beside the kernel's own shared arrays. The kernel is compiled
+# for the batch rounded up to 1, 2, 4 or 8 rows, with a float4 prologue from 4: beam 5's rows and a
+# chunk of 4 with 3 rows in it are cases of their own.
 CASES = (
     dict(B=1, T=1, C=768, OC=2304),
     dict(B=8, T=1, C=768, OC=3072),
@@ -27,6 +28,7 @@ CASES = (
     dict(B=2, T=5, C=64, OC=96),
     dict(B=32, T=1, C=768, OC=768),
     dict(B=1, T=9, C=1600, OC=33),
+    dict(B=5, T=1, C=4096, OC=72),
     dict(B=2, T=1, C=768, OC=50304),
     dict(B=2, T=3, C=64, OC=40, values="extreme"),
 )
