@@ -57,9 +57,9 @@ cp.async copies, 3xTF32), and weight is copied once a call into the windows' ord
   floats after the last (the engine's A_STEP);
 * dweight, the same windows as the columns of dout^T's product (B_STEP), the frames split into spans whose sums
   go to slices of scratch, added up by dweight_sum_kernel as the tiles' partials are;
-* dinp, each window's gradient (dout times the filters, one product for the batch) into scratch, (B, T_out,
-  K * C: about 0.6 GB for four utterances of 16 s at the feature encoder's second layer), which
-  add_windows_kernel adds back onto the frames the windows were read from.
+* dinp, an utterance at a time: each window's gradient (its dout rows times the filters) into scratch,
+  (T_out, K * C: about 160 MB for 16 s at the feature encoder's second layer), which add_windows_kernel adds
+  back onto the frames the windows were read from.
 
 Every sum is taken in an order fixed by the sizes alone (no atomics): the same bits on every run. Weight
 gathers are strided (weight's fastest index is k); weights are small next to the frames and stay in L2. No
@@ -474,13 +474,17 @@ def windows_dweight_partials(dout, inp, B, T, C, OC, K, stride, T_out):
 
 
 def windows_dinp(dinp, dout, weight, B, T, C, OC, K, stride, T_out, add_windows):
-    """dinp where windows are rows: each window's gradient, dout (B * T_out rows, all utterances in one product)
-    times the filters in the windows' order, into scratch (B, T_out, K * C), then added back onto the frames the
-    windows were read from (add_windows, a known-wrong version's own)."""
-    windows = cupy.empty(B * T_out * K * C, dtype=cupy.float32)
-    matmul_tf32.launch_unsplit(*engine_kernels(B_ALONG_K=0), windows, dout, filters_by_tap(weight, OC, C, K),
-                               B * T_out, OC, K * C)
-    add_windows((ceil_div(B * T * C, SUM_THREADS),), (SUM_THREADS,), (dinp, windows, *sizes(B, T, C, K, stride, T_out)))
+    """dinp where windows are rows, one utterance at a time: each window's gradient, its dout rows times the
+    filters in the windows' order, into scratch (T_out, K * C) that every utterance reuses, then added back onto
+    the frames the windows were read from (add_windows, a known-wrong version's own)."""
+    windows = cupy.empty(T_out * K * C, dtype=cupy.float32)
+    weight_by_tap = filters_by_tap(weight, OC, C, K)
+    grads, frames = dout.reshape(-1), dinp.reshape(-1)
+    for b in range(B):
+        matmul_tf32.launch_unsplit(*engine_kernels(B_ALONG_K=0), windows, grads[b * T_out * OC:], weight_by_tap,
+                                   T_out, OC, K * C)
+        add_windows((ceil_div(T * C, SUM_THREADS),), (SUM_THREADS,),
+                    (frames[b * T * C:], windows, *sizes(1, T, C, K, stride, T_out)))
 
 
 @functools.lru_cache(maxsize=None)
