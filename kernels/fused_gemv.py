@@ -61,11 +61,12 @@ import functools
 import numpy as np
 
 from gpt2kit.kernel_runtime import (CudaKernel, KernelArgumentError, ceil_div, check_array, check_dims,
-                                    multiprocessor_count, power_of_two_at_least)
+                                    multiprocessor_count, power_of_two_at_least, shared_bytes_per_block,
+                                    shared_bytes_per_multiprocessor)
 
 THREADS = 256              # 8 warps per block
 ROWS = 8                   # most rows per chunk: each thread keeps a chunk's accumulators
-LAUNCH_SHARED = 48 * 1024  # bytes of shared memory a block may have without the kernel opting in to more
+RESERVED_SHARED = 1024     # bytes of an SM's shared memory the driver keeps for each block it holds
 TWO_COLUMN_ROWS = 4        # from this many rows a chunk, a warp takes two columns (see _with_rows)
 # Per kernel: PIECES, the float4s of a weight row each lane loads before using them (all in
 # flight at once), and BLOCKS, the launch bounds' minimum of blocks an SM holds at once (with
@@ -358,6 +359,12 @@ def _with_rows(kernel: CudaKernel, rows: int) -> CudaKernel:
     return kernel if kernel.defines["ROWS"] == rows else kernel.with_defines(ROWS=rows)
 
 
+@functools.cache
+def static_shared_bytes(kernel: CudaKernel) -> int:
+    """The shared memory `kernel`'s own arrays take, asked of its compiled code once."""
+    return kernel.compiled().shared_size_bytes
+
+
 def launch_fused(kernel, function, out, inp, ln_weight, ln_bias, weight, bias, residual, B, T, C, OC):
     """Check the arguments of `function` and launch `kernel` (one of fused_kernel's, compiled again with the
     batch's chunk of rows): its layernorm's weights are checked when the kernel has a layernorm, the
@@ -375,20 +382,25 @@ def launch_fused(kernel, function, out, inp, ln_weight, ln_bias, weight, bias, r
     if kernel.defines["LAYERNORM"]:
         check_array(function, "ln_weight", ln_weight, C)
         check_array(function, "ln_bias", ln_bias, C)
-        # the chunk's normalised rows share the launch's shared memory with the kernel's own arrays
-        room = LAUNCH_SHARED - kernel.compiled().attributes["shared_size_bytes"]
-        rows_per_chunk = min(chunk, room // (4 * C))
+        # The chunk's normalised rows share a block's shared memory with the kernel's own arrays: all of them
+        # where they fit (past 48 KB the launch opts in to more), so that each weight is read once per chunk.
+        static = static_shared_bytes(kernel)
+        room = shared_bytes_per_block() - static
+        rows_per_chunk = min(chunk, M, room // (4 * C))
         if rows_per_chunk == 0:
             raise KernelArgumentError(f"{function}: C={C} is too wide: a normalised row must fit in the "
-                                      f"{room} bytes of shared memory left (C <= {room // 4})")
+                                      f"{room} bytes of shared memory this GPU gives a block (C <= {room // 4})")
         shared_bytes = 4 * rows_per_chunk * C
+        resident = shared_bytes_per_multiprocessor() // (shared_bytes + static + RESERVED_SHARED)
     if kernel.defines["RESIDUAL"]:
         check_array(function, "residual", residual, M * OC)
     split = split_for(C, OC, kernel.defines["PIECES"], kernel.defines["WARP_COLUMNS"])
     groups = ceil_div(OC, THREADS // 32 // split * kernel.defines["WARP_COLUMNS"])
     null = np.uint64(0)
-    # a layernorm kernel's blocks stay resident and stride over the groups (each normalises its rows once)
-    blocks = min(groups, kernel.defines["BLOCKS"] * multiprocessor_count()) if kernel.defines["LAYERNORM"] else groups
+    # a layernorm kernel's blocks stay resident and stride over the groups (each normalises its rows once): as
+    # many as its launch bounds ask an SM to hold, or as its shared memory lets one hold
+    blocks = (min(groups, min(kernel.defines["BLOCKS"], resident) * multiprocessor_count())
+              if kernel.defines["LAYERNORM"] else groups)
     kernel((blocks,), (THREADS,),
            (out, inp, ln_weight if ln_weight is not None else null, ln_bias if ln_bias is not None else null,
             weight, bias if bias is not None else null, residual if residual is not None else null,

@@ -35,6 +35,21 @@ extern "C" __global__ void copy(float* out, const float* in, int n) {
 """
 add_one = CudaKernel(SOURCE, "add_one")
 
+# A kernel with 1 KB of static shared memory whose dynamic shared memory is as large as its launch says: thread i
+# writes i + seed at floats i, i + 256, ... of it and reads back the last one it wrote, so a launch gets all of it
+SHARED_SOURCE = r"""
+extern "C" __global__ void through_shared(float* out, int floats, float seed) {
+    extern __shared__ float dynamic[];
+    __shared__ float own[256];
+    int last = -1;
+    for (int i = threadIdx.x; i < floats; i += blockDim.x) { dynamic[i] = i + seed; last = i; }
+    own[threadIdx.x] = last < 0 ? seed : dynamic[last];
+    __syncthreads();
+    out[threadIdx.x] = own[threadIdx.x];
+}
+"""
+through_shared = CudaKernel(SHARED_SOURCE, "through_shared")
+
 
 @pytest.fixture
 def cupy():
@@ -172,3 +187,18 @@ def test_outside_a_recording_nothing_is_refused_or_taped(cupy):
     x = cupy.arange(6, dtype=np.float32).reshape(2, 3)
     assert float((x @ x.T).sum()) == 83  # [[5, 14], [14, 50]]
     assert cupy.asnumpy(x + 1)[1, 2] == 6
+
+
+@pytest.mark.parametrize("nbytes", [48 * 1024, 100 * 1024, 16 * 1024], ids=["48KB-beside-static", "100KB", "16KB-after"])
+def test_dynamic_shared_memory_past_48_kb_is_opted_into_launched_and_replayed(cupy, nbytes):
+    # 48 KB beside the kernel's 1 KB of static arrays is already past a launch's default cap; a smaller launch of
+    # the same kernel after a larger one leaves the larger one's cap in place
+    floats, out = nbytes // 4, cupy.full(256, np.nan, np.float32)
+    expected = np.array([max(i for i in range(t, floats, 256)) + 2.0 for t in range(256)], np.float32)
+    with recording.record(arguments=dict(out=out)) as taped:
+        through_shared((1,), (256,), (out, np.int32(floats), np.float32(2.0)), shared_mem=nbytes)
+    np.testing.assert_array_equal(out.get(), expected)
+    assert taped.refused is None and taped.tape.launches[0].shared_mem == nbytes
+    fresh = cupy.full(256, np.nan, np.float32)
+    replay(Tape.from_json(taped.tape.to_json()), {"out": fresh})
+    np.testing.assert_array_equal(fresh.get(), expected)

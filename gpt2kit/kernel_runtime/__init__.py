@@ -12,6 +12,7 @@ A kernel module imports what it needs from here, and nothing else of the kit:
 * arguments: check_array, check_rows, check_dims, ceil_div
 * device:    gpu_unavailable_reason, nvrtc_unavailable_reason, require_gpu, exit_without_gpu,
              multiprocessor_count, threads_per_multiprocessor, l2_cache_bytes,
+             shared_bytes_per_block, shared_bytes_per_multiprocessor,
              captured (launches captured as a CUDA graph)
 * loader:    use_kernels, the one kernels directory a process runs
 * commands:  OneLineArgumentParser: a command-line mistake is one line, status 2
@@ -27,6 +28,7 @@ Nothing here imports kernels/, reference/, gpt2/ or grading/: they stand on it.
 from gpt2kit.kernel_runtime.arguments import ceil_div, check_array, check_dims, check_rows, power_of_two_at_least
 from gpt2kit.kernel_runtime.compiler import CudaKernel
 from gpt2kit.kernel_runtime.device import (gpu_unavailable_reason, l2_cache_bytes, multiprocessor_count, require_gpu,
+                                           shared_bytes_per_block, shared_bytes_per_multiprocessor,
                                            threads_per_multiprocessor)
 from gpt2kit.kernel_runtime.errors import (GPUUnavailableError, KernelArgumentError, KernelCompileError,
                                            KernelLoadError, KitError)
@@ -34,5 +36,6 @@ from gpt2kit.kernel_runtime.errors import (GPUUnavailableError, KernelArgumentEr
 __all__ = [
     "CudaKernel", "GPUUnavailableError", "KernelArgumentError", "KernelCompileError", "KernelLoadError", "KitError",
     "ceil_div", "check_array", "check_dims", "check_rows", "gpu_unavailable_reason", "l2_cache_bytes",
-    "multiprocessor_count", "power_of_two_at_least", "require_gpu", "threads_per_multiprocessor",
+    "multiprocessor_count", "power_of_two_at_least", "require_gpu", "shared_bytes_per_block",
+    "shared_bytes_per_multiprocessor", "threads_per_multiprocessor",
 ]

@@ -28,7 +28,7 @@ import types
 from pathlib import Path
 
 from gpt2kit.kernel_runtime import overlap, recording
-from gpt2kit.kernel_runtime.device import cupy, nvrtc_unavailable_reason, require_gpu
+from gpt2kit.kernel_runtime.device import allow_dynamic_shared, cupy, nvrtc_unavailable_reason, require_gpu
 from gpt2kit.kernel_runtime.errors import KernelCompileError
 from gpt2kit.kernel_runtime.hermetic import HermeticBuildError, build_options, check_includes
 from gpt2kit.kernel_runtime.tape import Program
@@ -92,6 +92,7 @@ class CudaKernel:
             self.origin = dataclasses.replace(self.origin, first_line=self.origin.first_line - overlap.PRELUDE_LINES)
         self.program = Program(self.compiled_source, self.options)  # what a tape holds of it
         self._function = None
+        self._dynamic_shared = 0  # the most dynamic shared memory its launches have asked for
 
     def __repr__(self) -> str:
         return f"CudaKernel({self.name!r} from {self.origin.path})"
@@ -103,6 +104,7 @@ class CudaKernel:
         other.options = _define_options(other.defines) + self.extra_options
         other.program = Program(other.compiled_source, other.options)
         other._function = None
+        other._dynamic_shared = 0
         return other
 
     @property
@@ -119,6 +121,9 @@ class CudaKernel:
 
     def __call__(self, grid, block, args, shared_mem: int = 0) -> None:
         function = self._function or self.compiled()
+        if shared_mem > self._dynamic_shared:  # past 48 KB less the static arrays, a kernel must opt in
+            allow_dynamic_shared(function.kernel.ptr, shared_mem)
+            self._dynamic_shared = shared_mem
         if self.waits_for_previous and overlap.launches_overlapped():
             overlap.launch(function.kernel.ptr, grid, block, args, shared_mem=shared_mem)
         else:

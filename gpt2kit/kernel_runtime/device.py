@@ -106,6 +106,28 @@ def l2_cache_bytes() -> int:
     return _attribute(cupy.cuda.Device().id, "L2CacheSize")
 
 
+def shared_bytes_per_block() -> int:
+    """The most shared memory, static and dynamic, a block of the current GPU may have once its kernel opts in
+    (227 KB on an H100, 99 KB on an A40; 48 KB without opting in)."""
+    return _attribute(cupy.cuda.Device().id, "MaxSharedMemoryPerBlockOptin")
+
+
+def shared_bytes_per_multiprocessor() -> int:
+    """The shared memory an SM of the current GPU shares among the blocks it holds."""
+    return _attribute(cupy.cuda.Device().id, "MaxSharedMemoryPerMultiprocessor")
+
+
+_MAX_DYNAMIC_SHARED_SIZE = 8  # CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+
+
+def allow_dynamic_shared(function: int, nbytes: int) -> None:
+    """Let the kernel at `function` (a CUfunction) launch with `nbytes` of dynamic shared memory: its cap starts at
+    48 KB less its static arrays, and is raised here (never lowered: a kernel launched at several sizes keeps the
+    largest)."""
+    if nbytes > cupy.cuda.driver.funcGetAttribute(_MAX_DYNAMIC_SHARED_SIZE, function):
+        cupy.cuda.driver.funcSetAttribute(function, _MAX_DYNAMIC_SHARED_SIZE, nbytes)
+
+
 @functools.cache
 def _attribute(device: int, name: str) -> int:
     return cupy.cuda.Device(device).attributes[name]

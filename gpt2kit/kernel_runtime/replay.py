@@ -40,10 +40,8 @@ import numpy as np
 from gpt2kit.kernel_runtime import overlap
 from gpt2kit.kernel_runtime import tape as tapes
 from gpt2kit.kernel_runtime.compiler import compile_ptx
-from gpt2kit.kernel_runtime.device import cupy
+from gpt2kit.kernel_runtime.device import allow_dynamic_shared, cupy
 
-STATIC_SHARED_LIMIT = 48 * 1024  # more dynamic shared memory than this needs the kernel's attribute raised
-_MAX_DYNAMIC_SHARED_SIZE = 8  # CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
 SCRATCH_FLOOR = 256 * 2**20   # scratch any call may have, whatever its sizes
 SCRATCH_PER_BYTE = 64         # and this many bytes more per byte of the call's own arrays (attention's T x T
                               # scores per head are the largest the kit's calls keep, at 12x their inputs)
@@ -75,8 +73,8 @@ class PreparedTape:
         if isinstance(step, tapes.Launch):
             program = self.tape.programs[step.program]
             function = functions(program)(step.kernel)
-            if step.shared_mem > STATIC_SHARED_LIMIT:
-                cupy.cuda.driver.funcSetAttribute(function.ptr, _MAX_DYNAMIC_SHARED_SIZE, step.shared_mem)
+            if step.shared_mem:
+                allow_dynamic_shared(function.ptr, step.shared_mem)
             args = [(a.buffer, a.offset) if isinstance(a, tapes.Pointer) else a.value() for a in step.args]
             # launched as CudaKernel launches it: a kernel that waits for the previous one overlaps it in a graph
             overlapped = (overlap.waits_for_previous(program.source) and not program.cooperative

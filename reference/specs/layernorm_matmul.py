@@ -15,7 +15,7 @@ LAYERNORM_EPS = 1e-5  # layernorm_forward's
 
 # The decode step's shapes: rows up to a batch of 32, chunks of the kernel's 8 rows and beyond,
 # C not a multiple of the float4 width, a row too wide for 8 rows of shared memory (C=1600), GPT-J's
-# rows (C=4096), of which only a few fit beside the kernel's own shared arrays. The kernel is compiled
+# beam of 5 rows (C=4096), whose 80 KB of shared memory are past a launch's default. The kernel is compiled
 # for the batch rounded up to 1, 2, 4 or 8 rows, with a float4 prologue from 4: beam 5's rows and a
 # chunk of 4 with 3 rows in it are cases of their own.
 CASES = (
