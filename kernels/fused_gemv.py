@@ -66,6 +66,7 @@ from gpt2kit.kernel_runtime import (CudaKernel, KernelArgumentError, ceil_div, c
 
 THREADS = 256              # 8 warps per block
 ROWS = 8                   # most rows per chunk: each thread keeps a chunk's accumulators
+OWN_SHARED = 1024          # bytes a kernel's own __shared__ arrays may take beside a chunk's normalised rows
 RESERVED_SHARED = 1024     # bytes of an SM's shared memory the driver keeps for each block it holds
 TWO_COLUMN_ROWS = 4        # from this many rows a chunk, a warp takes two columns (see _with_rows)
 # Per kernel: PIECES, the float4s of a weight row each lane loads before using them (all in
@@ -359,12 +360,6 @@ def _with_rows(kernel: CudaKernel, rows: int) -> CudaKernel:
     return kernel if kernel.defines["ROWS"] == rows else kernel.with_defines(ROWS=rows)
 
 
-@functools.cache
-def static_shared_bytes(kernel: CudaKernel) -> int:
-    """The shared memory `kernel`'s own arrays take, asked of its compiled code once."""
-    return kernel.compiled().shared_size_bytes
-
-
 def launch_fused(kernel, function, out, inp, ln_weight, ln_bias, weight, bias, residual, B, T, C, OC):
     """Check the arguments of `function` and launch `kernel` (one of fused_kernel's, compiled again with the
     batch's chunk of rows): its layernorm's weights are checked when the kernel has a layernorm, the
@@ -382,16 +377,16 @@ def launch_fused(kernel, function, out, inp, ln_weight, ln_bias, weight, bias, r
     if kernel.defines["LAYERNORM"]:
         check_array(function, "ln_weight", ln_weight, C)
         check_array(function, "ln_bias", ln_bias, C)
-        # The chunk's normalised rows share a block's shared memory with the kernel's own arrays: all of them
-        # where they fit (past 48 KB the launch opts in to more), so that each weight is read once per chunk.
-        static = static_shared_bytes(kernel)
-        room = shared_bytes_per_block() - static
+        # The chunk's normalised rows share a block's shared memory with the kernel's own arrays (OWN_SHARED at
+        # most): all of them where they fit (past 48 KB the launch opts in to more), so that each weight is read
+        # once per chunk.
+        room = shared_bytes_per_block() - OWN_SHARED
         rows_per_chunk = min(chunk, M, room // (4 * C))
         if rows_per_chunk == 0:
             raise KernelArgumentError(f"{function}: C={C} is too wide: a normalised row must fit in the "
                                       f"{room} bytes of shared memory this GPU gives a block (C <= {room // 4})")
         shared_bytes = 4 * rows_per_chunk * C
-        resident = shared_bytes_per_multiprocessor() // (shared_bytes + static + RESERVED_SHARED)
+        resident = shared_bytes_per_multiprocessor() // (shared_bytes + OWN_SHARED + RESERVED_SHARED)
     if kernel.defines["RESIDUAL"]:
         check_array(function, "residual", residual, M * OC)
     split = split_for(C, OC, kernel.defines["PIECES"], kernel.defines["WARP_COLUMNS"])
