@@ -41,6 +41,13 @@ def options_of(defines, options):
     return tuple(f"-D{{key}}={{value}}" for key, value in defines.items()) + tuple(options)
 
 
+def opted_in(kernel, shared_mem):
+    """kernel (a cupy.RawKernel), opted in to shared_mem bytes of dynamic shared memory where that is past its cap."""
+    if shared_mem > kernel.max_dynamic_shared_size_bytes:
+        kernel.max_dynamic_shared_size_bytes = shared_mem
+    return kernel
+
+
 class CudaKernel:
     def __init__(self, source, name, *, defines=None, options=()):
         self.source, self.name, self.defines, self.extra = source, name, dict(defines or {{}}), tuple(options)
@@ -56,7 +63,7 @@ STYLE_CODE = {
         self.kernel = cupy.RawKernel(code_of(self.source), self.name, options=options_of(self.defines, self.extra))
 
     def __call__(self, grid, block, args, shared_mem=0):
-        self.kernel(grid, block, args, shared_mem=shared_mem)
+        opted_in(self.kernel, shared_mem)(grid, block, args, shared_mem=shared_mem)
 ''',
     "lazily": '''
     def setup(self):
@@ -66,7 +73,7 @@ STYLE_CODE = {
         key = (self.source, self.name, options_of(self.defines, self.extra))
         if key not in COMPILED:
             COMPILED[key] = cupy.RawKernel(code_of(self.source), self.name, options=key[2])
-        COMPILED[key](grid, block, args, shared_mem=shared_mem)
+        opted_in(COMPILED[key], shared_mem)(grid, block, args, shared_mem=shared_mem)
 
 
 COMPILED = {}
@@ -79,7 +86,7 @@ COMPILED = {}
         if self.function is None:
             module = cupy.RawModule(code=code_of(self.source), options=options_of(self.defines, self.extra))
             self.function = module.get_function(self.name)
-        self.function(grid, block, args, shared_mem=shared_mem)
+        opted_in(self.function, shared_mem)(grid, block, args, shared_mem=shared_mem)
 ''',
     "streamed": '''
     def setup(self):
@@ -93,7 +100,7 @@ COMPILED = {}
 
         def launch():
             with STREAM:
-                self.function(grid, block, args, shared_mem=shared_mem)
+                opted_in(self.function, shared_mem)(grid, block, args, shared_mem=shared_mem)
 
         thread = threading.Thread(target=launch)
         thread.start()
