@@ -74,6 +74,7 @@ import numpy as np
 from gpt2kit.kernel_runtime import CudaKernel, KernelArgumentError, ceil_div, check_array, check_dims
 from gpt2kit.kernel_runtime.device import cupy
 from gpt2kit.kernels import matmul_tf32
+from gpt2kit.kernels.matmul_backward import MIN_TENSOR_CORE_K
 from gpt2kit.kernels.matmul_tf32 import TF32_HELPERS, TF32_PRODUCTS
 
 TILE = 64          # rows and columns of a product's tile per block
@@ -81,7 +82,6 @@ TILE_K = 16        # depth of one shared-memory slice
 THREADS = 256      # per product block, each owning 16 elements of the tile
 OWNED = 16         # those elements: a 4 x 4 part on the CUDA cores, four mma fragments on the tensor cores
 FLUSH = 4          # slices whose tensor-core sums are added into the float32 totals at a time
-MIN_TENSOR_CORE_K = 16  # reduction length from which a product goes to the tensor cores (matmul_backward.py's)
 BIAS_COLUMNS = 32  # columns of dout per dbias block: one per lane
 BIAS_WARPS = 32    # warps per dbias block, each summing every BIAS_WARPS-th row
 SUM_THREADS = 256  # per dweight_sum_kernel block, one dweight element each
@@ -422,10 +422,9 @@ def windows_are_rows(C, K, padding, groups) -> bool:
 
 @functools.lru_cache(maxsize=None)
 def engine_kernels(**layout: int) -> tuple[CudaKernel, CudaKernel]:
-    """matmul_tf32's 3xTF32 engine with its operands laid out as `layout` says (its defines), in matmul_backward.py's
-    tiles: 128 x 128 and 64 x 64, for matmul_tf32.launch_unsplit to choose from."""
-    return tuple(matmul_tf32.matmul_tf32_kernel.with_defines(PASSES=3, FLUSH=FLUSH, **layout, **tiles) for tiles in (
-        dict(WARP_N=32, THREADS=256), dict(TILE_M=64, TILE_N=64, WARP_M=32, WARP_N=32)))
+    """matmul_tf32's flushed 3xTF32 engine with its operands laid out as `layout` says (its defines), in its large
+    and small tiles, for matmul_tf32.launch_unsplit to choose from."""
+    return matmul_tf32.flushed_3xtf32("large", **layout), matmul_tf32.flushed_3xtf32("small", **layout)
 
 
 def filters_by_tap(weight, OC, C, K):
@@ -452,8 +451,7 @@ def launch_windows(out, inp, weight, bias, B, T, C, OC, K, stride, T_out):
 def windows_dweight_kernel(step: int) -> CudaKernel:
     """matmul_tf32's 3xTF32 engine in 128 x 128 tiles for dweight: dout^T (its rows read across K) times one
     utterance's windows (read across K too, rows `step` floats apart), each split of K into a slice of its own."""
-    return matmul_tf32.matmul_tf32_kernel.with_defines(PASSES=3, FLUSH=FLUSH, A_ALONG_K=0, B_ALONG_K=0, B_STEP=step,
-                                                       SLICED=1, WARP_N=32, THREADS=256)
+    return matmul_tf32.flushed_3xtf32("large", A_ALONG_K=0, B_ALONG_K=0, B_STEP=step, SLICED=1)
 
 
 def windows_dweight_partials(dout, inp, B, T, C, OC, K, stride, T_out):
@@ -461,15 +459,13 @@ def windows_dweight_partials(dout, inp, B, T, C, OC, K, stride, T_out):
     per utterance, dout's rows transposed times its windows, read in place, over its T_out frames split into
     `splits` spans, about WINDOWS_TARGET_BLOCKS blocks in all. (partials, B * splits)."""
     kernel = windows_dweight_kernel(stride * C)
-    rows, columns = kernel.defines["TILE_M"], kernel.defines["TILE_N"]
-    tiles = ceil_div(OC, rows) * ceil_div(K * C, columns)
+    tiles = ceil_div(OC, kernel.defines["TILE_M"]) * ceil_div(K * C, kernel.defines["TILE_N"])
     splits = max(1, min(ceil_div(WINDOWS_TARGET_BLOCKS, tiles * B), T_out // MIN_SPLIT_ROWS))
     partials = cupy.empty(B * splits * OC * K * C, dtype=cupy.float32)
     grads, frames = dout.reshape(-1), inp.reshape(-1)
     for b in range(B):
-        kernel((ceil_div(OC, rows), ceil_div(K * C, columns), splits), (kernel.defines["THREADS"],),
-               (partials[b * splits * OC * K * C:], grads[b * T_out * OC:], frames[b * T * C:], np.uint64(0),
-                *sizes(OC, T_out, K * C)))
+        matmul_tf32.launch_sliced(kernel, partials[b * splits * OC * K * C:], grads[b * T_out * OC:],
+                                  frames[b * T * C:], OC, T_out, K * C, splits)
     return partials, B * splits
 
 

@@ -40,7 +40,7 @@ matmul_tf32.py's kernel with three TF32 passes (matmul_3xtf32.py says how), comp
 for the layouts above (A_ALONG_K, B_ALONG_K: dinp's weight and both of dweight's
 operands are copied into shared memory k-row by k-row, and their fragments read four
 at a time, each lane's rows or columns dealt out side by side), adding into
-dweight (ACCUMULATE), in chunks of FLUSH_SLICES slices whose sums are added up with
+dweight (ACCUMULATE), in chunks of matmul_tf32.FLUSH_SLICES slices whose sums are added up with
 float32's own rounding (the tensor cores truncate: matmul_tf32.py says what that does to
 a long sum). Its tiles are 128 x 128 where they give every multiprocessor one (dinp at
 B*T = 4096 rows), and 64 x 64 otherwise. dweight's tiles are few for its long K = B*T
@@ -234,24 +234,20 @@ add_slices_kernel = CudaKernel(MATMUL_BACKWARD_SOURCE, "add_slices_kernel", defi
 # BEGIN SOLUTION
 from gpt2kit.kernel_runtime import multiprocessor_count
 from gpt2kit.kernel_runtime.device import cupy
-from gpt2kit.kernels.matmul_tf32 import TILE_K as TF32_TILE_K, launch_unsplit, matmul_tf32_kernel
+from gpt2kit.kernels.matmul_tf32 import (FLUSHED_TILES, TILE_K as TF32_TILE_K, flushed_3xtf32, launch_sliced,
+                                         launch_unsplit)
 
-# The products on the tensor cores, three TF32 passes each, their sums taken in chunks of FLUSH_SLICES slices
-# (matmul_tf32.py says why): dinp = dout @ weight reads weight across K; dweight += dout^T @ inp reads both
-# across K and adds. Each in 128 x 128 tiles of 8 warps of 64 x 32 (the chunks' totals take as many registers as
-# the accumulators), and in 64 x 64 tiles of 4 warps of 32 x 32.
-FLUSH_SLICES = 4
-TILES = {"large": dict(WARP_N=32, THREADS=256), "small": dict(TILE_M=64, TILE_N=64, WARP_M=32, WARP_N=32)}
+# The products on the tensor cores, three TF32 passes each, their sums flushed (matmul_tf32.flushed_3xtf32):
+# dinp = dout @ weight reads weight across K; dweight += dout^T @ inp reads both across K and adds.
 SPLIT_WAVES = 4         # dweight's K is split until its blocks fill every multiprocessor this many times...
 MAX_SPLITS = 8          # ...in at most this many slices of scratch...
 MIN_SPLIT_SLICES = 16   # ...each split walking at least this many of K's slices
 DWEIGHT = dict(A_ALONG_K=0, B_ALONG_K=0)
 tensor_core_kernels = {
-    (product, size): matmul_tf32_kernel.with_defines(PASSES=3, FLUSH=FLUSH_SLICES, **layout, **tiles)
+    (product, size): flushed_3xtf32(size, **layout)
     for product, layout in (("dinp", dict(B_ALONG_K=0)), ("dweight", dict(DWEIGHT, ACCUMULATE=1)))
-    for size, tiles in TILES.items()}
-tensor_core_kernels["dweight", "sliced"] = matmul_tf32_kernel.with_defines(PASSES=3, FLUSH=FLUSH_SLICES, SLICED=1,
-                                                                           **DWEIGHT, **TILES["large"])
+    for size in FLUSHED_TILES}
+tensor_core_kernels["dweight", "sliced"] = flushed_3xtf32("large", SLICED=1, **DWEIGHT)
 
 
 def launch_on_tensor_cores(dinp, dweight, dbias, dout, inp, weight, M, C, OC, kernels=tensor_core_kernels,
@@ -265,8 +261,7 @@ def launch_on_tensor_cores(dinp, dweight, dbias, dout, inp, weight, M, C, OC, ke
         launch_unsplit(kernels["dweight", "large"], kernels["dweight", "small"], dweight, dout, inp, OC, M, C)
     else:  # each split's sums into a slice of scratch of its own, then the slices added in split order
         slices = cupy.empty(splits * OC * C, dtype=np.float32)
-        sliced((ceil_div(OC, sliced.defines["TILE_M"]), ceil_div(C, sliced.defines["TILE_N"]), splits),
-               (sliced.defines["THREADS"],), (slices, dout, inp, np.uint64(0), np.int32(OC), np.int32(M), np.int32(C)))
+        launch_sliced(sliced, slices, dout, inp, OC, M, C, splits)
         add_slices((ceil_div(OC * C, 4 * SLICE_THREADS),), (SLICE_THREADS,),
                    (dweight, slices, np.int32(splits), np.int64(OC * C)))
     launch_dbias(dbias, dout, M, OC)

@@ -508,3 +508,23 @@ def launch_unsplit(kernel, small_kernel, out, a, b, M: int, K: int, N: int, bias
     chosen = kernel if math.prod(tiles(kernel)) >= multiprocessor_count() else small_kernel
     chosen(tiles(chosen), (chosen.defines["THREADS"],),
            (out, a, b, np.uint64(0) if bias is None else bias, np.int32(M), np.int32(K), np.int32(N)))
+
+
+def launch_sliced(kernel, slices, a, b, M: int, K: int, N: int, splits: int) -> None:
+    """slices (splits, M, N): slice z = A (M, K) @ B (K, N) over split z of K's slices, with `kernel` compiled
+    SLICED = 1; the caller adds the slices up, in split order."""
+    kernel((ceil_div(M, kernel.defines["TILE_M"]), ceil_div(N, kernel.defines["TILE_N"]), splits),
+           (kernel.defines["THREADS"],), (slices, a, b, np.uint64(0), np.int32(M), np.int32(K), np.int32(N)))
+
+
+# The engine's 3xTF32 builds for long sums (matmul_backward.py's products, conv1d.py's windows): each chunk of
+# FLUSH_SLICES slices summed apart and added into float32 totals, in 128 x 128 tiles of 8 warps of 64 x 32 (the
+# totals take as many registers as the accumulators) or 64 x 64 tiles of 4 warps of 32 x 32
+FLUSH_SLICES = 4
+FLUSHED_TILES = {"large": dict(WARP_N=32, THREADS=256), "small": dict(TILE_M=64, TILE_N=64, WARP_M=32, WARP_N=32)}
+
+
+def flushed_3xtf32(size: str, **layout: int) -> CudaKernel:
+    """The engine in 3xTF32, its sums flushed every FLUSH_SLICES slices, in FLUSHED_TILES[size], with `layout`'s
+    defines (the operands' layouts and steps, ACCUMULATE, SLICED)."""
+    return matmul_tf32_kernel.with_defines(PASSES=3, FLUSH=FLUSH_SLICES, **layout, **FLUSHED_TILES[size])
