@@ -258,9 +258,22 @@ def functions_of(ptx: str) -> dict[str, tuple[int, int]]:
         body = min((i for i in (ptx.find("{", close), ptx.find(";", close)) if i >= 0), default=-1)
         if body < 0 or ptx[body] == ";":  # a declaration: no body here
             continue
-        end = ptx.find("\n}", body)
-        found[match.group(1)] = (body, end + 2 if end >= 0 else len(ptx))
+        found[match.group(1)] = (body, _closing_brace(ptx, body) + 1)
     return found
+
+
+_BRACE_OR_COMMENT = re.compile(r"//[^\n]*|/\*.*?\*/|[{}]", re.S)
+
+
+def _closing_brace(ptx: str, opening: int) -> int:
+    """Where the brace opened at `opening` closes: braces counted, comments skipped, since an inline asm block's
+    own braces and a vector operand's may stand anywhere, at a line's start too (the end of `ptx` if none)."""
+    depth = 0
+    for token in _BRACE_OR_COMMENT.finditer(ptx, opening):
+        depth += {"{": 1, "}": -1}.get(token.group(), 0)
+        if depth == 0:
+            return token.start()
+    return len(ptx) - 1
 
 
 def calls_of(ptx: str, spans: dict[str, tuple[int, int]]) -> dict[str, set[str]]:

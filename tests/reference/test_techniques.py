@@ -7,8 +7,10 @@ import types
 
 import pytest
 
+from gpt2kit.kernel_runtime.replay import instrument
 from gpt2kit.kernel_runtime.tape import Launch, Library, Program, Tape
-from gpt2kit.reference.techniques import TECHNIQUES, classes_in_ptx, missing_technique, static_classes
+from gpt2kit.reference.techniques import (CLASSES, TECHNIQUES, classes_in_ptx, missing_technique,
+                                          static_classes)
 
 pytestmark = pytest.mark.nvrtc
 
@@ -209,3 +211,44 @@ $L_ex2:
 }
 """
     assert classes_in_ptx(ptx, "k") == {"shared_store"}
+
+
+BRACED_ASM = r"""
+// an inline asm block closed at a line's start, as a multi-line asm string leaves it, before the kernel's shuffles
+extern "C" __global__ void shuffles_after_a_block(float* out, const float* in) {
+    float sum = in[threadIdx.x];
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %0, 0;\n}\n" :: "r"(threadIdx.x));
+    for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+    out[threadIdx.x] = sum;
+}
+"""
+
+
+def test_a_kernel_is_read_to_its_own_closing_brace_past_an_asm_block():
+    found = static_classes([(Program(BRACED_ASM), "shuffles_after_a_block")])
+    assert "shuffle" in found["shuffles_after_a_block"], found
+
+
+def test_every_instruction_of_a_class_is_counted_past_an_asm_block():
+    ptx = """.version 8.0
+.target sm_86
+.address_size 64
+
+.visible .entry k(
+\t.param .u64 k_param_0
+)
+{
+\t{
+.reg .pred p;
+shfl.sync.bfly.b32 %r1, %r2, 16, 31, -1;
+}
+\tshfl.sync.bfly.b32 %r3, %r1, 8, 31, -1;
+\t{ // a vector operand's braces on the same line
+\tmov.b64 %rd1, {%r1, %r3};
+}
+\tshfl.sync.bfly.b32 %r4, %r3, 4, 31, -1;
+\tret;
+}
+"""
+    text, counters, _ = instrument(ptx, (CLASSES["shuffle"],))
+    assert counters == [("k", "shuffle")] and text.count("red.global.add.u64 [kit_counts+0], 1") == 3, text
