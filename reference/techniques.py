@@ -46,7 +46,7 @@ from __future__ import annotations
 import dataclasses
 import re
 
-from gpt2kit.kernel_runtime.compiler import compile_ptx
+from gpt2kit.kernel_runtime.compiler import ARCH_SPECIFIC_TARGETS, compile_ptx
 from gpt2kit.kernel_runtime.replay import (InstructionClass, calls_of, device_arch, functions_of, instructions_of,
                                            multiply_adds, reachable)
 from gpt2kit.reference.execution import replay_on
@@ -132,7 +132,9 @@ def static_classes(launched, arch: str = ARCH) -> dict[str, set[str]]:
     shows a class only if all of them have it)."""
     found = {}
     for program, kernel in launched:
-        ptx, lowered = compile_ptx(program, arch)
+        # an arch-specific program has one build, for its own target (sm_90a): its code is what it shows
+        built_for = ARCH_SPECIFIC_TARGETS[0] if program.arch_specific and arch not in ARCH_SPECIFIC_TARGETS else arch
+        ptx, lowered = compile_ptx(program, built_for)
         for name in ([kernel] if kernel is not None else re.findall(r"\.entry\s+(\w+)", ptx)):
             classes = classes_in_ptx(ptx, lowered.get(name, name))
             found[name] = found[name] & classes if name in found else classes

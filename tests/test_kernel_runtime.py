@@ -3,6 +3,7 @@ launch constants reach the source as defines, argument checks speak one line, th
 loader binds one kernels directory per process, the watch refuses by name."""
 
 import importlib.util
+import json
 import re
 import subprocess
 import sys
@@ -14,8 +15,9 @@ import pytest
 
 from gpt2kit.kernel_runtime import (CudaKernel, KernelArgumentError, KernelCompileError, check_array,
                                     power_of_two_at_least, recording)
-from gpt2kit.kernel_runtime.compiler import (SourceOrigin, compile_report, describe_compile_log, programs_in,
-                                             parse_ptxas_log)
+from gpt2kit.kernel_runtime.compiler import (SourceOrigin, compile_ptx, compile_report, describe_compile_log,
+                                             programs_in, parse_ptxas_log)
+from gpt2kit.kernel_runtime.tape import Program, Tape
 from gpt2kit.kernel_runtime.device import INSTALL_CUPY, cupy
 
 ROOT = Path(__file__).parents[1]
@@ -87,6 +89,36 @@ def test_with_defines_changes_only_the_defines_named():
     assert wider.defines == {"TILE": 32, "WIDTH": 2} and kernel.defines == {"TILE": 8, "WIDTH": 2}
     assert "-DUNUSED=1" in wider.options and wider.origin == kernel.origin
     assert [compile_report(k, "sm_86")[0].shared_bytes for k in (kernel, wider)] == [4 * 16, 4 * 64]
+
+
+# A warpgroup fence: an instruction of sm_90a, Hopper's architecture-specific target, which sm_90 does not have
+FENCED_SOURCE = r"""extern "C" __global__ void fenced(float* out) {
+    asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+    out[threadIdx.x] = 1.0f;
+}"""
+
+
+@pytest.mark.nvrtc
+def test_an_arch_specific_kernel_is_built_for_sm_90a_and_for_nothing_older():
+    with pytest.raises(KernelCompileError, match="wgmma"):  # as a plain kernel, sm_90 lacks the instruction
+        compile_report(CudaKernel(FENCED_SOURCE, "fenced"), "sm_90")
+    kernel = CudaKernel(FENCED_SOURCE, "fenced", arch_specific=True)
+    (report,) = compile_report(kernel, "sm_90")
+    assert report.arch == "sm_90a" and report.name == "fenced"
+    assert kernel.with_defines(UNUSED=1).program.arch_specific
+    with pytest.raises(KernelCompileError, match="has no build for sm_86"):
+        compile_report(kernel, "sm_86")
+    ptx, _ = compile_ptx(kernel.program, "sm_90")  # what a replay of its tape builds
+    assert re.search(r"^\.target sm_90a$", ptx, re.MULTILINE)
+
+
+def test_a_tape_keeps_whether_a_program_is_arch_specific():
+    program = Program(FENCED_SOURCE, ("-DX=1",), arch_specific=True)
+    tape = Tape(programs=[program])
+    assert Tape.from_json(tape.to_json()).programs == [program]
+    raw = json.loads(tape.to_json())
+    del raw["programs"][0]["arch_specific"]  # a tape written before programs said so
+    assert not Tape.from_json(json.dumps(raw)).programs[0].arch_specific
 
 
 def test_describe_compile_log_maps_every_diagnostic():
@@ -393,3 +425,4 @@ def test_a_ctrl_c_that_raised_nothing_ends_the_command_at_its_next_step(capsys):
     assert run_command("test", body) == 130 and steps == ["first", "second"]
     assert capsys.readouterr().err == "\n" and signal.set_wakeup_fd(-1) == -1  # the command put back what it found
     raise_lost_interrupt()  # outside a command: nothing to read, nothing raised
+

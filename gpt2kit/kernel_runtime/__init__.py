@@ -5,7 +5,7 @@ A kernel module imports what it needs from here, and nothing else of the kit:
 
     from gpt2kit.kernel_runtime import CudaKernel, ceil_div, check_array, check_dims
 
-* compiler:  CudaKernel (NVRTC through CuPy, cached; errors point at the .py line),
+* compiler:  CudaKernel (NVRTC through CuPy, cached; errors point at the .py line), device_arch,
              compile_report (registers and spills for sm_86/sm_90, no GPU needed)
 * overlap:   a kernel that calls wait_for_previous_kernel() overlaps the one before it
              in a captured graph (sm_90 and later)
@@ -26,7 +26,7 @@ Nothing here imports kernels/, reference/, gpt2/ or grading/: they stand on it.
 """
 
 from gpt2kit.kernel_runtime.arguments import ceil_div, check_array, check_dims, check_rows, power_of_two_at_least
-from gpt2kit.kernel_runtime.compiler import CudaKernel
+from gpt2kit.kernel_runtime.compiler import CudaKernel, device_arch
 from gpt2kit.kernel_runtime.device import (gpu_unavailable_reason, l2_cache_bytes, multiprocessor_count, require_gpu,
                                            shared_bytes_per_block, shared_bytes_per_multiprocessor,
                                            threads_per_multiprocessor)
@@ -35,7 +35,7 @@ from gpt2kit.kernel_runtime.errors import (GPUUnavailableError, KernelArgumentEr
 
 __all__ = [
     "CudaKernel", "GPUUnavailableError", "KernelArgumentError", "KernelCompileError", "KernelLoadError", "KitError",
-    "ceil_div", "check_array", "check_dims", "check_rows", "gpu_unavailable_reason", "l2_cache_bytes",
+    "ceil_div", "check_array", "check_dims", "check_rows", "device_arch", "gpu_unavailable_reason", "l2_cache_bytes",
     "multiprocessor_count", "power_of_two_at_least", "require_gpu", "shared_bytes_per_block",
     "shared_bytes_per_multiprocessor", "threads_per_multiprocessor",
 ]

@@ -77,7 +77,7 @@ class CudaKernel:
     """
 
     def __init__(self, source: str, name: str, *, defines: dict[str, int | float | str] | None = None,
-                 options: tuple[str, ...] = ()):
+                 options: tuple[str, ...] = (), arch_specific: bool = False):
         if f" {name}(" not in source and f"\n{name}(" not in source:
             raise KernelCompileError(f"kernel {name!r} is not defined in its source string")
         self.source = source
@@ -90,7 +90,8 @@ class CudaKernel:
         self.waits_for_previous = overlap.waits_for_previous(source)
         if self.waits_for_previous:
             self.origin = dataclasses.replace(self.origin, first_line=self.origin.first_line - overlap.PRELUDE_LINES)
-        self.program = Program(self.compiled_source, self.options)  # what a tape holds of it
+        self.arch_specific = arch_specific  # built for the GPU's "a" target (sm_90a), chosen on such GPUs alone
+        self.program = Program(self.compiled_source, self.options, arch_specific=arch_specific)  # what a tape holds
         self._function = None
         self._dynamic_shared = 0  # the most dynamic shared memory its launches have asked for
 
@@ -102,7 +103,7 @@ class CudaKernel:
         other = copy.copy(self)
         other.defines = {**self.defines, **changes}
         other.options = _define_options(other.defines) + self.extra_options
-        other.program = Program(other.compiled_source, other.options)
+        other.program = Program(other.compiled_source, other.options, arch_specific=self.arch_specific)
         other._function = None
         other._dynamic_shared = 0
         return other
@@ -116,7 +117,8 @@ class CudaKernel:
         """The CuPy kernel function, compiling the source for this GPU on first use."""
         if self._function is None:
             require_gpu()
-            self._function = _compiled_module(self.compiled_source, self.options, self.origin).get_function(self.name)
+            options = self.options + ((f"-arch={arch_specific_target(device_arch())}",) if self.arch_specific else ())
+            self._function = _compiled_module(self.compiled_source, options, self.origin).get_function(self.name)
         return self._function
 
     def __call__(self, grid, block, args, shared_mem: int = 0) -> None:
@@ -129,6 +131,25 @@ class CudaKernel:
         else:
             function(grid, block, args, shared_mem=shared_mem)
         recording.tape_launch(self.program, self.name, grid, block, args, shared_mem)
+
+
+ARCH_SPECIFIC_TARGETS = ("sm_90",)  # architectures with an architecture-specific target ("a") a kernel may need
+
+
+def arch_specific_target(arch: str) -> str:
+    """The architecture-specific target of `arch` (sm_90 -> sm_90a); KernelCompileError where it has none."""
+    if arch not in ARCH_SPECIFIC_TARGETS:
+        targets = ", ".join(f"{target}a" for target in ARCH_SPECIFIC_TARGETS)
+        raise KernelCompileError(f"a kernel built for an architecture-specific target ({targets}) has no build for "
+                                 f"{arch}: its module chooses it on such a GPU alone")
+    return f"{arch}a"
+
+
+def device_arch() -> str:
+    """This GPU's architecture (sm_90), capped at the newest NVRTC knows."""
+    capability = int("{}{}".format(*cupy.cuda.Device().compute_capability))
+    newest = max(cupy.cuda.nvrtc.getSupportedArchs())
+    return f"sm_{min(capability, newest)}"
 
 
 def _define_options(defines: dict) -> tuple[str, ...]:
@@ -263,7 +284,8 @@ def compile_report(kernel: CudaKernel | ModuleProgram, arch: str) -> list[Kernel
             raise KernelCompileError(f"{kernel.origin.path}: NVRTC returned no cubin for {arch}")
         return parse_ptxas_log(nvrtc.getProgramLog(handle))
 
-    return nvrtc_compile(program, kernel.origin, arch, [f"-arch={arch}", "-Xptxas=-v"], report)
+    target = arch_specific_target(arch) if program.arch_specific else arch
+    return nvrtc_compile(program, kernel.origin, target, [f"-arch={target}", "-Xptxas=-v"], report)
 
 
 @functools.lru_cache(maxsize=None)
@@ -276,8 +298,9 @@ def compile_ptx(program: Program, arch: str, origin: SourceOrigin | None = None)
         lowered = {name: nvrtc.getLoweredName(handle, name) for name in program.name_expressions}
         return nvrtc.getPTX(handle).rstrip(b"\0").decode(), lowered
 
-    return nvrtc_compile(program, origin or SourceOrigin("<tape>", 1), arch,
-                         [f"-arch=compute_{arch.removeprefix('sm_')}"], ptx)
+    target = arch_specific_target(arch) if program.arch_specific else arch
+    return nvrtc_compile(program, origin or SourceOrigin("<tape>", 1), target,
+                         [f"-arch=compute_{target.removeprefix('sm_')}"], ptx)
 
 
 def nvrtc_compile(program: Program, origin: SourceOrigin, arch: str, arch_options: list[str], take):

@@ -39,7 +39,7 @@ import numpy as np
 
 from gpt2kit.kernel_runtime import overlap
 from gpt2kit.kernel_runtime import tape as tapes
-from gpt2kit.kernel_runtime.compiler import compile_ptx
+from gpt2kit.kernel_runtime.compiler import compile_ptx, device_arch
 from gpt2kit.kernel_runtime.device import allow_dynamic_shared, cupy
 
 SCRATCH_FLOOR = 256 * 2**20   # scratch any call may have, whatever its sizes
@@ -161,13 +161,6 @@ def _call_library(step: tapes.Library, memory: list) -> None:
         target = _view(step.result, memory)
         if target.data.ptr != result.data.ptr:
             target[...] = result
-
-
-def device_arch() -> str:
-    """This GPU's architecture as the trusted build targets it (sm_90), capped at the newest NVRTC knows."""
-    capability = int("{}{}".format(*cupy.cuda.Device().compute_capability))
-    newest = max(cupy.cuda.nvrtc.getSupportedArchs())
-    return f"sm_{min(capability, newest)}"
 
 
 @functools.lru_cache(maxsize=None)

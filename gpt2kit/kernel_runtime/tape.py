@@ -36,6 +36,7 @@ import base64
 import dataclasses
 import json
 import math
+import re
 
 import numpy as np
 
@@ -62,6 +63,10 @@ class Buffer:
     kept: bool = False       # scratch the call did not allocate: memory it kept from before the call
 
 
+# a compile option that names an architecture-specific target (Hopper's sm_90a), as a RawKernel is given it
+ARCH_SPECIFIC_OPTION = re.compile(r"(?:-arch|--gpu-architecture)[= ]sm_\d+a")
+
+
 @dataclasses.dataclass(frozen=True)
 class Program:
     """One compilation: a CUDA source and how it was compiled."""
@@ -70,12 +75,17 @@ class Program:
     name_expressions: tuple[str, ...] = ()
     backend: str = "nvrtc"
     cooperative: bool = False  # compiled and launched for cooperative groups
+    arch_specific: bool = False  # built for the GPU's architecture-specific target (sm_90a: wgmma), runs there alone
 
     @classmethod
     def of(cls, raw) -> Program:
-        """The program of a cupy.RawKernel or cupy.RawModule made from source (raw.code)."""
-        return cls(raw.code, tuple(raw.options), tuple(getattr(raw, "name_expressions", None) or ()), raw.backend,
-                   bool(raw.enable_cooperative_groups))
+        """The program of a cupy.RawKernel or cupy.RawModule made from source (raw.code); an -arch option naming an
+        architecture-specific target (-arch=sm_90a) makes it arch_specific, the option itself not kept."""
+        options = tuple(raw.options)
+        arch_specific = tuple(o for o in options if ARCH_SPECIFIC_OPTION.fullmatch(o))
+        return cls(raw.code, tuple(o for o in options if o not in arch_specific),
+                   tuple(getattr(raw, "name_expressions", None) or ()), raw.backend,
+                   bool(raw.enable_cooperative_groups), bool(arch_specific))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -258,7 +268,8 @@ def _read_program(raw: dict) -> Program:
     if not isinstance(raw.get("source"), str) or raw.get("backend") not in ("nvrtc", "nvcc"):
         raise TapeError("bad tape: a program needs a source string and the backend nvrtc or nvcc")
     return Program(raw["source"], _strings(raw["options"], "options"),
-                   _strings(raw["name_expressions"], "name_expressions"), raw["backend"], bool(raw["cooperative"]))
+                   _strings(raw["name_expressions"], "name_expressions"), raw["backend"], bool(raw["cooperative"]),
+                   bool(raw.get("arch_specific", False)))
 
 
 def _read_scalars(raw) -> dict:

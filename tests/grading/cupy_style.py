@@ -49,8 +49,10 @@ def opted_in(kernel, shared_mem):
 
 
 class CudaKernel:
-    def __init__(self, source, name, *, defines=None, options=()):
+    def __init__(self, source, name, *, defines=None, options=(), arch_specific=False):
         self.source, self.name, self.defines, self.extra = source, name, dict(defines or {{}}), tuple(options)
+        if arch_specific:  # Hopper's architecture-specific target, as CuPy is told it
+            self.extra += ("-arch=sm_90a",)
         self.setup()
 
     def with_defines(self, **changes):
