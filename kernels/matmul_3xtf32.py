@@ -41,9 +41,10 @@ from gpt2kit.kernel_runtime import CudaKernel
 from gpt2kit.kernels import matmul
 
 # BEGIN SOLUTION
-from gpt2kit.kernels.matmul_tf32 import MATMUL_TF32_SOURCE, TF32_DEFINES, launch_tiles
+from gpt2kit.kernels.matmul_tf32 import MATMUL_TF32_SOURCE, TF32_DEFINES, launch_tiles, wgmma_build
 
 matmul_3xtf32_kernel = CudaKernel(MATMUL_TF32_SOURCE, "matmul_tf32_kernel", defines=dict(TF32_DEFINES, PASSES=3))
+matmul_3xtf32_wgmma_kernel = wgmma_build(matmul_3xtf32_kernel)  # what an H100 or H200 runs (launch_tiles)
 # END SOLUTION
 
 

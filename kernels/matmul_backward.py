@@ -234,20 +234,23 @@ add_slices_kernel = CudaKernel(MATMUL_BACKWARD_SOURCE, "add_slices_kernel", defi
 # BEGIN SOLUTION
 from gpt2kit.kernel_runtime import multiprocessor_count
 from gpt2kit.kernel_runtime.device import cupy
-from gpt2kit.kernels.matmul_tf32 import (FLUSHED_TILES, TILE_K as TF32_TILE_K, flushed_3xtf32, launch_sliced,
-                                         launch_unsplit)
+from gpt2kit.kernels.matmul_tf32 import (FLUSHED_TILES, flushed_3xtf32, has_wgmma_build, launch_sliced,
+                                         launch_unsplit, wgmma_build)
 
 # The products on the tensor cores, three TF32 passes each, their sums flushed (matmul_tf32.flushed_3xtf32):
 # dinp = dout @ weight reads weight across K; dweight += dout^T @ inp reads both across K and adds.
 SPLIT_WAVES = 4         # dweight's K is split until its blocks fill every multiprocessor this many times...
 MAX_SPLITS = 8          # ...in at most this many slices of scratch...
-MIN_SPLIT_SLICES = 16   # ...each split walking at least this many of K's slices
+MIN_SPLIT_ROWS = 256    # ...each split summing at least this many rows
 DWEIGHT = dict(A_ALONG_K=0, B_ALONG_K=0)
 tensor_core_kernels = {
     (product, size): flushed_3xtf32(size, **layout)
     for product, layout in (("dinp", dict(B_ALONG_K=0)), ("dweight", dict(DWEIGHT, ACCUMULATE=1)))
     for size in FLUSHED_TILES}
 tensor_core_kernels["dweight", "sliced"] = flushed_3xtf32("large", SLICED=1, **DWEIGHT)
+# their builds for Hopper's warpgroup products, which an H100 or H200 runs (matmul_tf32.for_this_gpu), made here
+# where the compile checks see them
+wgmma_kernels = tuple(wgmma_build(k) for k in tensor_core_kernels.values() if has_wgmma_build(k))
 
 
 def launch_on_tensor_cores(dinp, dweight, dbias, dout, inp, weight, M, C, OC, kernels=tensor_core_kernels,
@@ -269,10 +272,10 @@ def launch_on_tensor_cores(dinp, dweight, dbias, dout, inp, weight, M, C, OC, ke
 
 def dweight_splits(kernel, M, C, OC):
     """Slices of K = M that dweight's tiles of `kernel` are split into: enough for SPLIT_WAVES blocks a
-    multiprocessor, at most MAX_SPLITS, each at least MIN_SPLIT_SLICES slices long; 1 (unsplit) for a short K."""
+    multiprocessor, at most MAX_SPLITS, each at least MIN_SPLIT_ROWS rows long; 1 (unsplit) for a short K."""
     tiles = ceil_div(OC, kernel.defines["TILE_M"]) * ceil_div(C, kernel.defines["TILE_N"])
     wanted = ceil_div(SPLIT_WAVES * multiprocessor_count(), tiles)
-    return max(1, min(wanted, MAX_SPLITS, M // (TF32_TILE_K * MIN_SPLIT_SLICES)))
+    return max(1, min(wanted, MAX_SPLITS, M // MIN_SPLIT_ROWS))
 # END SOLUTION
 
 

@@ -86,11 +86,12 @@ larger N with Hopper's own wgmma instructions, which need sm_90a and do not exis
 the A40.
 """
 
+import functools
 import math
 
 import numpy as np
 
-from gpt2kit.kernel_runtime import CudaKernel, ceil_div, multiprocessor_count
+from gpt2kit.kernel_runtime import CudaKernel, ceil_div, device_arch, multiprocessor_count
 from gpt2kit.kernels.matmul import matmul_arguments
 
 TILE_M = 128    # rows of out per block
@@ -138,7 +139,12 @@ __device__ __forceinline__ unsigned low_part(unsigned raw) {
 }
 """
 
-MATMUL_TF32_SOURCE = TF32_HELPERS + TF32_PRODUCTS + r"""
+# A wgmma's 64 accumulator registers, spelled out for its inline PTX: the list of them, and their operands
+WGMMA_ACCUMULATORS = (
+    '#define WGMMA_D "{' + ", ".join(f"%{i}" for i in range(64)) + '}"\n'
+    + "#define WGMMA_D_OPERANDS " + ", ".join(f'"+f"(d[{i}])' for i in range(64)) + "\n")
+
+MATMUL_TF32_SOURCE = TF32_HELPERS + TF32_PRODUCTS + WGMMA_ACCUMULATORS + r"""
 #define WARPS_N (TILE_N / WARP_N)
 #define M_TILES (WARP_M / 16)           // mma tiles per warp, down
 #define N_TILES (WARP_N / 8)            // and across
@@ -147,8 +153,12 @@ MATMUL_TF32_SOURCE = TF32_HELPERS + TF32_PRODUCTS + r"""
 static_assert(TILE_M * TILE_K % (4 * THREADS) == 0 && TILE_N * TILE_K % (4 * THREADS) == 0,
               "every thread copies the same number of 16-byte chunks of a slice");
 static_assert(N_TILES % 2 == 0, "one ldmatrix.x4 loads the fragments of two n tiles");
-static_assert((A_ALONG_K || M_TILES % 2 == 0) && (B_ALONG_K || N_TILES % 4 == 0),
+static_assert(WGMMA || (A_ALONG_K || M_TILES % 2 == 0) && (B_ALONG_K || N_TILES % 4 == 0),
               "across K, one float4 holds the fragment values of two m tiles, or of four n tiles");
+static_assert(!WGMMA || TILE_M == 128 && TILE_N == 128 && TILE_K == 32 && WARP_M == 16 && WARP_N == 128
+              && THREADS == 256 && PASSES == 3 && STAGES >= 3 && (FLUSH == 0 || FLUSH == 2),
+              "the wgmma build: two warpgroups of 64 x 128, slices of 32 (SliceCopy's swizzle is then wgmma's), "
+              "3xTF32, sums flushed every pair of slices");
 
 // Start copying 16 (or 4) bytes from global src to shared address dst; only the first
 // src_bytes are read, the rest of dst is zero-filled. .cg (16 bytes only) skips L1.
@@ -191,10 +201,13 @@ template <int ROWS> __device__ __forceinline__ int rotated(int row, int k) {
 __device__ __forceinline__ int across_k(int i, int g) { return 32 * (i / 4) + 4 * g + i % 4; }
 
 // The warp tile's row of mma row g + 8 half of m tile mi, and its column of mma column j of n tile ni
+// (wgmma builds read their fragments in the natural order whatever the layout)
+#define NATURAL_ROWS (A_ALONG_K || WGMMA)
+#define NATURAL_COLUMNS (B_ALONG_K || WGMMA)
 __device__ __forceinline__ int fragment_row(int mi, int half, int g) {
-    return A_ALONG_K ? 16 * mi + 8 * half + g : across_k(2 * mi + half, g);
+    return NATURAL_ROWS ? 16 * mi + 8 * half + g : across_k(2 * mi + half, g);
 }
-__device__ __forceinline__ int fragment_col(int ni, int j) { return B_ALONG_K ? 8 * ni + j : across_k(ni, j); }
+__device__ __forceinline__ int fragment_col(int ni, int j) { return NATURAL_COLUMNS ? 8 * ni + j : across_k(ni, j); }
 
 // RUN consecutive values of a row of out from column n, past N left out: stored, or added (ACCUMULATE), as one
 // access where `wide`; several splits add theirs, in no set order, unless each has its own slice of out (SLICED).
@@ -272,6 +285,86 @@ template <int ROWS, bool ALONG_K, int STEP> struct SliceCopy {
         }
     }
 };
+
+#if WGMMA
+// SPLITS_OF_B (a define): B's split slices in turn; slice s's is written again at s + 3, its products done by then
+#define B_SPLIT_FLOATS ((B_ALONG_K ? 1 : 2) * TILE_N * TILE_K)  // along K its low parts; across, high and low
+
+// B's slice in the tensor cores' layout, swizzled(n, k): along K the raw slice is that layout already and its
+// high part (the tensor core truncates it to TF32), so only what truncation leaves is written, rounded to TF32;
+// across K (raw at rotated(n, k)) a thread takes 4 k of one column n at a time and writes both parts.
+__device__ __forceinline__ void split_b(const float* raw, float* split) {
+#if B_ALONG_K
+    #pragma unroll
+    for (int i = threadIdx.x; i < TILE_N * TILE_K / 4; i += THREADS) {
+        const float4 x = ((const float4*)raw)[i];
+        const float v[4] = {x.x, x.y, x.z, x.w};
+        unsigned low[4];
+        #pragma unroll
+        for (int j = 0; j < 4; j++) {
+            low[j] = __float_as_uint(v[j] - __uint_as_float(__float_as_uint(v[j]) & 0xffffe000u)) + 0x1000u;
+        }
+        ((uint4*)split)[i] = make_uint4(low[0], low[1], low[2], low[3]);
+    }
+#else
+    const int n = threadIdx.x % TILE_N;
+    #pragma unroll
+    for (int k = 4 * (threadIdx.x / TILE_N); k < TILE_K; k += 4 * (THREADS / TILE_N)) {
+        unsigned high[4], low[4];
+        #pragma unroll
+        for (int j = 0; j < 4; j++) {
+            const float x = raw[rotated<TILE_N>(n, k + j)];
+            high[j] = to_tf32(x);
+            low[j] = low_part(__float_as_uint(x));
+        }
+        *(uint4*)(split + swizzled(n, k)) = make_uint4(high[0], high[1], high[2], high[3]);
+        *(uint4*)(split + TILE_N * TILE_K + swizzled(n, k)) = make_uint4(low[0], low[1], low[2], low[3]);
+    }
+#endif
+}
+
+// This thread's A fragments of a slice, every k-step, split into high and low parts: wgmma's m64n8k8 TF32 layout,
+// warp rows first_row + g (+ 8), k t (+ 4) of each step, from the raw slice as SliceCopy laid it
+__device__ __forceinline__ void a_fragments(unsigned (&high)[TILE_K / 8][4], unsigned (&low)[TILE_K / 8][4],
+                                            const float* raw, int first_row) {
+    const int g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
+    #pragma unroll
+    for (int step = 0; step < TILE_K / 8; step++) {
+        #pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const int row = first_row + g + 8 * (i % 2), k = 8 * step + t + 4 * (i / 2);
+            const float x = raw[A_ALONG_K ? swizzled(row, k) : rotated<TILE_M>(row, k)];
+            high[step][i] = to_tf32(x);
+            low[step][i] = low_part(__float_as_uint(x));
+        }
+    }
+}
+
+// The shared-memory descriptor of k-step `step` of a 128 x 32 slice in the 128-byte-swizzled K-major layout: its
+// start (the step's 32 bytes on along each row: the hardware applies the swizzle to the address), 1024 bytes
+// between groups of 8 rows, the leading offset unused by this layout
+__device__ __forceinline__ unsigned long long b_descriptor(const float* slice, int step) {
+    const unsigned long long address = (unsigned long long)__cvta_generic_to_shared(slice + 8 * step);
+    return ((address & 0x3FFFF) >> 4) | (1ull << 16) | ((1024ull >> 4) << 32) | (1ull << 62);
+}
+
+// d (64 x 128 of the warpgroup) += a (registers) x b (shared memory), TF32 in, float32 sums; go_on = 0: d = a x b
+__device__ __forceinline__ void wgmma_tf32(float* d, const unsigned* a, unsigned long long b, int go_on) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32 " WGMMA_D ", {%64, %65, %66, %67}, %68, p, 1, 1;"
+                 "\n}\n"
+                 : WGMMA_D_OPERANDS
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(go_on));
+}
+
+// x once the wgmma that writes it has been waited for: a volatile copy stays after the wait, and leaves the
+// register as it is (any other touch of the accumulators inside the slice loop makes ptxas wait for every wgmma)
+__device__ __forceinline__ float settled(float x) {
+    float y;
+    asm volatile("mov.b32 %0, %1;" : "=f"(y) : "f"(x) : "memory");
+    return y;
+}
+#endif
 // END SOLUTION
 
 // out (M, N) = A (M, K) @ B (K, N) + bias, as matmul.py's out = inp @ weight^T + bias: A is inp and B^T weight,
@@ -285,8 +378,15 @@ static_assert(!(SLICED && ACCUMULATE), "a split's slice of out is written, and t
 extern "C" __global__ void __launch_bounds__(THREADS)
 matmul_tf32_kernel(float* out, const float* inp, const float* weight, const float* bias, int M, int K, int N) {
     // BEGIN SOLUTION
+#if WGMMA  // more than the 48 KB a kernel's static arrays may have: STAGES slices of each operand, then B's splits
+    extern __shared__ __align__(1024) float dynamic_shared[];
+    float (*inp_tile)[TILE_M * TILE_K] = reinterpret_cast<float (*)[TILE_M * TILE_K]>(dynamic_shared);
+    float (*weight_tile)[TILE_N * TILE_K] =
+        reinterpret_cast<float (*)[TILE_N * TILE_K]>(dynamic_shared + STAGES * TILE_M * TILE_K);
+#else
     __shared__ __align__(16) float inp_tile[STAGES][TILE_M * TILE_K];
     __shared__ __align__(16) float weight_tile[STAGES][TILE_N * TILE_K];
+#endif
     const int row0 = blockIdx.x * TILE_M, col0 = blockIdx.y * TILE_N;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
     const int warp_row = (warp / WARPS_N) * WARP_M, warp_col = (warp % WARPS_N) * WARP_N;
@@ -318,6 +418,57 @@ matmul_tf32_kernel(float* out, const float* inp, const float* weight, const floa
 #if FLUSH
     float total[M_TILES][N_TILES][4] = {};  // the sums of the chunks of FLUSH slices
 #endif
+#if WGMMA
+    // Hopper's warpgroup products (sm_90a): warpgroup 0 takes rows 0-63 of the tile, warpgroup 1 rows 64-127, one
+    // m64n128k8 wgmma per k-step and pass, asynchronous. A's fragments come from registers, split there. B is read
+    // by the tensor cores from shared memory in their 128-byte-swizzled K-major layout, which at TILE_K = 32 is
+    // SliceCopy's along K: there the raw slice is B's high part (the tensor core drops its 13 low bits) and only
+    // the low parts are written beside it; across K a split pass writes both. The wgmma of one slice run while the
+    // next is split: a slice's copies land STAGES - 2 slices ahead, B's splits rotate through SPLITS_OF_B buffers,
+    // and slices go in pairs whose two sets of A registers stay apart, every product waited for at the pair's end.
+    float* const splits_of_b = dynamic_shared + STAGES * (TILE_M + TILE_N) * TILE_K;
+    unsigned a_high[2][TILE_K / 8][4], a_low[2][TILE_K / 8][4];  // [slice of the pair][k-step][fragment]
+    float* const d = &acc[0][0][0];  // wgmma's 64 accumulators: d[4 j + i] is mma fragment i of n tile j
+    #pragma unroll
+    for (int s = 0; s < STAGES - 2; s++) load_stage(s);
+    for (int pair = 0; pair < slices; pair += 2) {
+        #pragma unroll
+        for (int p = 0; p < 2; p++) {
+            const int slice = pair + p;
+            if (slice < slices) {
+                copy_async_wait<STAGES - 3>();  // this thread's copies of `slice` have landed...
+                __syncthreads();  // ...and everyone's; every thread has waited for slice - 2's products
+                float* const b_split = splits_of_b + (slice % SPLITS_OF_B) * B_SPLIT_FLOATS;
+                split_b(weight_tile[slice % STAGES], b_split);
+                asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // for the tensor cores' reads
+                __syncthreads();
+                load_stage(slice + STAGES - 2);  // into slice - 2's buffers
+                a_fragments(a_high[p], a_low[p], inp_tile[slice % STAGES], warp_row);
+                const float* b_high = B_ALONG_K ? weight_tile[slice % STAGES] : b_split;
+                const float* b_low = B_ALONG_K ? b_split : b_split + TILE_N * TILE_K;
+                asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+                #pragma unroll
+                for (int step = 0; step < TILE_K / 8; step++) {  // low x high and high x low first, as below
+                    const int go_on = (!FLUSH && pair > 0) || p > 0 || step > 0;  // else the sums start at zero
+                    wgmma_tf32(d, a_low[p][step], b_descriptor(b_high, step), go_on);
+                    wgmma_tf32(d, a_high[p][step], b_descriptor(b_low, step), 1);
+                    wgmma_tf32(d, a_high[p][step], b_descriptor(b_high, step), 1);
+                }
+                asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+                if (p == 0) asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
+            }
+        }
+        asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");  // the pair's products, and its registers
+#if FLUSH
+        #pragma unroll
+        for (int i = 0; i < 4 * N_TILES; i++) (&total[0][0][0])[i] += settled(d[i]);  // the pair's sums: 64 k
+#endif
+    }
+#if !FLUSH
+    #pragma unroll
+    for (int i = 0; i < 4 * N_TILES; i++) d[i] = settled(d[i]);
+#endif
+#else
     #pragma unroll
     for (int s = 0; s < STAGES - 1; s++) load_stage(s);
     for (int slice = 0; slice < slices; slice++) {
@@ -421,6 +572,7 @@ matmul_tf32_kernel(float* out, const float* inp, const float* weight, const floa
         }
 #endif
     }
+#endif
     copy_async_wait<0>();  // no copy may still be writing shared memory when the block exits
 #if FLUSH
     #pragma unroll
@@ -435,7 +587,7 @@ matmul_tf32_kernel(float* out, const float* inp, const float* weight, const floa
 
     // A thread's columns of out come in runs: 2t and 2t + 1 of an n tile along K, or one column of 4 n tiles
     // across it (across_k)
-    constexpr int RUN = B_ALONG_K ? 2 : 4, TILES_A_RUN = B_ALONG_K ? 1 : 4;
+    constexpr int RUN = NATURAL_COLUMNS ? 2 : 4, TILES_A_RUN = NATURAL_COLUMNS ? 1 : 4;
     float* const slice_out = SLICED ? out + (long long)blockIdx.z * M * N : out;
     const bool wide = N % RUN == 0 && (size_t)slice_out % (4 * RUN) == 0;
     const bool biased = bias != nullptr && blockIdx.z == 0;  // once, by the first split
@@ -460,7 +612,8 @@ matmul_tf32_kernel(float* out, const float* inp, const float* weight, const floa
                     float v[RUN];
                     #pragma unroll
                     for (int j = 0; j < RUN; j++) {
-                        v[j] = bias_run[e][j] + acc[mi][ni + (B_ALONG_K ? 0 : j)][2 * half + (B_ALONG_K ? j : e)];
+                        v[j] = bias_run[e][j]
+                               + acc[mi][ni + (NATURAL_COLUMNS ? 0 : j)][2 * half + (NATURAL_COLUMNS ? j : e)];
                     }
                     store_run<RUN>(slice_out + (long long)m * N + n[e], v, n[e], N, wide);
                 }
@@ -473,7 +626,47 @@ matmul_tf32_kernel(float* out, const float* inp, const float* weight, const floa
 
 TF32_DEFINES = dict(TILE_M=TILE_M, TILE_N=TILE_N, WARP_M=WARP_M, WARP_N=WARP_N, TILE_K=TILE_K, STAGES=STAGES,
                     THREADS=THREADS, A_ALONG_K=1, B_ALONG_K=1, A_STEP=0, B_STEP=0, ACCUMULATE=0, FLUSH=0,
-                    SLICED=0)
+                    SLICED=0, WGMMA=0)
+# The wgmma build's defines (sm_90a): two warpgroups of 64 x 128, slices of 32, four in flight, 3xTF32, B's split
+# slices rotating through three buffers
+WGMMA_DEFINES = dict(WARP_M=16, WARP_N=128, TILE_K=32, STAGES=4, THREADS=256, PASSES=3, WGMMA=1, SPLITS_OF_B=3)
+
+
+@functools.cache
+def wgmma_build(kernel: CudaKernel) -> CudaKernel:
+    """`kernel` (a 3xTF32 build of 128 x 128 tiles, its sums flushed as flushed_3xtf32's or never) built for
+    Hopper's warpgroup products instead (sm_90a), with its own source, layout and epilogue defines."""
+    defines = dict(kernel.defines, **WGMMA_DEFINES, FLUSH=2 if kernel.defines["FLUSH"] else 0)
+    return type(kernel)(kernel.source, kernel.name, defines=defines, arch_specific=True)
+
+
+def has_wgmma_build(kernel: CudaKernel) -> bool:
+    """Whether `kernel` is a build wgmma_build can remake: 3xTF32 in 128 x 128 tiles, unflushed or flushed every
+    64 k as the wgmma build's pairs of slices are."""
+    d = kernel.defines
+    return (d.get("PASSES") == 3 and not d["WGMMA"] and d["TILE_M"] == d["TILE_N"] == 128
+            and d["FLUSH"] * d["TILE_K"] in (0, FLUSH_SLICES * TILE_K))  # unflushed, or flushed every 64 k
+
+
+def for_this_gpu(kernel: CudaKernel) -> CudaKernel:
+    """The build of `kernel` that runs here: its wgmma build on an H100 or H200 (sm_90) where it has one, else
+    itself (the A40's mma.sync)."""
+    return wgmma_build(kernel) if has_wgmma_build(kernel) and device_arch() == "sm_90" else kernel
+
+
+def launch_engine(kernel: CudaKernel, grid: tuple, args: tuple) -> None:
+    """Launch a build of this source on `grid`: its THREADS, and a wgmma build's dynamic shared memory."""
+    kernel(grid, (kernel.defines["THREADS"],), args,
+           shared_mem=wgmma_shared_bytes(kernel.defines) if kernel.defines["WGMMA"] else 0)
+
+
+def wgmma_shared_bytes(defines: dict) -> int:
+    """The dynamic shared memory a wgmma build's launch takes: STAGES raw slices of each operand, and B's three
+    split slices (its low parts along K, high and low across)."""
+    slice_floats = defines["TILE_K"] * defines["TILE_N"]  # TILE_M too
+    return 4 * slice_floats * (2 * defines["STAGES"] + defines["SPLITS_OF_B"] * (1 if defines["B_ALONG_K"] else 2))
+
+
 matmul_tf32_kernel = CudaKernel(MATMUL_TF32_SOURCE, "matmul_tf32_kernel", defines=dict(TF32_DEFINES, PASSES=1))
 
 
@@ -489,32 +682,34 @@ def launch_tiles(kernel, args: tuple) -> None:
     tile as it takes to give every multiprocessor BLOCKS_PER_SM blocks when the tiles alone are too few."""
     # BEGIN SOLUTION
     out, inp, weight, bias, M, K, N = args
-    tiles_m, tiles_n = ceil_div(int(M), TILE_M), ceil_div(int(N), TILE_N)
+    kernel = for_this_gpu(kernel)
+    tiles_m, tiles_n = ceil_div(int(M), kernel.defines["TILE_M"]), ceil_div(int(N), kernel.defines["TILE_N"])
     enough = BLOCKS_PER_SM * multiprocessor_count() // (tiles_m * tiles_n)  # 0 or 1: the tiles fill the GPU
-    splits = max(1, min(enough, int(K) // (TILE_K * MIN_SLICES)))
+    splits = max(1, min(enough, int(K) // (kernel.defines["TILE_K"] * MIN_SLICES)))
     if splits > 1:
         out.fill(0)  # the splits add their sums into it
-    kernel((tiles_m, tiles_n, splits), (THREADS,), args)
+    launch_engine(kernel, (tiles_m, tiles_n, splits), args)
     # END SOLUTION
 
 
 def launch_unsplit(kernel, small_kernel, out, a, b, M: int, K: int, N: int, bias=None) -> None:
     """out (M, N) = (or +=, as the kernels were compiled) A (M, K) @ B (K, N) + bias (None: none), K never split, so
     that every sum is taken in one order: `kernel`'s tiles where they give every multiprocessor one, else
-    `small_kernel`'s (each kernel's TILE_M, TILE_N and THREADS are its defines)."""
+    `small_kernel`'s (each kernel's TILE_M, TILE_N and THREADS are its defines), each as this GPU runs it."""
     def tiles(k):
         return ceil_div(M, k.defines["TILE_M"]), ceil_div(N, k.defines["TILE_N"])
 
-    chosen = kernel if math.prod(tiles(kernel)) >= multiprocessor_count() else small_kernel
-    chosen(tiles(chosen), (chosen.defines["THREADS"],),
-           (out, a, b, np.uint64(0) if bias is None else bias, np.int32(M), np.int32(K), np.int32(N)))
+    chosen = for_this_gpu(kernel if math.prod(tiles(kernel)) >= multiprocessor_count() else small_kernel)
+    launch_engine(chosen, tiles(chosen),
+                  (out, a, b, np.uint64(0) if bias is None else bias, np.int32(M), np.int32(K), np.int32(N)))
 
 
 def launch_sliced(kernel, slices, a, b, M: int, K: int, N: int, splits: int) -> None:
     """slices (splits, M, N): slice z = A (M, K) @ B (K, N) over split z of K's slices, with `kernel` compiled
-    SLICED = 1; the caller adds the slices up, in split order."""
-    kernel((ceil_div(M, kernel.defines["TILE_M"]), ceil_div(N, kernel.defines["TILE_N"]), splits),
-           (kernel.defines["THREADS"],), (slices, a, b, np.uint64(0), np.int32(M), np.int32(K), np.int32(N)))
+    SLICED = 1, as this GPU runs it; the caller adds the slices up, in split order."""
+    kernel = for_this_gpu(kernel)
+    launch_engine(kernel, (ceil_div(M, kernel.defines["TILE_M"]), ceil_div(N, kernel.defines["TILE_N"]), splits),
+                  (slices, a, b, np.uint64(0), np.int32(M), np.int32(K), np.int32(N)))
 
 
 # The engine's 3xTF32 builds for long sums (matmul_backward.py's products, conv1d.py's windows): each chunk of
