@@ -426,3 +426,14 @@ def test_a_ctrl_c_that_raised_nothing_ends_the_command_at_its_next_step(capsys):
     assert capsys.readouterr().err == "\n" and signal.set_wakeup_fd(-1) == -1  # the command put back what it found
     raise_lost_interrupt()  # outside a command: nothing to read, nothing raised
 
+
+def test_a_watched_raw_module_function_takes_its_settings_itself():
+    # a RawModule's function reaches its author through a taping wrapper: a setting made on it, such as the
+    # dynamic shared memory cap, must be the function's own, or the launch that needs it fails
+    class Function:
+        max_dynamic_shared_size_bytes = 48 * 1024
+
+    function = Function()
+    taped = recording._TapedFunction(function, module=None, name="through_shared")
+    taped.max_dynamic_shared_size_bytes = 100 * 1024
+    assert function.max_dynamic_shared_size_bytes == taped.max_dynamic_shared_size_bytes == 100 * 1024

@@ -202,3 +202,20 @@ def test_dynamic_shared_memory_past_48_kb_is_opted_into_launched_and_replayed(cu
     fresh = cupy.full(256, np.nan, np.float32)
     replay(Tape.from_json(taped.tape.to_json()), {"out": fresh})
     np.testing.assert_array_equal(fresh.get(), expected)
+
+
+def test_a_raw_module_function_opted_in_past_48_kb_is_launched_and_replayed(cupy):
+    # the setting must reach the function itself, not the taping wrapper a watched RawModule hands out
+    nbytes = 100 * 1024
+    floats, out = nbytes // 4, cupy.full(256, np.nan, np.float32)
+    expected = np.array([max(range(t, floats, 256)) + 3.0 for t in range(256)], np.float32)
+    with recording.record(arguments=dict(out=out)) as taped:
+        function = cupy.RawModule(code=SHARED_SOURCE).get_function("through_shared")
+        function.max_dynamic_shared_size_bytes = nbytes
+        function((1,), (256,), (out, np.int32(floats), np.float32(3.0)), shared_mem=nbytes)
+    np.testing.assert_array_equal(out.get(), expected)
+    assert function.max_dynamic_shared_size_bytes == nbytes
+    assert taped.refused is None and taped.tape.launches[0].shared_mem == nbytes
+    fresh = cupy.full(256, np.nan, np.float32)
+    replay(Tape.from_json(taped.tape.to_json()), {"out": fresh})
+    np.testing.assert_array_equal(fresh.get(), expected)

@@ -468,6 +468,12 @@ class _TapedFunction:
     def __getattr__(self, attribute):
         return getattr(self._function, attribute)
 
+    def __setattr__(self, attribute, value):  # a setting such as max_dynamic_shared_size_bytes is the function's
+        if attribute.startswith("_"):
+            object.__setattr__(self, attribute, value)
+        else:
+            setattr(self._function, attribute, value)
+
 
 def _taping_raw_classes():
     raw_kernel, raw_module, watch = cupy.RawKernel, cupy.RawModule, _WATCH
