@@ -13,7 +13,7 @@ median of --runs:
 * kit, launched: training.step.TrainingStep, every kernel launched from Python;
   both on the kit's kernels, or with --variant's modules in place of their host
   functions' (`--variant matmul_3xtf32`: the forward's matmuls on the tensor cores too,
-  at float32 accuracy, as the backward's are);
+  at float32 accuracy, as the backward's are), the rows then named "kit + matmul_3xtf32";
 * PyTorch eager: the same weights in transformers' model on the same GPU, float32
   (TF32 off, as PyTorch's default is), torch.optim.AdamW with the same settings;
 * PyTorch torch.compile: that model's forward compiled (default mode).
@@ -53,6 +53,7 @@ from gpt2kit.training.step import AdamW, GraphTrainingStep, TrainingStep
 OPTIMIZER = AdamW(learning_rate=3e-4, weight_decay=0.0)  # llm.c's
 CURVE_COLUMNS = ("step", "kit", "pytorch")  # LossPoint's
 STEP_COLUMNS = ("method", "ms_per_step", "tokens_per_s", "vs_pytorch_eager")  # StepTime's
+METHOD_WIDTH = 36  # "kit + matmul_3xtf32, CUDA graphs" and the like
 
 
 def timed_steps(step, batches, runs: int) -> float:
@@ -104,7 +105,7 @@ class StepTime:
                     vs_pytorch_eager=f"{self.eager_seconds / self.seconds:.3f}")
 
     def line(self) -> str:
-        return (f"{self.method:24s} {1e3 * self.seconds:9.1f} {self.tokens / self.seconds:9,.0f} "
+        return (f"{self.method:{METHOD_WIDTH}s} {1e3 * self.seconds:9.1f} {self.tokens / self.seconds:9,.0f} "
                 f"{self.eager_seconds / self.seconds:16.2f}x")
 
 
@@ -165,11 +166,12 @@ def benchmark(args) -> int:
     tokens = read_texts(kit_texts())
     print(f"GPT-2 {config.num_parameters() / 1e6:.0f}M, B={B}, T={T}, float32, AdamW lr "
           f"{OPTIMIZER.learning_rate}; median of {args.runs} steps after 3 warm-up ones", flush=True)
-    print(f"{'method':24s} {'ms/step':>9s} {'tok/s':>9s} {'vs PyTorch eager':>17s}")
+    print(f"{'method':{METHOD_WIDTH}s} {'ms/step':>9s} {'tok/s':>9s} {'vs PyTorch eager':>17s}")
     kit = GPT2(config, params, backend=make_backend("kernels", variants=tuple(args.variant)))
+    kit_name = " + ".join(("kit", *args.variant))
     methods = [("PyTorch eager", lambda: pytorch_step(config, params, compiled=False)),
-               ("kit, CUDA graphs", lambda: GraphTrainingStep(kit, B, T, OPTIMIZER)),
-               ("kit, launched", lambda: TrainingStep(kit, B, T, OPTIMIZER))]
+               (f"{kit_name}, CUDA graphs", lambda: GraphTrainingStep(kit, B, T, OPTIMIZER)),
+               (f"{kit_name}, launched", lambda: TrainingStep(kit, B, T, OPTIMIZER))]
     if not args.no_compile:
         methods.append(("PyTorch torch.compile", lambda: pytorch_step(config, params, compiled=True)))
     times = []
@@ -179,7 +181,7 @@ def benchmark(args) -> int:
         except Exception as err:  # torch.compile depends on the installed torch, triton and compiler
             if "compile" not in name:
                 raise
-            print(f"{name:24s} could not run: {first_line(err)}", flush=True)
+            print(f"{name:{METHOD_WIDTH}s} could not run: {first_line(err)}", flush=True)
             continue
         times.append(StepTime(name, seconds, B * T, times[0].seconds if times else seconds))
         print(times[-1].line(), flush=True)
