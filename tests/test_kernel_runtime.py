@@ -437,3 +437,23 @@ def test_a_watched_raw_module_function_takes_its_settings_itself():
     taped = recording._TapedFunction(function, module=None, name="through_shared")
     taped.max_dynamic_shared_size_bytes = 100 * 1024
     assert function.max_dynamic_shared_size_bytes == taped.max_dynamic_shared_size_bytes == 100 * 1024
+
+
+@pytest.mark.parametrize("capability, supported, arch", [("86", [80, 86, 90], "sm_86"), ("90", [86, 90, 100], "sm_90"),
+                                                         ("100", [90, 100, 120], "sm_100"), ("120", [86, 90], "sm_90")])
+def test_the_device_architecture_reads_capabilities_of_three_digits_and_is_capped_by_nvrtc(
+        monkeypatch, capability, supported, arch):
+    from gpt2kit.kernel_runtime import compiler
+
+    class Device:
+        def __init__(self, device=0):
+            self.id, self.compute_capability = device, capability  # as CuPy gives it: a string, "90" for 9.0
+
+    fake = types.SimpleNamespace(cuda=types.SimpleNamespace(Device=Device, nvrtc=types.SimpleNamespace(
+        getSupportedArchs=lambda: supported)))
+    monkeypatch.setattr(compiler, "cupy", fake)
+    compiler._arch_of.cache_clear()
+    try:
+        assert compiler.device_arch() == arch
+    finally:
+        compiler._arch_of.cache_clear()

@@ -146,8 +146,14 @@ def arch_specific_target(arch: str) -> str:
 
 
 def device_arch() -> str:
-    """This GPU's architecture (sm_90), capped at the newest NVRTC knows."""
-    capability = int("{}{}".format(*cupy.cuda.Device().compute_capability))
+    """This GPU's architecture (sm_90), capped at the newest NVRTC knows; asked once per GPU, since launchers ask
+    at every launch."""
+    return _arch_of(cupy.cuda.Device().id)
+
+
+@functools.lru_cache(maxsize=None)
+def _arch_of(device: int) -> str:
+    capability = int(cupy.cuda.Device(device).compute_capability)  # CuPy says "90", or "100" on Blackwell
     newest = max(cupy.cuda.nvrtc.getSupportedArchs())
     return f"sm_{min(capability, newest)}"
 
