@@ -73,12 +73,10 @@ FLASH_ATTENTION_3XTF32_SOURCE = TF32_HELPERS + r"""
 static_assert(QUERY_ROWS == 16 * (THREADS / 32) && CHUNK % 16 == 0 && KEY_TILE % (8 * GROUP) == 0 &&
               CHUNK % (8 * GROUP) == 0, "a warp owns 16 queries; dims in pairs of k-steps");
 
-// x as its TF32 high part, and what that leaves (exact in float32) as its TF32 low part. The low part's 13 bits
-// below TF32 are left for the tensor core to drop (it truncates an operand): with half an ulp added first, that
-// is to_tf32's rounding, one operation sooner.
+// x as its TF32 high part, and what that leaves as its TF32 low part
 __device__ __forceinline__ void split(float x, unsigned& high, unsigned& low) {
     high = to_tf32(x);
-    low = __float_as_uint(x - __uint_as_float(high)) + 0x1000u;
+    low = low_after(x, high);
 }
 
 // d += a (16 x 8, row) * b (8 x 8, col), inputs TF32, accumulators float32. Not volatile: the compiler may

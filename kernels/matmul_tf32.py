@@ -138,6 +138,13 @@ __device__ __forceinline__ unsigned to_tf32(float x) {
     return (__float_as_uint(x) + 0x1000u) & 0xffffe000u;  // half an ulp of TF32 added, the 13 bits below dropped
 }
 
+// What x's TF32 high part (rounded or truncated) leaves of it (exact in float32), as its TF32 low part. Its 13
+// bits below TF32 are left for the tensor core to drop (it truncates an operand): with half an ulp added first,
+// that is to_tf32's rounding, one operation sooner.
+__device__ __forceinline__ unsigned low_after(float x, unsigned high) {
+    return __float_as_uint(x - __uint_as_float(high)) + 0x1000u;
+}
+
 __device__ __forceinline__ void copy_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 // Wait until at most `pending` of this thread's committed groups are still in flight.
 template <int pending> __device__ __forceinline__ void copy_async_wait() {
@@ -155,12 +162,10 @@ __device__ __forceinline__ void mma_tf32(float* d, const unsigned* a, const unsi
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
-// What TF32 rounding leaves of a raw float (exact in float32), rounded to TF32: x's low part. Its 13 bits below
-// TF32 are left for the tensor core to drop (it truncates an operand): with half an ulp added first, that is
-// to_tf32's rounding, one operation sooner.
+// What TF32 rounding leaves of a raw float: its low part (low_after its rounded high part)
 __device__ __forceinline__ unsigned low_part(unsigned raw) {
     const float x = __uint_as_float(raw);
-    return __float_as_uint(x - __uint_as_float(to_tf32(x))) + 0x1000u;
+    return low_after(x, to_tf32(x));
 }
 """
 
@@ -327,7 +332,7 @@ __device__ __forceinline__ void split_b(const float* raw, float* split) {
         unsigned low[4];
         #pragma unroll
         for (int j = 0; j < 4; j++) {
-            low[j] = __float_as_uint(v[j] - __uint_as_float(__float_as_uint(v[j]) & 0xffffe000u)) + 0x1000u;
+            low[j] = low_after(v[j], __float_as_uint(v[j]) & 0xffffe000u);  // below its truncated high part
         }
         ((uint4*)split)[i] = make_uint4(low[0], low[1], low[2], low[3]);
     }
