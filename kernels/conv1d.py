@@ -502,8 +502,7 @@ tensor_core_kernels = tuple(on_tensor_cores(kernel) for kernel in (
     conv1d_forward_kernel, conv1d_backward_dinp_kernel, conv1d_backward_dweight_kernel)) + (
     *engine_kernels(A_STEP=2 * 512), *engine_kernels(B_ALONG_K=0), windows_dweight_kernel(2 * 512))
 # and their builds for Hopper's warpgroup products, which an H100 or H200 runs (matmul_tf32.for_this_gpu)
-wgmma_kernels = tuple(matmul_tf32.wgmma_build(kernel) for kernel in tensor_core_kernels
-                      if matmul_tf32.has_wgmma_build(kernel))
+wgmma_kernels = matmul_tf32.wgmma_builds(tensor_core_kernels)
 
 
 def check_conv1d(function, B, T, C, OC, K, stride, padding, groups, T_out):

@@ -234,8 +234,7 @@ add_slices_kernel = CudaKernel(MATMUL_BACKWARD_SOURCE, "add_slices_kernel", defi
 # BEGIN SOLUTION
 from gpt2kit.kernel_runtime import multiprocessor_count
 from gpt2kit.kernel_runtime.device import cupy
-from gpt2kit.kernels.matmul_tf32 import (FLUSHED_TILES, flushed_3xtf32, has_wgmma_build, launch_sliced,
-                                         launch_unsplit, wgmma_build)
+from gpt2kit.kernels.matmul_tf32 import FLUSHED_TILES, flushed_3xtf32, launch_sliced, launch_unsplit, wgmma_builds
 
 # The products on the tensor cores, three TF32 passes each, their sums flushed (matmul_tf32.flushed_3xtf32):
 # dinp = dout @ weight reads weight across K; dweight += dout^T @ inp reads both across K and adds.
@@ -250,7 +249,7 @@ tensor_core_kernels = {
 tensor_core_kernels["dweight", "sliced"] = flushed_3xtf32("large", SLICED=1, **DWEIGHT)
 # their builds for Hopper's warpgroup products, which an H100 or H200 runs (matmul_tf32.for_this_gpu), made here
 # where the compile checks see them
-wgmma_kernels = tuple(wgmma_build(k) for k in tensor_core_kernels.values() if has_wgmma_build(k))
+wgmma_kernels = wgmma_builds(tensor_core_kernels.values())
 
 
 def launch_on_tensor_cores(dinp, dweight, dbias, dout, inp, weight, M, C, OC, kernels=tensor_core_kernels,

@@ -678,6 +678,12 @@ def has_wgmma_build(kernel: CudaKernel) -> bool:
             and d["FLUSH"] * d["TILE_K"] in (0, FLUSH_SLICES * TILE_K))  # unflushed, or flushed every 64 k
 
 
+def wgmma_builds(kernels) -> tuple[CudaKernel, ...]:
+    """The wgmma builds of those of `kernels` that have one: a module makes them beside its kernels, where the
+    compile checks see them."""
+    return tuple(wgmma_build(kernel) for kernel in kernels if has_wgmma_build(kernel))
+
+
 def for_this_gpu(kernel: CudaKernel) -> CudaKernel:
     """The build of `kernel` that runs here: its wgmma build on an H100 or H200 (sm_90) where it has one, else
     itself (the A40's mma.sync)."""

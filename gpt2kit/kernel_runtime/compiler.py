@@ -145,6 +145,11 @@ def arch_specific_target(arch: str) -> str:
     return f"{arch}a"
 
 
+def build_target(program: Program, arch: str) -> str:
+    """What `program` is built for on `arch`: the architecture-specific target where the program needs it."""
+    return arch_specific_target(arch) if program.arch_specific else arch
+
+
 def device_arch() -> str:
     """This GPU's architecture (sm_90), capped at the newest NVRTC knows; asked once per GPU, since launchers ask
     at every launch."""
@@ -290,7 +295,7 @@ def compile_report(kernel: CudaKernel | ModuleProgram, arch: str) -> list[Kernel
             raise KernelCompileError(f"{kernel.origin.path}: NVRTC returned no cubin for {arch}")
         return parse_ptxas_log(nvrtc.getProgramLog(handle))
 
-    target = arch_specific_target(arch) if program.arch_specific else arch
+    target = build_target(program, arch)
     return nvrtc_compile(program, kernel.origin, target, [f"-arch={target}", "-Xptxas=-v"], report)
 
 
@@ -304,7 +309,7 @@ def compile_ptx(program: Program, arch: str, origin: SourceOrigin | None = None)
         lowered = {name: nvrtc.getLoweredName(handle, name) for name in program.name_expressions}
         return nvrtc.getPTX(handle).rstrip(b"\0").decode(), lowered
 
-    target = arch_specific_target(arch) if program.arch_specific else arch
+    target = build_target(program, arch)
     return nvrtc_compile(program, origin or SourceOrigin("<tape>", 1), target,
                          [f"-arch=compute_{target.removeprefix('sm_')}"], ptx)
 
