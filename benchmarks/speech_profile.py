@@ -1,9 +1,11 @@
 """Where a Wav2Vec2 training step's GPU time goes: host function by host function.
 
-    python -m gpt2kit.benchmarks.speech_profile [--batch 4] [--seconds 16] [--runs 5]
+    python -m gpt2kit.benchmarks.speech_profile [--batch 4] [--seconds 16] [--runs 5] [--variant NAME ...]
 
 Wav2Vec2ForCTC base (random weights), float32, on the kernels backend: one training
-step (forward, CTC loss, backward) of `--batch` utterances of `--seconds` each, run
+step (forward, CTC loss, backward) of `--batch` utterances of `--seconds` each (with
+`--variant`'s solution variants standing in for their host functions, as the Grape
+study's `--variant` does), run
 `--runs` times after a warm-up, with a CUDA event recorded before and after every
 host function call. A call's time is its median over the runs. The convolutions and
 matmuls, which are bound by arithmetic, also show their TFLOP/s, against cuBLAS's
@@ -19,6 +21,7 @@ import numpy as np
 from gpt2kit.benchmarks.call_profile import cublas_float32_tflops, print_tables, profiled_runs
 from gpt2kit.kernel_runtime.commands import POSITIVE_INT, OneLineArgumentParser, run_command
 from gpt2kit.kernel_runtime.device import exit_without_gpu
+from gpt2kit.reference.variants import variant_argument
 
 SAMPLE_RATE = 16000
 
@@ -30,6 +33,8 @@ def main(argv=None) -> int:
     parser.add_argument("--seconds", type=POSITIVE_INT, default=16,
                         help="each utterance's length (default %(default)s)")
     parser.add_argument("--runs", type=POSITIVE_INT, default=5, help="timed steps (default %(default)s)")
+    parser.add_argument("--variant", nargs="*", default=[], type=variant_argument,
+                        help="solution variants to run the kit's kernels on (matmul_3xtf32, for instance)")
     args = parser.parse_args(argv)
     exit_without_gpu("gpt2kit.benchmarks.speech_profile", "cannot run")
     return run_command("gpt2kit.benchmarks.speech_profile", lambda: benchmark(args), error_status=2)
@@ -38,15 +43,19 @@ def main(argv=None) -> int:
 def benchmark(args) -> int:
     import cupy
 
+    from gpt2kit.model_runtime.backends import make_backend
     from gpt2kit.wav2vec2.checkpoint import random_parameters
     from gpt2kit.wav2vec2.config import PRESETS
     from gpt2kit.wav2vec2.model import Wav2Vec2ForCTC
 
     config = PRESETS["base"]
-    model = Wav2Vec2ForCTC(config, random_parameters(config, seed=0), backend="kernels")
+    backend = make_backend("kernels", variants=tuple(args.variant))
+    model = Wav2Vec2ForCTC(config, random_parameters(config, seed=0), backend=backend)
     B, S = args.batch, args.seconds * SAMPLE_RATE
     device = cupy.cuda.runtime.getDeviceProperties(0)["name"].decode()
-    print(f"one training step of Wav2Vec2 base, float32, {B} utterances of {args.seconds} s, on {device}", flush=True)
+    with_variants = f" with {', '.join(args.variant)}" if args.variant else ""
+    print(f"one training step of Wav2Vec2 base, float32, {B} utterances of {args.seconds} s{with_variants}, on {device}",
+          flush=True)
     ceiling = cublas_float32_tflops()
     print(f"cuBLAS float32 (4096^3 matmul): {ceiling:.1f} TFLOP/s")
     rng = np.random.default_rng(0)

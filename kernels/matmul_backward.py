@@ -238,9 +238,9 @@ from gpt2kit.kernels.matmul_tf32 import FLUSHED_TILES, flushed_3xtf32, launch_sl
 
 # The products on the tensor cores, three TF32 passes each, their sums flushed (matmul_tf32.flushed_3xtf32):
 # dinp = dout @ weight reads weight across K; dweight += dout^T @ inp reads both across K and adds.
-SPLIT_WAVES = 4         # dweight's K is split until its blocks fill every multiprocessor this many times...
-MAX_SPLITS = 8          # ...in at most this many slices of scratch...
-MIN_SPLIT_ROWS = 256    # ...each split summing at least this many rows
+MAX_SPLITS = 8          # dweight's K is split into at most this many slices of scratch...
+MIN_SPLIT_ROWS = 256    # ...each summing at least this many rows; a block's start and store cost about as much
+BLOCK_START_ROWS = 192  # as summing this many rows (fitted to a sweep of 1-12 splits at the training shapes)
 DWEIGHT = dict(A_ALONG_K=0, B_ALONG_K=0)
 tensor_core_kernels = {
     (product, size): flushed_3xtf32(size, **layout)
@@ -270,11 +270,17 @@ def launch_on_tensor_cores(dinp, dweight, dbias, dout, inp, weight, M, C, OC, ke
 
 
 def dweight_splits(kernel, M, C, OC):
-    """Slices of K = M that dweight's tiles of `kernel` are split into: enough for SPLIT_WAVES blocks a
-    multiprocessor, at most MAX_SPLITS, each at least MIN_SPLIT_ROWS rows long; 1 (unsplit) for a short K."""
+    """Slices of K = M that dweight's tiles of `kernel` are split into: the count, up to MAX_SPLITS and with each
+    split at least MIN_SPLIT_ROWS rows long, whose blocks take the least time when they run in waves of one a
+    multiprocessor, each wave as long as a split's rows plus BLOCK_START_ROWS. A count that leaves the last wave
+    nearly empty loses to one that fills it (768 x 768 on 132 multiprocessors: 7 splits, 2 waves of 126; not 8,
+    3 waves, the last of 24); 1 (unsplit) for a short K."""
     tiles = ceil_div(OC, kernel.defines["TILE_M"]) * ceil_div(C, kernel.defines["TILE_N"])
-    wanted = ceil_div(SPLIT_WAVES * multiprocessor_count(), tiles)
-    return max(1, min(wanted, MAX_SPLITS, M // MIN_SPLIT_ROWS))
+
+    def time_in_rows(splits):
+        return ceil_div(tiles * splits, multiprocessor_count()) * (M / splits + BLOCK_START_ROWS)
+
+    return min(range(1, max(1, min(MAX_SPLITS, M // MIN_SPLIT_ROWS)) + 1), key=time_in_rows)
 # END SOLUTION
 
 
