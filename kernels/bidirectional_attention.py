@@ -36,13 +36,19 @@ dv, whose sums run down the columns of ds and p (tiled_product reads a transpose
 operand along its rows in memory), over every query. dinp (B, T, 3C) is written whole:
 padded keys' dk and dv are 0, as no query saw them.
 
-Every product is one tiling (tiled_product): a block computes a 64 x 64 tile of its
-output, walking the reduction in slices of 16 copied into shared memory k-major; each
-of its 256 threads accumulates a 4 x 4 part. An operand's slice is copied along its
-contiguous index: 64 rows of 16 consecutive floats (q, k, att for the values), or 16
-rows of 64 consecutive floats (v; ds and p transposed), each thread copying 4. Rows of
-inp are 3C floats apart, so the copies are scalar and zeros stand in past every edge.
-No atomics: every sum is taken in an order fixed by the sizes alone.
+Every product is one tiling (tiled_product), on the tensor cores at float32 accuracy:
+a block computes a 64 x 64 tile of its output, walking the reduction in slices of 16
+copied into shared memory k-major, the next slice's loads in flight while this one is
+multiplied. An operand's slice is copied along its contiguous index: 64 rows of 16
+consecutive floats (q, k, att for the values), or 16 rows of 64 consecutive floats (v;
+ds and p transposed), each thread copying 4. Rows of inp are 3C floats apart, so the
+copies are scalar and zeros stand in past every edge. Each of the 8 warps owns 32 x 16
+of the tile, two by two m16n8k8 TF32 mmas, and reads its fragments from the k-major
+slices with scalar loads (rows of TILE + 8 floats put a fragment's 32 lanes in 32
+banks); each value is split into a TF32 high and low part, and three mmas (low x high,
+high x low, high x high) keep the sums within float32's bounds, as matmul_3xtf32.py
+explains (tests/reference/test_three_pass_tf32.py emulates all six products over the
+specs' cases). No atomics: every sum is taken in an order fixed by the sizes alone.
 """
 
 import math
@@ -51,66 +57,98 @@ import numpy as np
 
 from gpt2kit.kernel_runtime import CudaKernel, KernelArgumentError, ceil_div, check_array, check_dims
 from gpt2kit.kernel_runtime.device import cupy
+from gpt2kit.kernels.matmul_tf32 import TF32_HELPERS, TF32_PRODUCTS
 
 TILE = 64      # rows and columns of a product's tile
 TILE_K = 16    # depth of one shared-memory slice
-THREADS = 256  # per product block, each owning a 4 x 4 part of the tile
+THREADS = 256  # per product block: 8 warps, each owning 32 x 16 of the tile
 ROWS_PER_BLOCK = 8  # softmax rows per block: one per warp
 MAX_GRID_YZ = 65535  # CUDA's limit on a grid's y and z
 
-BIDIRECTIONAL_ATTENTION_SOURCE = r"""
+BIDIRECTIONAL_ATTENTION_SOURCE = TF32_HELPERS + TF32_PRODUCTS + r"""
 #define NEG_INFINITY __int_as_float(0xff800000)
+#define TILE_ROW (TILE + 8)  // a shared k-row: a fragment's 32 lanes (k = t, row or column g) hit 32 banks
 
-// A 64 x 64 tile of out (R, N) = A (R, K) @ B (K, N) into acc. A[r][k] = a[r * a_row + k] when a_along_k (k runs
-// along a's rows in memory), else a[k * a_row + r]; B[k][n] = b[n * b_row + k] when b_along_k, else b[k * b_row + n].
-// Each operand is copied along its contiguous index. The tile is (blockIdx.x, blockIdx.y); this thread's part is rows
-// 4 * (threadIdx.x / 16) .., columns 4 * (threadIdx.x % 16) ...
+// This thread's 4 values of a slice of an operand X[x][k] (x from x0: A's rows or B's columns), read along its
+// contiguous index: 4 consecutive k of one x when along_k (x_row floats from one x to the next), else 4
+// consecutive x of one k (x_row floats from one k to the next); 0 past X and K.
+template <bool along_k>
+__device__ __forceinline__ void load_slice(float v[4], const float* m, long long x_row, int x0, int X, int k0, int K) {
+    const int x = x0 + (along_k ? threadIdx.x / (TILE_K / 4) : 4 * (threadIdx.x % (TILE / 4)));
+    const int k = k0 + (along_k ? 4 * (threadIdx.x % (TILE_K / 4)) : threadIdx.x / (TILE / 4));
+    #pragma unroll
+    for (int j = 0; j < 4; j++) {
+        const int xj = along_k ? x : x + j, kj = along_k ? k + j : k;
+        v[j] = (xj < X && kj < K) ? m[along_k ? xj * x_row + kj : kj * x_row + xj] : 0.0f;
+    }
+}
+
+// ...and those values into the slice's shared tile, tile[k][x]
+template <bool along_k>
+__device__ __forceinline__ void store_slice(float (*tile)[TILE_ROW], const float v[4]) {
+    const int x = along_k ? threadIdx.x / (TILE_K / 4) : 4 * (threadIdx.x % (TILE / 4));
+    const int k = along_k ? 4 * (threadIdx.x % (TILE_K / 4)) : threadIdx.x / (TILE / 4);
+    #pragma unroll
+    for (int j = 0; j < 4; j++) tile[along_k ? k + j : k][along_k ? x : x + j] = v[j];
+}
+
+// A 64 x 64 tile of out (R, N) = A (R, K) @ B (K, N) into acc, on the tensor cores in three TF32 passes. A[r][k] =
+// a[r * a_row + k] when a_along_k (k runs along a's rows in memory), else a[k * a_row + r]; B[k][n] = b[n * b_row + k]
+// when b_along_k, else b[k * b_row + n]. The tile is (blockIdx.x, blockIdx.y). The 8 warps form a 2 x 4 grid of 32 x
+// 16 parts of it, each two m16n8k8 row tiles by two column tiles: acc[2 * i + j] is row tile i, column tile j
+// (rows g and g + 8, columns 2t and 2t + 1 of it, with g = lane / 4, t = lane % 4). store_tile stores it.
 template <bool a_along_k, bool b_along_k>
 __device__ void tiled_product(float acc[4][4], const float* a, long long a_row, const float* b, long long b_row,
                               int R, int K, int N) {
-    __shared__ float a_tile[TILE_K][TILE + 4];  // a_tile[k][r] = A[row0 + r][k0 + k]
-    __shared__ float b_tile[TILE_K][TILE + 4];  // b_tile[k][n] = B[k0 + k][col0 + n]
+    __shared__ float a_tile[TILE_K][TILE_ROW];  // a_tile[k][r] = A[row0 + r][k0 + k]
+    __shared__ float b_tile[TILE_K][TILE_ROW];  // b_tile[k][n] = B[k0 + k][col0 + n]
     const int row0 = blockIdx.x * TILE, col0 = blockIdx.y * TILE;
-    const int along_row = threadIdx.x / (TILE_K / 4), along_k = 4 * (threadIdx.x % (TILE_K / 4));  // 4 k of a row
-    const int across_k = threadIdx.x / (TILE / 4), across = 4 * (threadIdx.x % (TILE / 4));        // 4 rows of a k
-    const int ty = threadIdx.x / (TILE / 4), tx = threadIdx.x % (TILE / 4);
+    const int warp = threadIdx.x / 32, g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
+    const int rows = 32 * (warp / 4) + g, columns = 16 * (warp % 4) + g;  // this lane's first fragment row, column
+    float a_next[4], b_next[4];
+    load_slice<a_along_k>(a_next, a, a_row, row0, R, 0, K);
+    load_slice<b_along_k>(b_next, b, b_row, col0, N, 0, K);
     for (int k0 = 0; k0 < K; k0 += TILE_K) {
-        for (int j = 0; j < 4; j++) {
-            if (a_along_k) {
-                const int k = k0 + along_k + j, r = row0 + along_row;
-                a_tile[along_k + j][along_row] = (r < R && k < K) ? a[r * a_row + k] : 0.0f;
-            } else {
-                const int r = row0 + across + j, k = k0 + across_k;
-                a_tile[across_k][across + j] = (r < R && k < K) ? a[k * a_row + r] : 0.0f;
-            }
-            if (b_along_k) {
-                const int n = col0 + along_row, k = k0 + along_k + j;
-                b_tile[along_k + j][along_row] = (n < N && k < K) ? b[n * b_row + k] : 0.0f;
-            } else {
-                const int n = col0 + across + j, k = k0 + across_k;
-                b_tile[across_k][across + j] = (n < N && k < K) ? b[k * b_row + n] : 0.0f;
-            }
-        }
+        store_slice<a_along_k>(a_tile, a_next);
+        store_slice<b_along_k>(b_tile, b_next);
         __syncthreads();
+        if (k0 + TILE_K < K) {  // the next slice's loads in flight while this one is multiplied
+            load_slice<a_along_k>(a_next, a, a_row, row0, R, k0 + TILE_K, K);
+            load_slice<b_along_k>(b_next, b, b_row, col0, N, k0 + TILE_K, K);
+        }
         #pragma unroll
-        for (int k = 0; k < TILE_K; k++) {
+        for (int k = 0; k < TILE_K; k += 8) {
+            unsigned a_high[2][4], a_low[2][4], b_high[2][2], b_low[2][2];
             #pragma unroll
-            for (int i = 0; i < 4; i++) {
+            for (int i = 0; i < 2; i++) {  // A's (g, t), (g + 8, t), (g, t + 4), (g + 8, t + 4); B's (t, g), (t + 4, g)
                 #pragma unroll
-                for (int j = 0; j < 4; j++) acc[i][j] += a_tile[k][4 * ty + i] * b_tile[k][4 * tx + j];
+                for (int f = 0; f < 4; f++) {
+                    split(a_tile[k + t + 4 * (f / 2)][rows + 16 * i + 8 * (f % 2)], a_high[i][f], a_low[i][f]);
+                }
+                #pragma unroll
+                for (int f = 0; f < 2; f++) split(b_tile[k + t + 4 * f][columns + 8 * i], b_high[i][f], b_low[i][f]);
             }
+            #pragma unroll
+            for (int i = 0; i < 4; i++) mma_tf32(acc[i], a_low[i / 2], b_high[i % 2]);  // the small products first
+            #pragma unroll
+            for (int i = 0; i < 4; i++) mma_tf32(acc[i], a_high[i / 2], b_low[i % 2]);
+            #pragma unroll
+            for (int i = 0; i < 4; i++) mma_tf32(acc[i], a_high[i / 2], b_high[i % 2]);
         }
         __syncthreads();  // everyone is done with this slice before the next one overwrites it
     }
 }
 
-// rows x columns of m (row stride `stride`) from acc, at the tile (blockIdx.x, blockIdx.y) as tiled_product lays it.
+// rows x columns of m (row stride `stride`) from acc, times scale, at the tile (blockIdx.x, blockIdx.y) as
+// tiled_product lays it out.
 __device__ void store_tile(float* m, long long stride, const float acc[4][4], int rows, int columns, float scale) {
-    const int ty = threadIdx.x / (TILE / 4), tx = threadIdx.x % (TILE / 4);
+    const int warp = threadIdx.x / 32, g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
+    #pragma unroll
     for (int i = 0; i < 4; i++) {
-        const int r = blockIdx.x * TILE + 4 * ty + i;
-        for (int j = 0; j < 4; j++) {
-            const int c = blockIdx.y * TILE + 4 * tx + j;
+        #pragma unroll
+        for (int j = 0; j < 4; j++) {  // rows g, g, g + 8, g + 8 and columns 2t, 2t + 1, 2t, 2t + 1 of its mma tile
+            const int r = blockIdx.x * TILE + 32 * (warp / 4) + 16 * (i / 2) + 8 * (j / 2) + g;
+            const int c = blockIdx.y * TILE + 16 * (warp % 4) + 8 * (i % 2) + 2 * t + j % 2;
             if (r < rows && c < columns) m[r * stride + c] = acc[i][j] * scale;
         }
     }

@@ -73,12 +73,6 @@ FLASH_ATTENTION_3XTF32_SOURCE = TF32_HELPERS + r"""
 static_assert(QUERY_ROWS == 16 * (THREADS / 32) && CHUNK % 16 == 0 && KEY_TILE % (8 * GROUP) == 0 &&
               CHUNK % (8 * GROUP) == 0, "a warp owns 16 queries; dims in pairs of k-steps");
 
-// x as its TF32 high part, and what that leaves as its TF32 low part
-__device__ __forceinline__ void split(float x, unsigned& high, unsigned& low) {
-    high = to_tf32(x);
-    low = low_after(x, high);
-}
-
 // d += a (16 x 8, row) * b (8 x 8, col), inputs TF32, accumulators float32. Not volatile: the compiler may
 // interleave independent mmas, so one waits for its accumulator while others run.
 __device__ __forceinline__ void mma_tf32(float* d, const unsigned* a, const unsigned* b) {

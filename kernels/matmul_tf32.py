@@ -145,6 +145,12 @@ __device__ __forceinline__ unsigned low_after(float x, unsigned high) {
     return __float_as_uint(x - __uint_as_float(high)) + 0x1000u;
 }
 
+// x as its TF32 high part, and what that leaves as its TF32 low part
+__device__ __forceinline__ void split(float x, unsigned& high, unsigned& low) {
+    high = to_tf32(x);
+    low = low_after(x, high);
+}
+
 __device__ __forceinline__ void copy_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 // Wait until at most `pending` of this thread's committed groups are still in flight.
 template <int pending> __device__ __forceinline__ void copy_async_wait() {

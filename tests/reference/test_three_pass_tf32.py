@@ -1,9 +1,9 @@
 """Tensor cores at float32 accuracy ("3xTF32"), shown on the CPU by emulation before any kernel exists: each
 operand of a product is split into a TF32 high part and a TF32 low part (reference.precision.split_tf32),
 and three tensor-core products, low x high, high x low and high x high, are added into float32 accumulators
-one m16n8k8 mma at a time. So emulated, the matmul and flash attention's two products pass every case of their
-specs under the strict fp32 profile, the extreme ones included; leave out either cross product, or split
-nothing (one TF32 pass), and they fail it. An mma rounds the sum it adds into its accumulators toward zero, and
+one m16n8k8 mma at a time. So emulated, the matmul, flash attention's two products and Wav2Vec2's attention's six
+(forward and backward) pass every case of their specs under the strict fp32 profile, the extreme ones included;
+leave out either cross product, or split nothing (one TF32 pass), and they fail it. An mma rounds the sum it adds into its accumulators toward zero, and
 so does the emulation. So does matmul's backward pass, with two rules: a product of fewer than 16 terms stays in
 float32 on the CUDA cores (kernels/matmul_backward.py's MIN_TENSOR_CORE_K), since one row's weight gradient, an
 outer product, fails fp32 on the tensor cores; and a long sum is taken in chunks whose sums are added in float32
@@ -25,6 +25,10 @@ MMA_K = 8  # products an m16n8k8 mma adds into an accumulator at once
 FLASH_CASES = cases("flash_attention_forward") if "flash_attention_forward" in SPECS else []
 needs_flash = pytest.mark.skipif(not FLASH_CASES, reason="milestone 3's flash attention spec is not in this kit")
 BACKWARD_CASES = cases("matmul_backward") if "matmul_backward" in SPECS else []
+SPEECH_FORWARD_CASES = cases("bidirectional_attention_forward") if "bidirectional_attention_forward" in SPECS else []
+SPEECH_BACKWARD_CASES = (cases("bidirectional_attention_backward") if "bidirectional_attention_backward" in SPECS
+                         else [])
+needs_speech = pytest.mark.skipif(not SPEECH_FORWARD_CASES, reason="Wav2Vec2's attention spec is not in this kit")
 needs_backward = pytest.mark.skipif(not BACKWARD_CASES, reason="milestone 4's matmul backward spec is not in this kit")
 SHORTEST_ON_TENSOR_CORES = 16  # terms a backward product sums at least to go to the tensor cores
 BACKWARD_FLUSH = 4 * 16  # terms per chunk of a backward product's sums: FLUSH_SLICES slices of 16
@@ -108,6 +112,46 @@ def flash_attention_on_tensor_cores(passes):
     return flash_attention_forward
 
 
+def bidirectional_attention_on_tensor_cores(passes=THREE_PASSES):
+    """Wav2Vec2's attention (kernels/bidirectional_attention.py) with both products on the tensor cores: the scores
+    q k^T, scaled after; the softmax over the real keys in float32; out = p v. Its sums over up to a few hundred keys
+    need no chunks (matmul's backward sums thousands)."""
+    from gpt2kit.reference.specs.bidirectional_attention import real_keys
+
+    def bidirectional_attention_forward(out, att, inp, lengths, B, T, C, NH):
+        HS = C // NH
+        q, k, v = inp.reshape(B, T, 3, NH, HS).transpose(2, 0, 3, 1, 4)  # each (B, NH, T, HS)
+        scores = tensor_core_product(q, k, passes) * np.float32(1 / math.sqrt(HS))
+        real = real_keys(lengths, T)
+        scores = np.where(real, scores, np.float32(-np.inf))
+        p = np.exp(scores - scores.max(axis=-1, keepdims=True))
+        p = p / p.sum(axis=-1, keepdims=True, dtype=np.float32)
+        att[...] = p
+        o = tensor_core_product(p, np.swapaxes(v, -1, -2), passes)
+        out[...] = o.transpose(0, 2, 1, 3).reshape(out.shape)
+    return bidirectional_attention_forward
+
+
+def bidirectional_attention_backward_on_tensor_cores(passes=THREE_PASSES):
+    """Its backward pass's four products on the tensor cores (dp = dy v^T; dq = ds k over the keys; dk = ds^T q and
+    dv = p^T dy over the queries), ds in float32."""
+    from gpt2kit.reference.specs.bidirectional_attention import real_keys
+
+    def bidirectional_attention_backward(dinp, dout, inp, att, lengths, B, T, C, NH):
+        HS = C // NH
+        q, k, v = inp.reshape(B, T, 3, NH, HS).transpose(2, 0, 3, 1, 4)
+        dy = dout.reshape(B, T, NH, HS).transpose(0, 2, 1, 3)
+        dp = tensor_core_product(dy, v, passes)
+        weighted = (att * dp).sum(axis=-1, keepdims=True, dtype=np.float32)
+        ds = np.where(real_keys(lengths, T), np.float32(1 / math.sqrt(HS)) * att * (dp - weighted), np.float32(0))
+        transposed = np.swapaxes
+        dq = tensor_core_product(ds, transposed(k, -1, -2), passes)
+        dk = tensor_core_product(transposed(ds, -1, -2), transposed(q, -1, -2), passes)
+        dv = tensor_core_product(transposed(att, -1, -2), transposed(dy, -1, -2), passes)
+        dinp[...] = np.stack([dq, dk, dv]).transpose(1, 3, 0, 2, 4).reshape(dinp.shape)
+    return bidirectional_attention_backward
+
+
 @pytest.mark.parametrize("case", cases("matmul_forward"), ids=lambda c: c.id)
 def test_a_3xtf32_matmul_passes_fp32(case):
     result = run_case(matmul_on_tensor_cores(THREE_PASSES), case, device="cpu")
@@ -142,6 +186,20 @@ def test_a_3xtf32_flash_attention_passes_fp32(case):
     assert result.passed, result.message
 
 
+@needs_speech
+@pytest.mark.parametrize("case", SPEECH_FORWARD_CASES, ids=lambda c: c.id)
+def test_a_3xtf32_bidirectional_attention_passes_fp32(case):
+    result = run_case(bidirectional_attention_on_tensor_cores(), case, device="cpu")
+    assert result.passed, result.message
+
+
+@needs_speech
+@pytest.mark.parametrize("case", SPEECH_BACKWARD_CASES, ids=lambda c: c.id)
+def test_a_3xtf32_bidirectional_attention_backward_passes_fp32(case):
+    result = run_case(bidirectional_attention_backward_on_tensor_cores(), case, device="cpu")
+    assert result.passed, result.message
+
+
 FEWER_PASSES = pytest.mark.parametrize("passes", [("high_low", "high_high"), ("low_high", "high_high"), ("high_high",)],
                                        ids=["without_low_high", "without_high_low", "one_tf32_pass"])
 
@@ -157,3 +215,12 @@ def test_a_matmul_with_fewer_passes_fails_fp32(case, passes):
 def test_flash_attention_with_fewer_passes_fails_fp32(passes):
     case = next(c for c in FLASH_CASES if c.values == "extreme")
     assert not run_case(flash_attention_on_tensor_cores(passes), case, device="cpu").passed
+
+
+@needs_speech
+@FEWER_PASSES
+def test_bidirectional_attention_with_fewer_passes_fails_fp32(passes):
+    forward = next(c for c in SPEECH_FORWARD_CASES if c.size["C"] == 768)
+    backward = next(c for c in SPEECH_BACKWARD_CASES if c.size["C"] == 768)
+    assert not run_case(bidirectional_attention_on_tensor_cores(passes), forward, device="cpu").passed
+    assert not run_case(bidirectional_attention_backward_on_tensor_cores(passes), backward, device="cpu").passed
