@@ -60,6 +60,11 @@ cp.async copies, 3xTF32), and weight is copied once a call into the windows' ord
 * dinp, an utterance at a time: each window's gradient (its dout rows times the filters) into scratch,
   (T_out, K * C: about 160 MB for 16 s at the feature encoder's second layer), which add_windows_kernel adds
   back onto the frames the windows were read from.
+An utterance whose windows make fewer tiles than the GPU has multiprocessors (the K2 layers: 499 windows at
+10 s, 16 tiles for 132 multiprocessors) would leave most of it idle a launch at a time, so there every
+utterance's windows are first copied into one matrix (B * T_out, K * C; gather_windows_kernel) and each
+product is one launch over all of them (windows_gathered); the copy moves a few MB where the launches gain
+several times over.
 
 Every sum is taken in an order fixed by the sizes alone (no atomics): the same bits on every run. Weight
 gathers are strided (weight's fastest index is k); weights are small next to the frames and stay in L2. No
@@ -71,7 +76,8 @@ import functools
 
 import numpy as np
 
-from gpt2kit.kernel_runtime import CudaKernel, KernelArgumentError, ceil_div, check_array, check_dims
+from gpt2kit.kernel_runtime import (CudaKernel, KernelArgumentError, ceil_div, check_array, check_dims,
+                                    multiprocessor_count)
 from gpt2kit.kernel_runtime.device import cupy
 from gpt2kit.kernels import matmul_tf32
 from gpt2kit.kernels.matmul_backward import MIN_TENSOR_CORE_K
@@ -262,6 +268,18 @@ add_windows_kernel(float* dinp, const float* windows, int B, int T, int C, int K
     dinp[element] = sum;
 }
 
+// windows (B, T_out, K * C) = each output frame's window copied out of inp (B, T, C), one group and no padding: row
+// (b, t_out) is the K * C contiguous floats from frame t_out * stride of utterance b (add_windows_kernel's layout).
+// One thread an element.
+extern "C" __global__ void __launch_bounds__(SUM_THREADS)
+gather_windows_kernel(float* windows, const float* inp, int B, int T, int C, int K, int stride, int T_out) {
+    const long long width = (long long)K * C, element = (long long)blockIdx.x * SUM_THREADS + threadIdx.x;
+    if (element >= (long long)B * T_out * width) return;
+    const long long row = element / width;
+    const int b = row / T_out, t_out = row - (long long)b * T_out;
+    windows[element] = inp[((long long)b * T + (long long)t_out * stride) * C + (element - row * width)];
+}
+
 // out (B, T_out, OC) = the convolution, bias added (bias may be null). Grid (ceil(B * T_out / TILE),
 // ceil(OCg / TILE), groups): per group g, rows (b, t_out), columns o, reduction j = k * Cg + c.
 extern "C" __global__ void __launch_bounds__(THREADS)
@@ -411,6 +429,7 @@ dweight_sum_kernel = CudaKernel(CONV1D_SOURCE, "dweight_sum_kernel", defines=DEF
 conv1d_backward_dbias_kernel = CudaKernel(CONV1D_SOURCE, "conv1d_backward_dbias_kernel", defines=DEFINES)
 weight_by_tap_kernel = CudaKernel(CONV1D_SOURCE, "weight_by_tap_kernel", defines=DEFINES)
 add_windows_kernel = CudaKernel(CONV1D_SOURCE, "add_windows_kernel", defines=DEFINES)
+gather_windows_kernel = CudaKernel(CONV1D_SOURCE, "gather_windows_kernel", defines=DEFINES)
 
 
 def windows_are_rows(C, K, padding, groups) -> bool:
@@ -435,11 +454,33 @@ def filters_by_tap(weight, OC, C, K):
     return weight_by_tap
 
 
+def windows_gathered(B, OC, T_out) -> bool:
+    """Whether the engine takes every utterance's windows in one launch, gathered into one matrix first
+    (gather_windows): where one utterance's windows make fewer of its 128 x 128 tiles than the GPU has
+    multiprocessors (Wav2Vec2's K2 layers, 499 windows at 10 s: 16 tiles), a launch an utterance would leave
+    most of it idle. Otherwise each utterance's windows are read in place, a launch an utterance."""
+    tiles = ceil_div(T_out, matmul_tf32.TILE_M) * ceil_div(OC, matmul_tf32.TILE_N)
+    return B > 1 and tiles < multiprocessor_count()
+
+
+def gather_windows(inp, B, T, C, K, stride, T_out):
+    """Every output frame's window, (B * T_out, K * C), in scratch: the rows of one matrix for all utterances."""
+    windows = cupy.empty(B * T_out * K * C, dtype=cupy.float32)
+    gather_windows_kernel((ceil_div(B * T_out * K * C, SUM_THREADS),), (SUM_THREADS,),
+                          (windows, inp, *sizes(B, T, C, K, stride, T_out)))
+    return windows
+
+
 def launch_windows(out, inp, weight, bias, B, T, C, OC, K, stride, T_out):
-    """The forward pass as B products on the tensor cores, one an utterance: its T_out windows (rows of K * C
-    floats, stride * C apart, read in place: nothing is copied) times the filters in the windows' order. K is
-    never split, so each sum has one order."""
+    """The forward pass as products on the tensor cores: each utterance's T_out windows (rows of K * C floats,
+    stride * C apart, read in place) times the filters in the windows' order, one product an utterance; or, where
+    windows_gathered, one product of every utterance's windows gathered. K is never split, so each sum has one
+    order."""
     weight_by_tap = filters_by_tap(weight, OC, C, K)
+    if windows_gathered(B, OC, T_out):
+        matmul_tf32.launch_unsplit(*engine_kernels(), out, gather_windows(inp, B, T, C, K, stride, T_out),
+                                   weight_by_tap, B * T_out, K * C, OC, bias=bias)
+        return
     large, small = engine_kernels(A_STEP=stride * C)
     frames, outputs = inp.reshape(-1), out.reshape(-1)
     for b in range(B):
@@ -456,8 +497,11 @@ def windows_dweight_kernel(step: int) -> CudaKernel:
 
 def windows_dweight_partials(dout, inp, B, T, C, OC, K, stride, T_out):
     """dweight's sums (in the windows' order, (OC, K * C)) in slices of scratch, for dweight_sum_kernel to add up:
-    per utterance, dout's rows transposed times its windows, read in place, over its T_out frames split into
-    `splits` spans, about WINDOWS_TARGET_BLOCKS blocks in all. (partials, B * splits)."""
+    dout's rows transposed times the windows, per utterance read in place (or, where windows_gathered, all
+    utterances' gathered), the frames split into spans, about WINDOWS_TARGET_BLOCKS blocks in all.
+    (partials, slices)."""
+    if windows_gathered(B, OC, T_out):  # one utterance of B * T_out windows, each K * C floats after the last
+        inp, B, T, stride, T_out = gather_windows(inp, B, T, C, K, stride, T_out), 1, B * T_out * K, K, B * T_out
     kernel = windows_dweight_kernel(stride * C)
     tiles = ceil_div(OC, kernel.defines["TILE_M"]) * ceil_div(K * C, kernel.defines["TILE_N"])
     splits = max(1, min(ceil_div(WINDOWS_TARGET_BLOCKS, tiles * B), T_out // MIN_SPLIT_ROWS))
@@ -470,17 +514,19 @@ def windows_dweight_partials(dout, inp, B, T, C, OC, K, stride, T_out):
 
 
 def windows_dinp(dinp, dout, weight, B, T, C, OC, K, stride, T_out, add_windows):
-    """dinp where windows are rows, one utterance at a time: each window's gradient, its dout rows times the
-    filters in the windows' order, into scratch (T_out, K * C) that every utterance reuses, then added back onto
-    the frames the windows were read from (add_windows, a known-wrong version's own)."""
-    windows = cupy.empty(T_out * K * C, dtype=cupy.float32)
+    """dinp where windows are rows: each window's gradient, its dout rows times the filters in the windows' order,
+    into scratch (T_out, K * C) that every utterance reuses, then added back onto the frames the windows were read
+    from (add_windows, a known-wrong version's own), an utterance at a time; or, where windows_gathered, every
+    utterance's at once, (B * T_out, K * C)."""
     weight_by_tap = filters_by_tap(weight, OC, C, K)
+    at_once = B if windows_gathered(B, OC, T_out) else 1
+    windows = cupy.empty(at_once * T_out * K * C, dtype=cupy.float32)
     grads, frames = dout.reshape(-1), dinp.reshape(-1)
-    for b in range(B):
+    for b in range(0, B, at_once):
         matmul_tf32.launch_unsplit(*engine_kernels(B_ALONG_K=0), windows, grads[b * T_out * OC:], weight_by_tap,
-                                   T_out, OC, K * C)
-        add_windows((ceil_div(T * C, SUM_THREADS),), (SUM_THREADS,),
-                    (frames[b * T * C:], windows, *sizes(1, T, C, K, stride, T_out)))
+                                   at_once * T_out, OC, K * C)
+        add_windows((ceil_div(at_once * T * C, SUM_THREADS),), (SUM_THREADS,),
+                    (frames[b * T * C:], windows, *sizes(at_once, T, C, K, stride, T_out)))
 
 
 @functools.lru_cache(maxsize=None)
@@ -496,11 +542,12 @@ def for_reduction(kernel: CudaKernel, terms: int) -> CudaKernel:
     return on_tensor_cores(kernel) if terms >= MIN_TENSOR_CORE_K else kernel
 
 
-# The products' tensor-core builds, and the engine's for Wav2Vec2's feature encoder (stride 2, 512 channels),
-# made here where the compile checks see them
+# The products' tensor-core builds, and the engine's for Wav2Vec2's feature encoder (stride 2, 512 channels; its
+# K3 layers' windows gathered, K * C floats apart), made here where the compile checks see them
 tensor_core_kernels = tuple(on_tensor_cores(kernel) for kernel in (
     conv1d_forward_kernel, conv1d_backward_dinp_kernel, conv1d_backward_dweight_kernel)) + (
-    *engine_kernels(A_STEP=2 * 512), *engine_kernels(B_ALONG_K=0), windows_dweight_kernel(2 * 512))
+    *engine_kernels(A_STEP=2 * 512), *engine_kernels(), *engine_kernels(B_ALONG_K=0),
+    windows_dweight_kernel(2 * 512), windows_dweight_kernel(3 * 512))
 # and their builds for Hopper's warpgroup products, which an H100 or H200 runs (matmul_tf32.for_this_gpu)
 wgmma_kernels = matmul_tf32.wgmma_builds(tensor_core_kernels)
 

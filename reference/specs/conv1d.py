@@ -84,10 +84,11 @@ CASES = (
     conv(B=2, T=29, C=96, OC=96, K=8, padding=4, groups=2, drop=1),     # the positional convolution, small
     conv(B=1, T=50, C=768, OC=768, K=128, padding=64, groups=16, drop=1),  # and at its channels and kernel
     conv(B=2, T=255, C=512, OC=512, K=3, stride=2, variant="no-bias"),  # a later feature-encoder convolution
-    # windows read in place as rows of a matrix (no padding, one group, C % 4 == 0): 128 x 128 tiles (153 of
-    # them, none whole at the edges, OC not a multiple of 4), 64 x 64 ones for a tiny one (a frame dropped), and
-    # large means
-    conv(B=1, T=4201, C=8, OC=1050, K=3, stride=2),
+    # windows as rows of a matrix (no padding, one group, C % 4 == 0): read in place an utterance at a time in
+    # 128 x 128 tiles (153 of them an utterance, none whole at the edges, OC not a multiple of 4), and gathered
+    # from every utterance into one matrix where an utterance's tiles are fewer than the GPU's multiprocessors:
+    # 64 x 64 tiles for a tiny one (a frame dropped), and large means
+    conv(B=2, T=4201, C=8, OC=1050, K=3, stride=2),
     conv(B=3, T=9, C=8, OC=10, K=2, stride=2, drop=1, variant="no-bias"),
     conv(B=2, T=41, C=8, OC=12, K=3, stride=2, values="extreme"),
     conv(B=2, T=21, C=8, OC=12, K=3, stride=2, padding=1, values="extreme"),
