@@ -69,27 +69,35 @@ BIDIRECTIONAL_ATTENTION_SOURCE = TF32_HELPERS + TF32_PRODUCTS + r"""
 #define NEG_INFINITY __int_as_float(0xff800000)
 #define TILE_ROW (TILE + 8)  // a shared k-row: a fragment's 32 lanes (k = t, row or column g) hit 32 banks
 
-// This thread's 4 values of a slice of an operand X[x][k] (x from x0: A's rows or B's columns), read along its
-// contiguous index: 4 consecutive k of one x when along_k (x_row floats from one x to the next), else 4
-// consecutive x of one k (x_row floats from one k to the next); 0 past X and K.
+// Where this thread's j-th of its 4 values of a slice of an operand X[x][k] (x: A's rows or B's columns) lies in
+// the slice, (x, k): the slice is read along X's contiguous index, so the 4 are consecutive k of one x when
+// along_k, else consecutive x of one k
+template <bool along_k>
+__device__ __forceinline__ int2 slice_place(int j) {
+    return along_k ? make_int2(threadIdx.x / (TILE_K / 4), 4 * (threadIdx.x % (TILE_K / 4)) + j)
+                   : make_int2(4 * (threadIdx.x % (TILE / 4)) + j, threadIdx.x / (TILE / 4));
+}
+
+// Those 4 values of the slice from x0 and k0 of X, x_row floats from one x to the next when along_k (else from one
+// k to the next); 0 past X and K
 template <bool along_k>
 __device__ __forceinline__ void load_slice(float v[4], const float* m, long long x_row, int x0, int X, int k0, int K) {
-    const int x = x0 + (along_k ? threadIdx.x / (TILE_K / 4) : 4 * (threadIdx.x % (TILE / 4)));
-    const int k = k0 + (along_k ? 4 * (threadIdx.x % (TILE_K / 4)) : threadIdx.x / (TILE / 4));
     #pragma unroll
     for (int j = 0; j < 4; j++) {
-        const int xj = along_k ? x : x + j, kj = along_k ? k + j : k;
-        v[j] = (xj < X && kj < K) ? m[along_k ? xj * x_row + kj : kj * x_row + xj] : 0.0f;
+        const int2 place = slice_place<along_k>(j);
+        const int x = x0 + place.x, k = k0 + place.y;
+        v[j] = (x < X && k < K) ? m[along_k ? x * x_row + k : k * x_row + x] : 0.0f;
     }
 }
 
-// ...and those values into the slice's shared tile, tile[k][x]
+// ...and into the slice's shared tile, tile[k][x]
 template <bool along_k>
 __device__ __forceinline__ void store_slice(float (*tile)[TILE_ROW], const float v[4]) {
-    const int x = along_k ? threadIdx.x / (TILE_K / 4) : 4 * (threadIdx.x % (TILE / 4));
-    const int k = along_k ? 4 * (threadIdx.x % (TILE_K / 4)) : threadIdx.x / (TILE / 4);
     #pragma unroll
-    for (int j = 0; j < 4; j++) tile[along_k ? k + j : k][along_k ? x : x + j] = v[j];
+    for (int j = 0; j < 4; j++) {
+        const int2 place = slice_place<along_k>(j);
+        tile[place.y][place.x] = v[j];
+    }
 }
 
 // A 64 x 64 tile of out (R, N) = A (R, K) @ B (K, N) into acc, on the tensor cores in three TF32 passes. A[r][k] =
