@@ -329,7 +329,7 @@ template <int ROWS, bool ALONG_K, int STEP> struct SliceCopy {
 // B's slice in the tensor cores' layout, swizzled(n, k): along K the raw slice is that layout already and its
 // high part (the tensor core truncates it to TF32), so only what truncation leaves is written, rounded to TF32;
 // across K (raw at rotated(n, k)) a thread takes 4 k of one column n at a time and writes both parts.
-__device__ __forceinline__ void split_b(const float* raw, float* split) {
+__device__ __forceinline__ void split_b(const float* raw, float* parts) {
 #if B_ALONG_K
     #pragma unroll
     for (int i = threadIdx.x; i < TILE_N * TILE_K / 4; i += THREADS) {
@@ -340,7 +340,7 @@ __device__ __forceinline__ void split_b(const float* raw, float* split) {
         for (int j = 0; j < 4; j++) {
             low[j] = low_after(v[j], __float_as_uint(v[j]) & 0xffffe000u);  // below its truncated high part
         }
-        ((uint4*)split)[i] = make_uint4(low[0], low[1], low[2], low[3]);
+        ((uint4*)parts)[i] = make_uint4(low[0], low[1], low[2], low[3]);
     }
 #else
     const int n = threadIdx.x % TILE_N;
@@ -348,13 +348,9 @@ __device__ __forceinline__ void split_b(const float* raw, float* split) {
     for (int k = 4 * (threadIdx.x / TILE_N); k < TILE_K; k += 4 * (THREADS / TILE_N)) {
         unsigned high[4], low[4];
         #pragma unroll
-        for (int j = 0; j < 4; j++) {
-            const float x = raw[rotated<TILE_N>(n, k + j)];
-            high[j] = to_tf32(x);
-            low[j] = low_part(__float_as_uint(x));
-        }
-        *(uint4*)(split + swizzled(n, k)) = make_uint4(high[0], high[1], high[2], high[3]);
-        *(uint4*)(split + TILE_N * TILE_K + swizzled(n, k)) = make_uint4(low[0], low[1], low[2], low[3]);
+        for (int j = 0; j < 4; j++) split(raw[rotated<TILE_N>(n, k + j)], high[j], low[j]);
+        *(uint4*)(parts + swizzled(n, k)) = make_uint4(high[0], high[1], high[2], high[3]);
+        *(uint4*)(parts + TILE_N * TILE_K + swizzled(n, k)) = make_uint4(low[0], low[1], low[2], low[3]);
     }
 #endif
 }
@@ -369,9 +365,7 @@ __device__ __forceinline__ void a_fragments(unsigned (&high)[TILE_K / 8][4], uns
         #pragma unroll
         for (int i = 0; i < 4; i++) {
             const int row = first_row + g + 8 * (i % 2), k = 8 * step + t + 4 * (i / 2);
-            const float x = raw[A_ALONG_K ? swizzled(row, k) : rotated<TILE_M>(row, k)];
-            high[step][i] = to_tf32(x);
-            low[step][i] = low_part(__float_as_uint(x));
+            split(raw[A_ALONG_K ? swizzled(row, k) : rotated<TILE_M>(row, k)], high[step][i], low[step][i]);
         }
     }
 }
