@@ -20,6 +20,7 @@ is written once.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import types
 
 import numpy as np
@@ -60,6 +61,17 @@ class Backend:
 
     def empty(self, *shape):
         return self.xp.empty(shape, dtype=self.activation_dtype)
+
+    def gather_rows(self, out, src, index) -> None:
+        """Row r of out (rows along its last axis) = row index[r] of src (as wide), or zeros where index[r] is -1;
+        index (int32, on the device) has one entry per row of out. How a batch's valid frames are packed into
+        rows and back (wav2vec2.model)."""
+        width = out.shape[-1]
+        if self.xp is np:
+            picked = src.reshape(-1, width)[np.maximum(index, 0)]
+            out.reshape(-1, width)[...] = np.where((index >= 0)[:, None], picked, 0)
+        else:
+            _row_gather()(src, index, np.int32(width), out)
 
 
 def make_backend(name: str, kernels: str | None = None, variants: tuple[str, ...] = ()) -> Backend:
@@ -115,6 +127,17 @@ def kernel_ops(kernels: str | None = None, variants: tuple[str, ...] = ()) -> Fo
     for variant in chosen:
         setattr(ops, variant.function, host_function(variant.function, variant.module))
     return ops
+
+
+@functools.cache
+def _row_gather():
+    """Backend.gather_rows on the GPU: one thread an element of out."""
+    import cupy
+
+    return cupy.ElementwiseKernel(
+        "raw T src, raw int32 index, int32 width", "T out",
+        "const int row = index[i / width]; out = row < 0 ? T(0) : src[(long long)row * width + i % width];",
+        "gather_rows")
 
 
 def _namespace(module) -> ForwardOps:

@@ -27,6 +27,16 @@ the attention mask); attention ignores the keys past them and the CTC loss stops
 The feature encoder reads every sample as given, padding included (zeros, as transformers'
 feature extractor pads), its group norm too, as transformers' does.
 
+Packed rows (new_activations(B, S, rows=M)): past the positional convolution every call
+but attention treats each frame alone, so the transformer can run over the batch's valid
+frames only, packed one utterance after another into M rows (packed_rows: their count
+rounded up to whole tiles of rows), zeros past them. The layer's qkv is spread back to
+frames for attention, and its output packed again; the logits go back to frames. No valid
+frame's value changes (up to the order of float32 sums over rows), and a third of a
+typical batch's transformer work, its padding, is not done; the padded frames' logits are
+zero. Unpacked (rows None), the transformer runs over all B x T frames, and every
+"_rows"/"_frames" name below is the array it names without the suffix.
+
 `backward` makes the forward pass's calls in reverse, as GPT-2's (gpt2/model.py). A
 post-layernorm layer reads its input twice, in the residual add and in the next matmul,
 so that input's gradient is the sum of two shares, which residual_forward adds.
@@ -52,6 +62,7 @@ GRADIENT_ACTIVATIONS = ("conv", "gn", "conv_gelu", "ln_feat", "proj", "masked", 
                         "logits")
 # those that layernorm_backward's dinp and conv1d_backward's dweight add to: zeroed at the start of each pass
 ACCUMULATED_GRADIENTS = ("conv_gelu", "pos_conv_weight", "pos_sum", "residual1", "residual2")
+ROW_TILE = 128  # packed rows come in whole tiles of the matmul engine's rows (kernels/matmul_tf32.py's TILE_M)
 
 
 class InputError(KitError):
@@ -103,6 +114,27 @@ class Wav2Vec2ForCTC:
         a.frames[...] = self.backend.upload(frames)
         a.valid[...] = self.backend.upload((np.arange(T) < frames[:, None])[..., None].astype(np.float32))
         a.gn_frames[...] = self.backend.upload(np.full(B, self.config.frames_per_layer(audio.shape[1])[0], np.int32))
+        if a.packed_rows is not None:
+            row_frames, frame_rows = self.packing(frames, T, a.packed_rows)
+            a.row_frames[...], a.frame_rows[...] = self.backend.upload(row_frames), self.backend.upload(frame_rows)
+
+    @staticmethod
+    def packed_rows(frames, T: int) -> int:
+        """The rows a batch of these valid frames (B,) of T packs into: their count rounded up to whole tiles of
+        ROW_TILE rows (so that batches of nearby counts share activations, and a graph), at most B x T."""
+        return min(len(frames) * T, -(-int(np.sum(frames)) // ROW_TILE) * ROW_TILE)
+
+    @staticmethod
+    def packing(frames, T: int, M: int) -> tuple[np.ndarray, np.ndarray]:
+        """The indices gather_rows packs with, int32: each of M rows' frame (b T + t), -1 past the valid ones; and
+        each of the B x T frames' row, -1 where padded."""
+        valid = (np.arange(T) < frames[:, None]).reshape(-1)
+        N = int(valid.sum())
+        if N > M:
+            raise InputError(f"a batch of {N} valid frames does not fit activations packed into {M} rows")
+        row_frames, frame_rows = np.full(M, -1, np.int32), np.full(valid.size, -1, np.int32)
+        row_frames[:N], frame_rows[valid] = np.flatnonzero(valid), np.arange(N)
+        return row_frames, frame_rows
 
     def forward_launches(self, a) -> None:
         """The forward pass's host functions on the batch a's buffers hold (load_batch): nothing read from the host,
@@ -134,23 +166,40 @@ class Wav2Vec2ForCTC:
         ops.residual_forward(a.pos_sum, a.masked, a.pos_gelu, B * T * C)
         ops.layernorm_forward(a.ln_enc, a.ln_enc_mean, a.ln_enc_rstd, a.pos_sum, w.ln_encw, w.ln_encb, B, T, C)
 
-        # the transformer's layers, post-layernorm
-        x = a.ln_enc
+        # the transformer's layers, post-layernorm, over its RB x RT rows: the B x T frames, or 1 x M packed ones
+        RB, RT = a.ln1[0].shape[:2]
+        self.frames_to_rows(a.enc_rows, a.ln_enc, a)
+        x = a.enc_rows
         for l in range(c.num_layers):
-            ops.matmul_forward(a.qkv[l], x, w.qkvw[l], w.qkvb[l], B, T, C, 3 * C)
-            ops.bidirectional_attention_forward(a.atty[l], a.att[l], a.qkv[l], a.frames, B, T, C, NH)
-            ops.matmul_forward(a.attproj[l], a.atty[l], w.attprojw[l], w.attprojb[l], B, T, C, C)
-            ops.residual_forward(a.residual1[l], x, a.attproj[l], B * T * C)
-            ops.layernorm_forward(a.ln1[l], a.ln1_mean[l], a.ln1_rstd[l], a.residual1[l], w.ln1w[l], w.ln1b[l], B, T,
-                                  C)
-            ops.matmul_forward(a.fch[l], a.ln1[l], w.fcw[l], w.fcb[l], B, T, C, I)
-            ops.gelu_erf_forward(a.fch_gelu[l], a.fch[l], B * T * I)
-            ops.matmul_forward(a.fcproj[l], a.fch_gelu[l], w.fcprojw[l], w.fcprojb[l], B, T, I, C)
-            ops.residual_forward(a.residual2[l], a.ln1[l], a.fcproj[l], B * T * C)
-            ops.layernorm_forward(a.ln2[l], a.ln2_mean[l], a.ln2_rstd[l], a.residual2[l], w.ln2w[l], w.ln2b[l], B, T,
-                                  C)
+            ops.matmul_forward(a.qkv_rows[l], x, w.qkvw[l], w.qkvb[l], RB, RT, C, 3 * C)
+            self.rows_to_frames(a.qkv[l], a.qkv_rows[l], a)
+            ops.bidirectional_attention_forward(a.atty_frames[l], a.att[l], a.qkv[l], a.frames, B, T, C, NH)
+            self.frames_to_rows(a.atty[l], a.atty_frames[l], a)
+            ops.matmul_forward(a.attproj[l], a.atty[l], w.attprojw[l], w.attprojb[l], RB, RT, C, C)
+            ops.residual_forward(a.residual1[l], x, a.attproj[l], RB * RT * C)
+            ops.layernorm_forward(a.ln1[l], a.ln1_mean[l], a.ln1_rstd[l], a.residual1[l], w.ln1w[l], w.ln1b[l], RB,
+                                  RT, C)
+            ops.matmul_forward(a.fch[l], a.ln1[l], w.fcw[l], w.fcb[l], RB, RT, C, I)
+            ops.gelu_erf_forward(a.fch_gelu[l], a.fch[l], RB * RT * I)
+            ops.matmul_forward(a.fcproj[l], a.fch_gelu[l], w.fcprojw[l], w.fcprojb[l], RB, RT, I, C)
+            ops.residual_forward(a.residual2[l], a.ln1[l], a.fcproj[l], RB * RT * C)
+            ops.layernorm_forward(a.ln2[l], a.ln2_mean[l], a.ln2_rstd[l], a.residual2[l], w.ln2w[l], w.ln2b[l], RB,
+                                  RT, C)
             x = a.ln2[l]
-        ops.matmul_forward(a.logits, x, w.lm_headw, w.lm_headb, B, T, C, V)
+        ops.matmul_forward(a.logits_rows, x, w.lm_headw, w.lm_headb, RB, RT, C, V)
+        self.rows_to_frames(a.logits, a.logits_rows, a)
+
+    def frames_to_rows(self, rows, frames, a) -> None:
+        """frames (B, T, W) into the transformer's rows: its valid frames packed into rows (1, M, W), zeros past
+        them; nothing when the transformer runs over the frames themselves (rows is frames)."""
+        if rows is not frames:
+            self.backend.gather_rows(rows, frames, a.row_frames)
+
+    def rows_to_frames(self, frames, rows, a) -> None:
+        """The transformer's packed rows (1, M, W) back to frames (B, T, W), padded frames zero; nothing when
+        unpacked (frames is rows)."""
+        if frames is not rows:
+            self.backend.gather_rows(frames, rows, a.frame_rows)
 
     # ------------------------------------------------------------------ loss and backward (training)
 
@@ -176,30 +225,38 @@ class Wav2Vec2ForCTC:
         c, w, ops, xp = self.config, self.weights, self.backend.ops, self.backend.xp
         dw = self.views(grads)
         B, S, T = a.audio.shape[0], a.audio.shape[1], a.logits.shape[1]
+        RB, RT = a.ln1[0].shape[:2]  # the transformer's rows (forward_launches)
         C, F, I, NH, V, K, G, L = (c.channels, c.features, c.intermediate_size, c.num_heads, c.vocab_size,
                                    c.pos_conv_kernel, c.pos_conv_groups, c.num_layers)
         zero_activations(d, ACCUMULATED_GRADIENTS)
-        # layernorm_backward's scratch (B, T, 2 * channels), from the one sized for the wider of C and F
-        scratch_C, scratch_F = (d.scratch.reshape(-1)[:B * T * 2 * width] for width in (C, F))
+        # layernorm_backward's scratch (rows, 2 * channels), from the one sized for the wider of C and F
+        scratch_rows, scratch_C, scratch_F = (d.scratch.reshape(-1)[:rows * 2 * width]
+                                              for rows, width in ((RB * RT, C), (B * T, C), (B * T, F)))
 
-        ops.matmul_backward(d.ln2[L - 1], dw.lm_headw, dw.lm_headb, d.logits, a.ln2[L - 1], w.lm_headw, B, T, C, V)
+        self.frames_to_rows(d.logits_rows, d.logits, a)
+        ops.matmul_backward(d.ln2[L - 1], dw.lm_headw, dw.lm_headb, d.logits_rows, a.ln2[L - 1], w.lm_headw, RB, RT,
+                            C, V)
         for l in reversed(range(L)):
-            x, dx = (a.ln_enc, d.ln_enc) if l == 0 else (a.ln2[l - 1], d.ln2[l - 1])
-            ops.layernorm_backward(d.residual2[l], dw.ln2w[l], dw.ln2b[l], scratch_C, d.ln2[l], a.residual2[l],
-                                   w.ln2w[l], a.ln2_mean[l], a.ln2_rstd[l], B, T, C)
+            x, dx = (a.enc_rows, d.enc_rows) if l == 0 else (a.ln2[l - 1], d.ln2[l - 1])
+            ops.layernorm_backward(d.residual2[l], dw.ln2w[l], dw.ln2b[l], scratch_rows, d.ln2[l], a.residual2[l],
+                                   w.ln2w[l], a.ln2_mean[l], a.ln2_rstd[l], RB, RT, C)
             # the residual add hands d.residual2 to both its operands: fcproj's is read as it is
             ops.matmul_backward(d.fch_gelu[l], dw.fcprojw[l], dw.fcprojb[l], d.residual2[l], a.fch_gelu[l],
-                                w.fcprojw[l], B, T, I, C)
-            ops.gelu_erf_backward(d.fch[l], a.fch[l], d.fch_gelu[l], B * T * I)
-            ops.matmul_backward(d.share, dw.fcw[l], dw.fcb[l], d.fch[l], a.ln1[l], w.fcw[l], B, T, C, I)
-            ops.residual_forward(d.ln1[l], d.share, d.residual2[l], B * T * C)  # + the residual add's share
-            ops.layernorm_backward(d.residual1[l], dw.ln1w[l], dw.ln1b[l], scratch_C, d.ln1[l], a.residual1[l],
-                                   w.ln1w[l], a.ln1_mean[l], a.ln1_rstd[l], B, T, C)
+                                w.fcprojw[l], RB, RT, I, C)
+            ops.gelu_erf_backward(d.fch[l], a.fch[l], d.fch_gelu[l], RB * RT * I)
+            ops.matmul_backward(d.share_rows, dw.fcw[l], dw.fcb[l], d.fch[l], a.ln1[l], w.fcw[l], RB, RT, C, I)
+            ops.residual_forward(d.ln1[l], d.share_rows, d.residual2[l], RB * RT * C)  # + the residual add's share
+            ops.layernorm_backward(d.residual1[l], dw.ln1w[l], dw.ln1b[l], scratch_rows, d.ln1[l], a.residual1[l],
+                                   w.ln1w[l], a.ln1_mean[l], a.ln1_rstd[l], RB, RT, C)
             ops.matmul_backward(d.atty[l], dw.attprojw[l], dw.attprojb[l], d.residual1[l], a.atty[l], w.attprojw[l],
-                                B, T, C, C)
-            ops.bidirectional_attention_backward(d.qkv[l], d.atty[l], a.qkv[l], a.att[l], a.frames, B, T, C, NH)
-            ops.matmul_backward(d.share, dw.qkvw[l], dw.qkvb[l], d.qkv[l], x, w.qkvw[l], B, T, C, 3 * C)
-            ops.residual_forward(dx, d.share, d.residual1[l], B * T * C)
+                                RB, RT, C, C)
+            self.rows_to_frames(d.atty_frames[l], d.atty[l], a)
+            ops.bidirectional_attention_backward(d.qkv_frames[l], d.atty_frames[l], a.qkv[l], a.att[l], a.frames, B,
+                                                 T, C, NH)
+            self.frames_to_rows(d.qkv[l], d.qkv_frames[l], a)
+            ops.matmul_backward(d.share_rows, dw.qkvw[l], dw.qkvb[l], d.qkv[l], x, w.qkvw[l], RB, RT, C, 3 * C)
+            ops.residual_forward(dx, d.share_rows, d.residual1[l], RB * RT * C)
+        self.rows_to_frames(d.ln_enc, d.enc_rows, a)
 
         ops.layernorm_backward(d.pos_sum, dw.ln_encw, dw.ln_encb, scratch_C, d.ln_enc, a.pos_sum, w.ln_encw,
                                a.ln_enc_mean, a.ln_enc_rstd, B, T, C)
@@ -227,12 +284,14 @@ class Wav2Vec2ForCTC:
 
     # ------------------------------------------------------------------ buffers
 
-    def activation_shapes(self, B: int, S: int) -> dict:
+    def activation_shapes(self, B: int, S: int, rows: int | None = None) -> dict:
         """name -> shape, or a list of shapes (one array each: the feature encoder's layers, the transformer's),
-        for B utterances of S samples."""
+        for B utterances of S samples, the transformer's arrays over B x T frames or, packed, `rows` rows (with
+        the arrays packing adds: enc_rows, logits_rows, and the layers' one qkv_scratch and atty_scratch)."""
         c = self.config
         T, C, F, I, NH, V, L = (c.frames(S), c.channels, c.features, c.intermediate_size, c.num_heads, c.vocab_size,
                                 c.num_layers)
+        R = (B, T) if rows is None else (1, rows)  # the transformer's rows
         convs = [(B, frames, OC) for frames, OC in zip(c.frames_per_layer(S), c.conv_dim)]
         shapes = {
             "audio": (B, S, 1),
@@ -243,39 +302,74 @@ class Wav2Vec2ForCTC:
             "pos_conv_weight": (C, C // c.pos_conv_groups, c.pos_conv_kernel), "pos_conv": (B, T, C),
             "pos_gelu": (B, T, C), "pos_sum": (B, T, C),
             "ln_enc": (B, T, C), "ln_enc_mean": (B, T), "ln_enc_rstd": (B, T),
-            "qkv": (B, T, 3 * C), "att": (B, NH, T, T), "atty": (B, T, C), "attproj": (B, T, C),
-            "residual1": (B, T, C), "ln1": (B, T, C), "ln1_mean": (B, T), "ln1_rstd": (B, T),
-            "fch": (B, T, I), "fch_gelu": (B, T, I), "fcproj": (B, T, C),
-            "residual2": (B, T, C), "ln2": (B, T, C), "ln2_mean": (B, T), "ln2_rstd": (B, T),
+            "qkv": (B, T, 3 * C), "att": (B, NH, T, T), "atty": (*R, C), "attproj": (*R, C),
+            "residual1": (*R, C), "ln1": (*R, C), "ln1_mean": R, "ln1_rstd": R,
+            "fch": (*R, I), "fch_gelu": (*R, I), "fcproj": (*R, C),
+            "residual2": (*R, C), "ln2": (*R, C), "ln2_mean": R, "ln2_rstd": R,
             "logits": (B, T, V), "losses": (B,),
         }
+        if rows is not None:
+            shapes |= {"enc_rows": (*R, C), "logits_rows": (*R, V), "qkv_scratch": (*R, 3 * C),
+                       "atty_scratch": (B, T, C)}
         per_layer = ("qkv", "att", "atty", "attproj", "residual1", "ln1", "ln1_mean", "ln1_rstd", "fch", "fch_gelu",
                      "fcproj", "residual2", "ln2", "ln2_mean", "ln2_rstd")
         return shapes | {name: [shapes[name]] * L for name in per_layer}
 
-    def new_activations(self, B: int, S: int, within=None):
+    def new_activations(self, B: int, S: int, within=None, rows: int | None = None):
         """A fresh set of activations for B utterances of S samples, with the batch's buffers load_batch fills:
         frames (B,) each utterance's valid frames, valid (B, T, 1) their mask, gn_frames (B,) the frames group norm
-        counts. within: a set made for B utterances of S samples or more, whose memory this set takes (each array
-        the first elements of its namesake) instead of its own."""
+        counts. rows: the transformer's over that many packed rows (packed_rows), and the indices load_batch packs
+        with (row_frames, frame_rows). within: a set made for B utterances of S samples or more (and as many rows
+        or more, packed as this one is or not), whose memory this set takes (each array the first elements of its
+        namesake) instead of its own."""
+        T, L = self.config.frames(S), self.config.num_layers
+        shapes = self.activation_shapes(B, S, rows) | {"valid": (B, T, 1)}
+        indices = {} if rows is None else {"row_frames": (rows,), "frame_rows": (B * T,)}
+        self._check_within(within, rows)
         if within is not None:
-            a = self._allocate(self.activation_shapes(B, S) | {"valid": (B, self.config.frames(S), 1)}, within)
+            a = self._allocate(shapes | indices, within)
             a.frames, a.gn_frames = within.frames, within.gn_frames
-            return a
-        a = self._allocate(self.activation_shapes(B, S))
-        a.frames, a.gn_frames = (self.backend.xp.zeros(B, np.int32) for _ in range(2))
-        a.valid = self.backend.empty(B, self.config.frames(S), 1)
+        else:
+            a = self._allocate(shapes)
+            a.frames, a.gn_frames = (self.backend.xp.zeros(B, np.int32) for _ in range(2))
+            for name, shape in indices.items():
+                setattr(a, name, self.backend.xp.full(shape, -1, np.int32))
+        a.packed_rows = rows
+        if rows is None:  # each array of the rows is the frames'
+            a.enc_rows, a.logits_rows, a.qkv_rows, a.atty_frames = a.ln_enc, a.logits, a.qkv, a.atty
+        else:  # the layers take turns with one scratch each: qkv's rows before attention, its output's frames
+            a.qkv_rows, a.atty_frames = [a.qkv_scratch] * L, [a.atty_scratch] * L
         return a
 
-    def new_gradients(self, B: int, S: int, within=None):
+    def new_gradients(self, B: int, S: int, within=None, rows: int | None = None):
         """The backward pass's buffers for B utterances of S samples: the gradients of GRADIENT_ACTIVATIONS, named
-        as the activations; share (B, T, C), the gradient a matmul or the positional convolution hands an input
-        that a residual add reads too, before residual_forward adds the add's; and layernorm_backward's scratch.
-        within: as new_activations'."""
-        c, shapes = self.config, self.activation_shapes(B, S)
-        T, C = c.frames(S), c.channels
-        return self._allocate({name: shapes[name] for name in GRADIENT_ACTIVATIONS}
-                              | {"share": (B, T, C), "scratch": (B, T, 2 * max(C, c.features))}, within)
+        as the activations (qkv's as its rows, matmul_backward's dout); share (B, T, C), the gradient a matmul or
+        the positional convolution hands an input that a residual add reads too, before residual_forward adds the
+        add's; and layernorm_backward's scratch. rows, within: as new_activations'."""
+        c, shapes = self.config, self.activation_shapes(B, S, rows)
+        T, C, L = c.frames(S), c.channels, c.num_layers
+        R = shapes["ln1"][0][:2]
+        gradients = {name: shapes[name] for name in GRADIENT_ACTIVATIONS} | {"qkv": [(*R, 3 * C)] * L}
+        gradients |= {"share": (B, T, C), "scratch": (B, T, 2 * max(C, c.features))}
+        if rows is not None:
+            gradients |= {name: shapes[name] for name in ("enc_rows", "logits_rows", "atty_scratch")}
+            gradients["qkv_scratch"] = (B, T, 3 * C)  # attention's dinp, over the frames
+        self._check_within(within, rows)
+        d = self._allocate(gradients, within)
+        if rows is None:
+            d.enc_rows, d.logits_rows, d.qkv_frames, d.atty_frames = d.ln_enc, d.logits, d.qkv, d.atty
+            d.share_rows = d.share
+        else:
+            d.qkv_frames, d.atty_frames = [d.qkv_scratch] * L, [d.atty_scratch] * L
+            d.share_rows = d.share.reshape(-1)[:rows * C].reshape(1, rows, C)
+        d.packed_rows = rows
+        return d
+
+    @staticmethod
+    def _check_within(within, rows) -> None:
+        if within is not None and (within.packed_rows is None) != (rows is None):
+            raise InputError(f"a set {'packed into rows' if rows else 'over all frames'} cannot take the memory of "
+                             f"one {'packed into rows' if within.packed_rows else 'over all frames'}")
 
     def zero_grads(self) -> dict:
         """A zero gradient for every parameter, laid out as self.parameters."""

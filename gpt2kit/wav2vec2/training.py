@@ -15,15 +15,19 @@ baseline  activations made for each batch's own shape, every host function launc
 ptgraph   one forward graph (with the loss) and one backward graph per padded length S,
           captured the first time that length comes, each pair with activations of its
           own, as PyTorch's CUDA graphs bake the shapes of their launches in.
-grape     a graph pair per padded length S too, so each batch runs at its own length,
-          but all of them over one memory: the activations and gradients of the longest
-          length (max_samples), made once, of which each length's arrays are the first
-          elements, and one memory pool for every capture's scratch. The graphs run one
-          at a time on one stream, so they can share it: the step holds the memory of
-          its longest length alone, where ptgraph holds every length's. What depends
-          on a batch's utterances the kernels read from the device (each utterance's
-          frames, group norm's counted frames, the labels' lengths): attention skips
-          the padded keys' tiles, and the CTC loss and group norm stop at the lengths.
+grape     a graph pair per padded length S and count of valid frames, all over one
+          memory: the activations and gradients of the longest length (max_samples),
+          made once, of which each pair's arrays are the first elements, and one memory
+          pool for every capture's scratch. The graphs run one at a time on one stream,
+          so they can share it: the step holds the memory of its longest length alone,
+          where ptgraph holds every length's, and so it can afford a graph for each
+          shape a batch really has: its transformer runs over the valid frames alone,
+          packed into rows (Wav2Vec2ForCTC.packed_rows: rounded up to whole tiles of
+          128), where ptgraph's runs over the padding too, a third of a typical batch.
+          What else depends on a batch's utterances the kernels read from the device
+          (each utterance's frames, group norm's counted frames, the labels' lengths,
+          the packing's indices): attention skips the padded keys' tiles, and the CTC
+          loss and group norm stop at the lengths.
 
 For the same batch the three give the same loss and gradients (up to the order of
 float32 sums over more rows). The optimizer's update is launched after the graphs: its
@@ -109,10 +113,11 @@ class SpeechStep:
             audio, frames, labels, label_lengths = self.checked(audio, audio_lengths, labels, label_lengths)
             upload = self.model.backend.upload
             self.labels[...], self.label_lengths[...] = upload(labels), upload(label_lengths)
-            a, d = self.buffers(audio.shape[1])
+            shape = self.shape(audio.shape[1], frames)
+            a, d = self.buffers(shape)
             self.model.load_batch(a, audio, frames)
             mark("Model")
-            self.run(a, d, audio.shape[1])
+            self.run(a, d, shape)
             loss = float(a.losses.sum().get())
             mark("Optimizer")
             self.update()
@@ -130,10 +135,14 @@ class SpeechStep:
         padded[:, :labels.shape[1]] = labels
         return audio, frames, padded, label_lengths
 
+    def shape(self, S: int, frames):
+        """What a batch of S samples and these valid frames (B,) needs buffers, and a graph, of its own for: S."""
+        return S
+
     def buffers(self, S: int):
         return self.model.new_activations(self.B, S), self.model.new_gradients(self.B, S)
 
-    def run(self, a, d, S: int) -> None:
+    def run(self, a, d, shape) -> None:
         self.forward(a, d)
         self.backward(a, d)
 
@@ -163,30 +172,30 @@ class ShapeGraphs(GraphPair):
 
 
 class PerShapeGraphStep(SpeechStep):
-    """ptgraph: ShapeGraphs per padded length S."""
+    """ptgraph: ShapeGraphs per shape (padded length S)."""
 
     name = "ptgraph"
 
     def __init__(self, model: Wav2Vec2ForCTC, B: int, max_labels: int, optimizer: AdamW = AdamW()):
         super().__init__(model, B, max_labels, optimizer)
-        self.pairs: dict[int, ShapeGraphs] = {}
+        self.pairs: dict = {}
 
-    def buffers(self, S: int):
-        if S not in self.pairs:
-            self.pairs[S] = self.new_pair(S)
-        return self.pairs[S].a, self.pairs[S].d
+    def buffers(self, shape):
+        if shape not in self.pairs:
+            self.pairs[shape] = self.new_pair(shape)
+        return self.pairs[shape].a, self.pairs[shape].d
 
     def new_pair(self, S: int) -> ShapeGraphs:
         """The graph pair of padded length S, over buffers of its own."""
         return ShapeGraphs(self, *super().buffers(S))
 
-    def run(self, a, d, S: int) -> None:
-        self.pairs[S].run()
+    def run(self, a, d, shape) -> None:
+        self.pairs[shape].run()
 
 
 class SharedGraphStep(PerShapeGraphStep):
-    """grape: ShapeGraphs per padded length S, all over the activations and gradients made once for max_samples
-    (each length's arrays the first elements of theirs) and with one pool for their scratch."""
+    """grape: ShapeGraphs per shape (padded length S, packed rows M), all over the activations and gradients made
+    once for max_samples (each pair's arrays the first elements of theirs) and with one pool for their scratch."""
 
     name = "grape"
 
@@ -196,21 +205,24 @@ class SharedGraphStep(PerShapeGraphStep):
 
         super().__init__(model, B, max_labels, optimizer)
         self.max_samples = max_samples
+        rows = B * model.config.frames(max_samples)
         with self.stream:
-            self.longest = model.new_activations(B, max_samples), model.new_gradients(B, max_samples)
+            self.longest = (model.new_activations(B, max_samples, rows=rows),
+                            model.new_gradients(B, max_samples, rows=rows))
         self.pool = cupy.cuda.MemoryPool()
 
-    def buffers(self, S: int):
+    def shape(self, S: int, frames) -> tuple[int, int]:
+        """(S, M): the padded length, and the rows the batch's valid frames pack into."""
         if S > self.max_samples:
             raise SpeechStepError(f"a batch of {S} samples is longer than the {self.max_samples} this step's graphs "
                                   "were sized for")
-        return super().buffers(S)
+        return S, self.model.packed_rows(frames, self.model.config.frames(S))
 
-    def new_pair(self, S: int) -> ShapeGraphs:
-        """The graph pair of padded length S, over the first elements of the longest length's buffers."""
-        a, d = self.longest
-        return ShapeGraphs(self, self.model.new_activations(self.B, S, within=a),
-                           self.model.new_gradients(self.B, S, within=d), self.pool)
+    def new_pair(self, shape: tuple[int, int]) -> ShapeGraphs:
+        """The graph pair of a shape (S, M), over the first elements of the longest length's buffers."""
+        (S, M), (a, d) = shape, self.longest
+        return ShapeGraphs(self, self.model.new_activations(self.B, S, within=a, rows=M),
+                           self.model.new_gradients(self.B, S, within=d, rows=M), self.pool)
 
 
 def make_speech_step(model: Wav2Vec2ForCTC, executor: str, B: int, max_samples: int, max_labels: int,

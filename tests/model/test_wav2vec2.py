@@ -17,12 +17,9 @@ from gpt2kit.wav2vec2.checkpoint import (config_from_hf, from_hf_state_dict, per
                                          transformers_config)
 from gpt2kit.wav2vec2.config import PRESETS  # noqa: E402
 from gpt2kit.wav2vec2.model import InputError, Wav2Vec2ForCTC  # noqa: E402
+from tests.model.test_wav2vec2_packing import AUDIO_LENGTHS, LABEL_LENGTHS, SEEDS, TINY, batch  # noqa: E402
 
-TINY = PRESETS["tiny"]
-SEEDS = [0, 1]
 TOLERANCE = 1e-9  # float64 on both sides: rounding only, relative to each tensor's largest element
-AUDIO_LENGTHS = np.array([3200, 2400, 1600])  # 9, 7 and 4 frames
-LABEL_LENGTHS = np.array([5, 3, 1])  # the first with a repeated label: 6 of its 9 frames at least
 
 
 def hf_twin(seed: int, config=TINY):
@@ -35,17 +32,6 @@ def hf_twin(seed: int, config=TINY):
             values = rng.normal(size=tuple(parameter.shape)) / np.sqrt(parameter[0].numel())
             parameter.copy_(torch.tensor(values.astype(np.float32)))
     return model
-
-
-def batch(seed: int):
-    """Audio (3, 3200) zero padded past AUDIO_LENGTHS, and labels (3, 5) in 1..V-1 padded with 0 past LABEL_LENGTHS,
-    the first utterance's second label a repeat of its first."""
-    rng = np.random.default_rng(seed + 100)
-    S, U = AUDIO_LENGTHS.max(), LABEL_LENGTHS.max()
-    audio = np.where(np.arange(S) < AUDIO_LENGTHS[:, None], rng.normal(size=(3, S)), 0.0)
-    labels = np.where(np.arange(U) < LABEL_LENGTHS[:, None], rng.integers(1, TINY.vocab_size, size=(3, U)), 0)
-    labels[0, 1] = labels[0, 0]
-    return audio, labels
 
 
 @pytest.mark.parametrize("seed", SEEDS, ids=lambda s: f"seed{s}")
@@ -103,34 +89,6 @@ def test_random_init_fills_every_parameter_and_runs(seed):
     a = model.new_activations(*audio.shape)
     assert np.isfinite(model.forward(audio, AUDIO_LENGTHS, a)).all()
     assert np.isfinite(model.loss(labels, LABEL_LENGTHS, a, model.new_gradients(*audio.shape)))
-
-
-@pytest.mark.parametrize("seed", SEEDS, ids=lambda s: f"seed{s}")
-def test_a_shorter_batch_in_the_longest_batch_s_memory_gives_its_own_logits_loss_and_gradients(seed):
-    """grape's steps run each length over the memory of the longest: activations and gradients made within a set
-    for more samples are the first elements of its arrays, and compute what a set of their own does, after a
-    longer batch has left its values there."""
-    model = Wav2Vec2ForCTC(TINY, perturbed_parameters(TINY, seed), backend="reference")
-    audio, labels = batch(seed)
-    longest_a, longest_d = model.new_activations(3, 2 * audio.shape[1]), model.new_gradients(3, 2 * audio.shape[1])
-    model.forward(np.concatenate([audio, audio], axis=1), 2 * AUDIO_LENGTHS, longest_a)
-    model.loss(labels, LABEL_LENGTHS, longest_a, longest_d)
-    results = []
-    for a, d in ((model.new_activations(*audio.shape), model.new_gradients(*audio.shape)),
-                 (model.new_activations(*audio.shape, within=longest_a),
-                  model.new_gradients(*audio.shape, within=longest_d))):
-        logits = model.forward(audio, AUDIO_LENGTHS, a).copy()
-        loss = model.loss(labels, LABEL_LENGTHS, a, d)
-        grads = model.zero_grads()
-        model.backward(a, d, grads)
-        results.append((logits, loss, grads))
-    carved = model.new_activations(*audio.shape, within=longest_a)
-    assert np.shares_memory(carved.audio, longest_a.audio) and carved.audio.shape == (3, audio.shape[1], 1)
-    (logits, loss, grads), (logits_within, loss_within, grads_within) = results
-    np.testing.assert_array_equal(logits_within, logits)
-    assert loss_within == loss
-    for name, grad in grads.items():
-        np.testing.assert_array_equal(grads_within[name], grad, err_msg=name)
 
 
 def test_audio_too_short_for_a_frame_is_refused():

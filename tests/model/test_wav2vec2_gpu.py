@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from gpt2kit.model_runtime.ops import MODEL_FUNCTIONS, SPEECH_FUNCTIONS, TRAINING_FUNCTIONS
-from tests.model.test_wav2vec2 import AUDIO_LENGTHS, LABEL_LENGTHS, TINY, batch
+from tests.model.test_wav2vec2_packing import AUDIO_LENGTHS, LABEL_LENGTHS, TINY, batch
 from gpt2kit.wav2vec2.checkpoint import perturbed_parameters
 from gpt2kit.wav2vec2.model import Wav2Vec2ForCTC
 
@@ -19,9 +19,11 @@ pytestmark = [pytest.mark.gpu, pytest.mark.calls(*MODEL_FUNCTIONS, *TRAINING_FUN
 TOLERANCE = 1e-4
 
 
-def training_pass(model, audio, audio_lengths, labels, label_lengths):
-    """(logits, summed loss, every parameter's gradient) of one forward, loss and backward pass, on the host."""
-    a, d, grads = model.new_activations(*audio.shape), model.new_gradients(*audio.shape), model.zero_grads()
+def training_pass(model, audio, audio_lengths, labels, label_lengths, rows=None):
+    """(logits, summed loss, every parameter's gradient) of one forward, loss and backward pass, on the host; rows:
+    the transformer's over that many packed rows."""
+    a, d = model.new_activations(*audio.shape, rows=rows), model.new_gradients(*audio.shape, rows=rows)
+    grads = model.zero_grads()
     logits = model.backend.to_host(model.forward(audio, audio_lengths, a))
     loss = model.loss(labels, label_lengths, a, d)
     model.backward(a, d, grads)
@@ -45,11 +47,19 @@ def inputs():
     return audio, AUDIO_LENGTHS, labels, LABEL_LENGTHS
 
 
+@pytest.mark.parametrize("packed", [False, True], ids=["frames", "packed"])
 @pytest.mark.parametrize("backend", ["kernels", "gold"])
-def test_logits_loss_and_gradients_match_the_float64_reference(reference_pass, backend):
+def test_logits_loss_and_gradients_match_the_float64_reference(reference_pass, backend, packed):
+    """Packed, the transformer runs over the 20 valid frames alone (of 27): the padded frames' logits are zero."""
     params, (want_logits, want_loss, want_grads) = reference_pass
-    logits, loss, grads = training_pass(Wav2Vec2ForCTC(TINY, params, backend=backend), *inputs())
-    assert_close(logits, want_logits, TOLERANCE, "logits")
+    valid = np.arange(want_logits.shape[1]) < TINY.frames(AUDIO_LENGTHS)[:, None]
+    rows = int(valid.sum()) if packed else None
+    logits, loss, grads = training_pass(Wav2Vec2ForCTC(TINY, params, backend=backend), *inputs(), rows=rows)
+    assert_close(logits[valid], want_logits[valid], TOLERANCE, "logits")
+    if packed:
+        assert (logits[~valid] == 0).all()
+    else:
+        assert_close(logits, want_logits, TOLERANCE, "logits")
     assert abs(loss - want_loss) <= TOLERANCE * abs(want_loss), (loss, want_loss)
     for name, want in want_grads.items():
         assert_close(grads[name], want, TOLERANCE, name)
@@ -109,9 +119,9 @@ def test_base_size_matches_transformers():
 
 def test_the_three_executors_train_alike_on_batches_of_several_lengths():
     """Four steps of each executor from the same weights on the same batches (1-3 s, padded to half seconds): the
-    same losses as the baseline's; ptgraph and grape with a graph pair per padded length, grape's over the memory
-    of the longest: each length's arrays the first elements of the longest's, every capture's scratch from one
-    pool."""
+    same losses as the baseline's; ptgraph with a graph pair per padded length, grape with one per padded length
+    and packed rows, over the memory of the longest: each pair's arrays the first elements of the longest's, every
+    capture's scratch from one pool."""
     from gpt2kit.model_runtime.executors import EXECUTORS
     from gpt2kit.wav2vec2.training import SpeechBatches, make_speech_step
 
@@ -121,11 +131,14 @@ def test_the_three_executors_train_alike_on_batches_of_several_lengths():
         model = Wav2Vec2ForCTC(TINY, perturbed_parameters(TINY, seed=6), backend="kernels")
         steps[executor] = step = make_speech_step(model, executor, 3, batches.max_samples, batches.max_labels)
         shapes, losses[executor] = [], []
-        for audio, *rest in [next(batches) for _ in range(4)]:
-            shapes.append(audio.shape[1])
-            losses[executor].append(step(audio, *rest))
-    assert len(set(shapes)) >= 2, shapes  # the seed draws batches of more than one padded length
-    assert sorted(steps["ptgraph"].pairs) == sorted(steps["grape"].pairs) == sorted(set(shapes))
+        for audio, audio_lengths, *rest in [next(batches) for _ in range(4)]:
+            T = TINY.frames(audio.shape[1])
+            shapes.append((audio.shape[1], Wav2Vec2ForCTC.packed_rows(TINY.frames(audio_lengths), T), 3 * T))
+            losses[executor].append(step(audio, audio_lengths, *rest))
+    assert len({S for S, _, _ in shapes}) >= 2, shapes  # the seed draws batches of more than one padded length
+    assert any(M < frames for _, M, frames in shapes), shapes  # and one whose packing leaves out padding
+    assert sorted(steps["ptgraph"].pairs) == sorted({S for S, _, _ in shapes})
+    assert sorted(steps["grape"].pairs) == sorted({(S, M) for S, M, _ in shapes})
     grape = steps["grape"]
     longest_audio = grape.longest[0].audio
     for pair in grape.pairs.values():
