@@ -10,15 +10,16 @@ padded to its longest utterance rounded up to a whole second
 is forward, CTC loss (summed), backward and AdamW.
 
 runtime: per executor (baseline, ptgraph, grape: wav2vec2.training) a warm-up run over
-    the batches (ptgraph and grape capture a graph pair per padded length), then
+    the batches (ptgraph captures a graph pair per padded length, grape one per padded
+    length and packed rows), then
     --runs timed runs over the same batches, wall clock to each step's loss on the
     host. transformers' Wav2Vec2ForCTC on the same weights and batches, float32 with
     TF32 off (cuDNN's convolutions too), eager, torch.optim.AdamW with the same
     settings, is the reference row. Rows go to speedometer.csv ("Model": "Wav2Vec2").
 graph-memory: the buffers and graphs each executor's captured steps hold over the
-    batches' padded lengths, forward and backward apart: ptgraph's pair per length,
-    each with buffers and pools of its own, against grape's pairs in the memory of the
-    longest. Counted as the bytes of the graphs' buffers (activations, or the backward
+    batches, forward and backward apart: ptgraph's pair per padded length, each with
+    buffers and pools of its own, against grape's pairs (per padded length and packed
+    rows) in the memory of the longest. Counted as the bytes of the graphs' buffers (activations, or the backward
     pass's gradients) plus the memory pools their captures allocated from
     (kernel_runtime.device.CapturedGraph), each allocation once; the parameters, their
     gradients and the optimizer's moments, which every executor holds once, are left
@@ -154,8 +155,8 @@ def held(step) -> tuple[float, float, int]:
 
 
 def graph_memory(study: SpeechStudy, out: Path, device: str) -> list[Path]:
-    print(f"graph memory: a graph pair per padded length ({len(study.lengths)}), ptgraph's each with memory of its "
-          "own, grape's all in the longest's", flush=True)
+    print(f"graph memory: ptgraph's graph pair per padded length ({len(study.lengths)}), each with memory of its "
+          "own, against grape's pair per padded length and packed rows, all in the longest's", flush=True)
     sizes = {}
     for executor in ("ptgraph", "grape"):
         step = study.step(executor)
