@@ -28,6 +28,10 @@ ASKED = re.compile(r'"\$\(python3 gpt2kit/kernel_runtime/install_target\.py ?(?P
 pytestmark = pytest.mark.skipif(os.environ.get("KIT_INSTALL_TESTS") != "1",
                                 reason="install checks ask PyPI: set KIT_INSTALL_TESTS=1 to run them")
 
+# pip reads each wheel's dependencies through HTTP range requests instead of downloading it whole: the same
+# resolution for a fraction of the bytes (PyTorch's and the CUDA libraries' wheels are hundreds of MB, and a resolve
+# may weigh several versions of each). A pip that no longer has the feature resolves the ordinary way.
+FAST_DEPS = "--use-feature=fast-deps"
 CUDA_PACKAGES = re.compile(r"^(nvidia-|cuda-|cupy|torch$|triton$)", re.IGNORECASE)
 
 
@@ -94,9 +98,12 @@ def test_install_line_resolves_from_pypi(pip, arguments):
     index = re.search(r"--index-url (\S+)", arguments)
     if index and not reachable(index.group(1)):
         pytest.skip(f"{index.group(1)} is not reachable from here")
-    command = [str(pip), "--isolated", "install", "--dry-run", "--quiet", "--report", "-",
+    command = [str(pip), "--isolated", "install", "--dry-run", "--quiet", "--report", "-", FAST_DEPS,
                *shlex.split(arguments)]
     done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=900)
+    if done.returncode != 0 and "--use-feature: invalid choice" in done.stderr:  # a pip without fast-deps
+        command.remove(FAST_DEPS)
+        done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=900)
     assert done.returncode == 0, f"pip install {arguments}: " + done.stderr[-3000:]
     names = [item["metadata"]["name"] for item in json.loads(done.stdout)["install"]]
     if not re.search(r"cuda|nvrtc|hf|torch", arguments):

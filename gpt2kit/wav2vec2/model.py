@@ -101,8 +101,9 @@ class Wav2Vec2ForCTC:
 
     def load_batch(self, a, audio, frames) -> None:
         """A checked batch (check_audio) into a's input buffers: the audio zero padded to a's S samples, each
-        utterance's frames, the mask of valid frames, and the frames group norm counts: all of the batch's padded
-        length (audio.shape[1] samples), which a's S may exceed (a graph's buffers reused for a shorter batch)."""
+        utterance's frames, the mask of valid frames, the frames group norm counts (all of the batch's padded
+        length, audio.shape[1] samples, which a's S may exceed: a graph's buffers reused for a shorter batch) and,
+        where a's transformer is packed, the packing's indices."""
         B, S = a.audio.shape[:2]
         if audio.shape[0] != B or audio.shape[1] > S:
             raise InputError(f"a batch of {audio.shape[0]} utterances of {audio.shape[1]} samples does not fit "
