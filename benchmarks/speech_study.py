@@ -19,11 +19,11 @@ runtime: per executor (baseline, ptgraph, grape: wav2vec2.training) a warm-up ru
 graph-memory: the buffers and graphs each executor's captured steps hold over the
     batches, forward and backward apart: ptgraph's pair per padded length, each with
     buffers and pools of its own, against grape's pairs (per padded length and packed
-    rows) in the memory of the longest. Counted as the bytes of the graphs' buffers (activations, or the backward
-    pass's gradients) plus the memory pools their captures allocated from
-    (kernel_runtime.device.CapturedGraph), each allocation once; the parameters, their
-    gradients and the optimizer's moments, which every executor holds once, are left
-    out. Rows "Wav2Vec2 forward" and "Wav2Vec2 backward" go to metadata_compression.csv.
+    rows) in the memory of the longest. Counted as the bytes of the graphs' buffers
+    (activations, or the backward pass's gradients) plus the memory pools their captures
+    allocated from (kernel_runtime.device.CapturedGraph), each allocation once; the
+    parameters, their gradients and the optimizer's moments, which every executor holds
+    once, are left out. Rows "Wav2Vec2 forward" and "Wav2Vec2 backward" go to metadata_compression.csv.
 breakdown: one run per executor after a warm-up, a CUDA event on the step's stream as
     each stage of a step begins (InputPrep: the batch into the step's buffers; Model:
     forward, loss and backward; Optimizer: AdamW), nothing synchronised but each step's

@@ -112,7 +112,7 @@ __device__ void tiled_product(float acc[4][4], const float* a, long long a_row, 
     __shared__ float b_tile[TILE_K][TILE_ROW];  // b_tile[k][n] = B[k0 + k][col0 + n]
     const int row0 = blockIdx.x * TILE, col0 = blockIdx.y * TILE;
     const int warp = threadIdx.x / 32, g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
-    const int rows = 32 * (warp / 4) + g, columns = 16 * (warp % 4) + g;  // this lane's first fragment row, column
+    const int lane_row = 32 * (warp / 4) + g, lane_column = 16 * (warp % 4) + g;  // its first fragment row, column
     float a_next[4], b_next[4];
     load_slice<a_along_k>(a_next, a, a_row, row0, R, 0, K);
     load_slice<b_along_k>(b_next, b, b_row, col0, N, 0, K);
@@ -131,10 +131,12 @@ __device__ void tiled_product(float acc[4][4], const float* a, long long a_row, 
             for (int i = 0; i < 2; i++) {  // A's (g, t), (g + 8, t), (g, t + 4), (g + 8, t + 4); B's (t, g), (t + 4, g)
                 #pragma unroll
                 for (int f = 0; f < 4; f++) {
-                    split(a_tile[k + t + 4 * (f / 2)][rows + 16 * i + 8 * (f % 2)], a_high[i][f], a_low[i][f]);
+                    split(a_tile[k + t + 4 * (f / 2)][lane_row + 16 * i + 8 * (f % 2)], a_high[i][f], a_low[i][f]);
                 }
                 #pragma unroll
-                for (int f = 0; f < 2; f++) split(b_tile[k + t + 4 * f][columns + 8 * i], b_high[i][f], b_low[i][f]);
+                for (int f = 0; f < 2; f++) {
+                    split(b_tile[k + t + 4 * f][lane_column + 8 * i], b_high[i][f], b_low[i][f]);
+                }
             }
             #pragma unroll
             for (int i = 0; i < 4; i++) mma_tf32(acc[i], a_low[i / 2], b_high[i % 2]);  // the small products first

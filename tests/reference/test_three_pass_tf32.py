@@ -1,14 +1,14 @@
-"""Tensor cores at float32 accuracy ("3xTF32"), shown on the CPU by emulation before any kernel exists: each
-operand of a product is split into a TF32 high part and a TF32 low part (reference.precision.split_tf32),
-and three tensor-core products, low x high, high x low and high x high, are added into float32 accumulators
-one m16n8k8 mma at a time. So emulated, the matmul, flash attention's two products and Wav2Vec2's attention's six
-(forward and backward) pass every case of their specs under the strict fp32 profile, the extreme ones included;
-leave out either cross product, or split nothing (one TF32 pass), and they fail it. An mma rounds the sum it adds into its accumulators toward zero, and
-so does the emulation. So does matmul's backward pass, with two rules: a product of fewer than 16 terms stays in
-float32 on the CUDA cores (kernels/matmul_backward.py's MIN_TENSOR_CORE_K), since one row's weight gradient, an
-outer product, fails fp32 on the tensor cores; and a long sum is taken in chunks whose sums are added in float32
-(matmul_tf32.py's FLUSH), since rows of the softmax's gradient summed by mmas alone fail it too. The GPU kernels
-that compute this are judged by the same cases."""
+"""Tensor cores at float32 accuracy ("3xTF32"), shown on the CPU by emulation before any kernel exists: each operand
+of a product is split into a TF32 high part and a TF32 low part (reference.precision.split_tf32), and three
+tensor-core products, low x high, high x low and high x high, are added into float32 accumulators one m16n8k8 mma
+at a time. So emulated, the matmul, flash attention's two products and Wav2Vec2's attention's six (forward and
+backward) pass every case of their specs under the strict fp32 profile, the extreme ones included; leave out either
+cross product, or split nothing (one TF32 pass), and they fail it. An mma rounds the sum it adds into its
+accumulators toward zero, and so does the emulation. So does matmul's backward pass, with two rules: a product of
+fewer than 16 terms stays in float32 on the CUDA cores (kernels/matmul_backward.py's MIN_TENSOR_CORE_K), since one
+row's weight gradient, an outer product, fails fp32 on the tensor cores; and a long sum is taken in chunks whose
+sums are added in float32 (matmul_tf32.py's FLUSH), since rows of the softmax's gradient summed by mmas alone fail
+it too. The GPU kernels that compute this are judged by the same cases."""
 
 import math
 
