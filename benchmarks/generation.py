@@ -20,6 +20,7 @@ import warnings
 
 import numpy as np
 
+from gpt2kit.benchmarks.transformers_model import silence_tf32_advice
 from gpt2kit.model_runtime.backends import make_backend
 from gpt2kit.generation.executors import make_executor
 from gpt2kit.generation.generate import GREEDY, generate
@@ -69,6 +70,7 @@ def hf_generation(family: Family, config, params, prompt, compiled: bool, device
         cache.early_initialization(ids.shape[0], config.num_heads, config.channels // config.num_heads, model.dtype,
                                    ids.device)
         options["past_key_values"] = cache
+        silence_tf32_advice()
         model.forward = torch.compile(model.forward, mode="reduce-overhead")
 
     def run():

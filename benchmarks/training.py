@@ -38,7 +38,7 @@ from pathlib import Path
 
 from gpt2kit.benchmarks.call_profile import cublas_float32_tflops, print_tables, profiled_runs
 from gpt2kit.benchmarks.grape_tables import FIGURES, pyplot, read_csv, save_figure, write_csv
-from gpt2kit.benchmarks.transformers_model import TRANSFORMERS
+from gpt2kit.benchmarks.transformers_model import TRANSFORMERS, silence_tf32_advice
 from gpt2kit.gpt2.checkpoint import load as load_gpt2, transformers_model
 from gpt2kit.gpt2.model import GPT2
 from gpt2kit.gpt2.train import kit_texts, read_texts
@@ -75,6 +75,8 @@ def pytorch_step(config, params, compiled: bool):
     import torch
 
     model = transformers_model(config, params, "cuda")
+    if compiled:
+        silence_tf32_advice()
     forward = torch.compile(model) if compiled else model
     optimizer = torch.optim.AdamW(model.parameters(), lr=OPTIMIZER.learning_rate,
                                   betas=(OPTIMIZER.beta1, OPTIMIZER.beta2), eps=OPTIMIZER.eps,

@@ -1,11 +1,14 @@
-"""The training benchmark's parts that need no GPU: its step table and loss-curve files, and its one-line refusal
-without one."""
+"""The training benchmark's parts that need no GPU: its step table and loss-curve files, its one-line refusal
+without one, and the warnings its PyTorch comparison leaves out."""
+
+import warnings
 
 import numpy as np
 import pytest
 
 from gpt2kit.benchmarks.grape_tables import read_csv, write_csv
 from gpt2kit.benchmarks.training import CURVE_COLUMNS, STEP_COLUMNS, StepTime, write_curve
+from gpt2kit.benchmarks.transformers_model import silence_tf32_advice
 
 
 def test_the_curve_is_a_csv_of_both_losses_and_its_png(tmp_path):
@@ -43,3 +46,14 @@ def test_the_benchmark_says_in_one_line_that_it_needs_a_gpu(capsys, monkeypatch,
     assert exit_.value.code != 0
     [line] = capsys.readouterr().err.strip().splitlines()
     assert line.startswith("gpt2kit.benchmarks.training: cannot run")
+
+
+def test_only_torch_compile_s_advice_to_turn_on_tf32_is_left_out():
+    with warnings.catch_warnings(record=True) as caught:  # the filter goes when the block ends
+        warnings.simplefilter("always")
+        silence_tf32_advice()
+        warnings.warn("TensorFloat32 tensor cores for float32 matrix multiplication available but not enabled.")
+        warnings.warn("TensorFloat32 tensor cores, as a DeprecationWarning", DeprecationWarning)
+        warnings.warn("any other advice")
+    assert [str(w.message) for w in caught] == ["TensorFloat32 tensor cores, as a DeprecationWarning",
+                                                "any other advice"]
