@@ -9,7 +9,8 @@ Wav2Vec2, of SpeechOps, each one where the backend's module has it, else None).
              With the attention_flash variant the backend's flash_attention is set,
              and the model runs flash attention in attention_forward's place. With
              all three fused-matmul variants (reference.variants.FUSED_DECODE_VARIANTS)
-             fused_decode is set, and the model's decode step calls them.
+             fused_decode is set, and the model's decode step calls them (some of
+             them without the others is refused: they would run nowhere).
 * gold:      reference/gold.py, CuPy library operations, on the GPU.
 * reference: reference/cpu.py, NumPy in float64 on the CPU; works without a GPU.
 
@@ -30,7 +31,7 @@ from gpt2kit.model_runtime.ops import (FUSED_DECODE_FUNCTIONS, KV_CACHE_FUNCTION
 from gpt2kit.kernel_runtime import KitError, require_gpu
 from gpt2kit.kernel_runtime.loader import use_kernels
 from gpt2kit.reference.registry import SPECS, host_function, host_functions, not_written_yet
-from gpt2kit.reference.variants import variant_named
+from gpt2kit.reference.variants import FUSED_DECODE_VARIANTS, variant_named
 
 BACKENDS = ("kernels", "gold", "reference")
 
@@ -81,6 +82,7 @@ def make_backend(name: str, kernels: str | None = None, variants: tuple[str, ...
         raise BackendError(f"unknown backend {name!r} (choose from {', '.join(BACKENDS)})")
     if (kernels is not None or variants) and name != "kernels":
         raise BackendError(f"a kernels directory or a variant only applies to the kernels backend, not {name!r}")
+    check_fused_decode_set(variants)
     if name == "reference":
         from gpt2kit.reference import cpu
         return Backend(name, np, np.float64, _namespace(cpu))
@@ -102,6 +104,17 @@ def uses_flash(variants: tuple[str, ...]) -> bool:
 def uses_fused_decode(variants: tuple[str, ...]) -> bool:
     """Whether `variants` hold every fused matmul: the model's decode step then calls them."""
     return set(FUSED_DECODE_FUNCTIONS) <= {variant_named(name).function for name in variants}
+
+
+def check_fused_decode_set(variants: tuple[str, ...]) -> None:
+    """BackendError when `variants` name some of the fused matmuls but not all: the decode step calls them as one
+    set (uses_fused_decode), so a part of it would run nowhere."""
+    named = {variant_named(name).function for name in variants}
+    if named & set(FUSED_DECODE_FUNCTIONS) and not uses_fused_decode(variants):
+        given = [name for name in variants if variant_named(name).function in FUSED_DECODE_FUNCTIONS]
+        missing = [name for name in FUSED_DECODE_VARIANTS if variant_named(name).function not in named]
+        raise BackendError(f"variants {', '.join(given)}: the decode step calls the fused matmuls all together or "
+                           f"not at all: name {' and '.join(missing)} too, or none of the three")
 
 
 def kernel_ops(kernels: str | None = None, variants: tuple[str, ...] = ()) -> ForwardOps:

@@ -7,7 +7,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from gpt2kit.model_runtime.backends import make_backend, uses_fused_decode
+from gpt2kit.model_runtime.backends import BackendError, make_backend, uses_fused_decode
 from gpt2kit.gpt2.checkpoint import perturbed_parameters
 from gpt2kit.gpt2.model import GPT2
 from gpt2kit.reference.variants import FUSED_DECODE_VARIANTS, VARIANTS
@@ -54,3 +54,16 @@ def test_only_all_three_variants_make_the_step_fused():
     assert uses_fused_decode(FUSED_DECODE_VARIANTS)
     assert not uses_fused_decode(FUSED_DECODE_VARIANTS[:2])
     assert not uses_fused_decode(("attention_flash",))
+
+
+@pytest.mark.skipif(not set(FUSED_DECODE_VARIANTS) <= set(VARIANTS), reason="this kit has no milestone-3 variants")
+@pytest.mark.parametrize("left_out", range(len(FUSED_DECODE_VARIANTS)), ids=lambda i: f"without_{FUSED_DECODE_VARIANTS[i]}")
+def test_some_of_the_fused_matmuls_without_the_others_are_refused_in_one_line(left_out):
+    named = FUSED_DECODE_VARIANTS[:left_out] + FUSED_DECODE_VARIANTS[left_out + 1:]
+    with pytest.raises(BackendError) as refused:  # before any GPU is asked for: the same line on every machine
+        make_backend("kernels", variants=("attention_flash", *named))
+    message = str(refused.value)
+    assert "\n" not in message and message.startswith(f"variants {', '.join(named)}: ")
+    assert f"name {FUSED_DECODE_VARIANTS[left_out]} too" in message
+    with pytest.raises(BackendError, match=f"name {' and '.join(named)} too"):
+        make_backend("kernels", variants=(FUSED_DECODE_VARIANTS[left_out],))
