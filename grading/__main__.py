@@ -144,6 +144,7 @@ def handout_main(argv) -> int:
 def leaderboard_main(argv) -> int:
     from gpt2kit.grading import leaderboard
     from gpt2kit.grading.ranking import commands, make_judge, rank_submission
+    from gpt2kit.model_runtime.backends import check_fused_decode_set
     from gpt2kit.reference.variants import resolve_profile, variant_named
 
     parser = OneLineArgumentParser(prog="python -m gpt2kit.grading leaderboard", description=leaderboard.__doc__,
@@ -163,6 +164,7 @@ def leaderboard_main(argv) -> int:
     workload = leaderboard.load_workload(args.table)
     # the variants' own profile, whatever the TA's shell holds: a standing must not depend on it
     profile = resolve_profile(None, [variant_named(name) for name in args.variant], environ={})
+    check_fused_decode_set(tuple(args.variant))  # a part of the set would be timed nowhere
     exit_without_gpu("gpt2kit.grading leaderboard", "cannot time kernels without a GPU")
     print(f"computing the gate's reference ({profile.name} profile) and the roofline ...", file=sys.stderr, flush=True)
     judge = make_judge(workload, profile)

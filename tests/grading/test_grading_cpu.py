@@ -37,7 +37,7 @@ from gpt2kit.kernels.gelu import gelu_forward_kernel
 from gpt2kit.reference.execution import Execution, execute, save_records
 from gpt2kit.reference.registry import SPECS, build, cases, kernel_module, unwritten
 from gpt2kit.reference.techniques import TECHNIQUES, static_classes
-from gpt2kit.reference.variants import DECLARED, VARIANTS
+from gpt2kit.reference.variants import DECLARED, FUSED_DECODE_VARIANTS, VARIANTS
 from tests.interrupting import PROMPTLY, interrupted, pausing
 from tests.readme import READMES, bash_blocks, install_lines
 from tests.reference.test_techniques import SAMPLES
@@ -470,6 +470,15 @@ def test_the_leaderboard_reads_no_profile_from_the_environment():
                           env=os.environ | {"KIT_PROFILE": "bf16"})
     assert (done.returncode, done.stderr.splitlines()) == (
         2, [f"gpt2kit.grading leaderboard: cannot time kernels without a GPU: {gpu_unavailable_reason()}"])
+
+
+@pytest.mark.skipif(not set(FUSED_DECODE_VARIANTS) <= set(VARIANTS), reason="this kit has no milestone-3 variants")
+def test_the_leaderboard_refuses_some_of_the_fused_matmuls_without_the_others():
+    done = grading("leaderboard", str(ROOT), "--variant", "attention_flash", "--variant", FUSED_DECODE_VARIANTS[0])
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr.splitlines() == [
+        f"gpt2kit.grading: variants {FUSED_DECODE_VARIANTS[0]}: the decode step calls the fused matmuls all together "
+        f"or not at all: name {' and '.join(FUSED_DECODE_VARIANTS[1:])} too, or none of the three"]
 
 
 def test_the_worker_program_loads_no_oracle():
