@@ -116,7 +116,9 @@ def benchmark(args) -> int:
     model = family.model(config, params, backend=backend)
     prompt = list(np.random.default_rng(0).integers(0, config.vocab_size, PROMPT_TOKENS))
     generate(model, prompt, 8, GREEDY, stop_at_end_of_text=False)  # warm-up: compiles every kernel
-    print(f"{family.name} {config.num_parameters() / 1e6:.0f}M, {args.backend} backend, "
+    step = "fused" if backend.fused_decode else "unfused"
+    print(f"{family.name} {config.num_parameters() / 1e6:.0f}M, {args.backend} backend "
+          f"(variants: {' '.join(args.variant) or 'none'}; decode step {step}), "
           f"batch 1, prompt {PROMPT_TOKENS}, {NEW_TOKENS} new tokens, greedy")
     print(f"{'method':22s} {'decode tok/s':>12s} {'end-to-end tok/s':>16s} {'first token ms':>14s}")
     methods = (("KV cache + CUDA graph", True, True), ("KV cache", True, False), ("full recompute", False, False))
