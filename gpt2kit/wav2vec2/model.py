@@ -49,7 +49,7 @@ import types
 
 import numpy as np
 
-from gpt2kit.kernel_runtime import KitError
+from gpt2kit.kernel_runtime import KitError, ceil_div
 from gpt2kit.model_runtime.backends import Backend, BackendError, make_backend
 from gpt2kit.model_runtime.causal_lm import layer_views, zero_activations
 from gpt2kit.model_runtime.checkpoint_files import Parameters
@@ -123,7 +123,7 @@ class Wav2Vec2ForCTC:
     def packed_rows(frames, T: int) -> int:
         """The rows a batch of these valid frames (B,) of T packs into: their count rounded up to whole tiles of
         ROW_TILE rows (so that batches of nearby counts share activations, and a graph), at most B x T."""
-        return min(len(frames) * T, -(-int(np.sum(frames)) // ROW_TILE) * ROW_TILE)
+        return min(len(frames) * T, ceil_div(int(np.sum(frames)), ROW_TILE) * ROW_TILE)
 
     @staticmethod
     def packing(frames, T: int, M: int) -> tuple[np.ndarray, np.ndarray]:

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from gpt2kit.kernel_runtime import KitError
+from gpt2kit.kernel_runtime import KitError, ceil_div
 from gpt2kit.model_runtime.executors import check_executor
 from gpt2kit.training.step import AdamW, GraphPair, adamw_moments, adamw_update_all
 from gpt2kit.wav2vec2.config import Wav2Vec2Config
@@ -65,7 +65,7 @@ class SpeechBatches:
         self.config, self.B, self.rng = config, B, np.random.default_rng(seed)
         self.shortest, self.longest = int(shortest * SAMPLE_RATE), int(longest * SAMPLE_RATE)
         self.bucket = int(bucket * SAMPLE_RATE)
-        self.max_samples = -(-self.longest // self.bucket) * self.bucket
+        self.max_samples = ceil_div(self.longest, self.bucket) * self.bucket
         self.max_labels = int(np.ceil(longest * 16))
 
     def __iter__(self):
@@ -74,7 +74,7 @@ class SpeechBatches:
     def __next__(self):
         B, c, rng = self.B, self.config, self.rng
         lengths = rng.integers(self.shortest, self.longest + 1, size=B)
-        S = -(-int(lengths.max()) // self.bucket) * self.bucket
+        S = ceil_div(int(lengths.max()), self.bucket) * self.bucket
         audio = np.where(np.arange(S) < lengths[:, None], 0.1 * rng.standard_normal((B, S)), 0.0).astype(np.float32)
         fits = (c.frames(lengths) + 1) // 2  # any labels this many fit, repeats and all
         label_lengths = np.minimum(np.rint(lengths / SAMPLE_RATE * rng.uniform(10, 16, B)).astype(int), fits)
