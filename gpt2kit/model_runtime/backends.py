@@ -109,9 +109,9 @@ def uses_fused_decode(variants: tuple[str, ...]) -> bool:
 def check_fused_decode_set(variants: tuple[str, ...]) -> None:
     """BackendError when `variants` name some of the fused matmuls but not all: the decode step calls them as one
     set (uses_fused_decode), so a part of it would run nowhere."""
-    named = {variant_named(name).function for name in variants}
-    if named & set(FUSED_DECODE_FUNCTIONS) and not uses_fused_decode(variants):
-        given = [name for name in variants if variant_named(name).function in FUSED_DECODE_FUNCTIONS]
+    given = [name for name in variants if variant_named(name).function in FUSED_DECODE_FUNCTIONS]
+    if given and not uses_fused_decode(variants):
+        named = {variant_named(name).function for name in given}
         missing = [name for name in FUSED_DECODE_VARIANTS if variant_named(name).function not in named]
         raise BackendError(f"variants {', '.join(given)}: the decode step calls the fused matmuls all together or "
                            f"not at all: name {' and '.join(missing)} too, or none of the three")
