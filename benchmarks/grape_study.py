@@ -165,9 +165,15 @@ def runtime(study: Study, out: Path, runs: int, executors, with_hf: bool, device
     for name in executors:
         beams.append(Timing(name, beam_attrs, timed(lambda: study.beam_run(name), runs, f"{name} beam{study.beams}")))
         greedy.append(Timing(name, greedy_attrs, timed(lambda: study.greedy_run(name), runs, f"{name} greedy")))
+    grape_gpu = {search: grape_gpu_seconds(study, search == "beam") for search in ("beam", "greedy")
+                 if "grape" in executors}
     if with_hf:
         import torch
 
+        # transformers loads its own copy of the weights: the kit's executors (ptgraph's graph for every length
+        # among them) go back to the device first, or GPT-J's copy finds no room on an 80 GB card
+        study.executors.clear()
+        give_back_memory()
         hf = hf_runs(study, runs)
         torch.cuda.empty_cache()  # transformers' weights go back to the device (GPT-J's are 24 GB)
         beams.append(Timing("transformers", beam_attrs, hf["beam"]))
@@ -178,12 +184,10 @@ def runtime(study: Study, out: Path, runs: int, executors, with_hf: bool, device
     for name, beam_s, greedy_s in table:
         print(f"{name:14s} {beam_s:8.3f} {1e3 * beam_s / steps:12.3f} {greedy_s:9.3f} "
               f"{study.new_tokens / greedy_s:12.0f}")
-    if "grape" in executors:
-        for label, beam_search, median in (("beam", True, table[executors.index("grape")][1]),
-                                           ("greedy", False, table[executors.index("grape")][2])):
-            gpu = grape_gpu_seconds(study, beam_search)
-            print(f"grape {label}: GPU {1e3 * gpu / steps:.3f} ms/step (its graphs back to back), wall "
-                  f"{1e3 * median / steps:.3f} ms/step: the host adds {100 * (median / gpu - 1):.1f}%")
+    for search, gpu in grape_gpu.items():
+        median = table[executors.index("grape")][1 if search == "beam" else 2]
+        print(f"grape {search}: GPU {1e3 * gpu / steps:.3f} ms/step (its graphs back to back), wall "
+              f"{1e3 * median / steps:.3f} ms/step: the host adds {100 * (median / gpu - 1):.1f}%")
     return list(write_speedometer(out, beams + greedy, device, study.name))
 
 

@@ -77,6 +77,32 @@ def test_every_table_has_its_figure(results, figure):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
 
 
+def test_transformers_loads_after_the_kits_executors_went_back_to_the_device(monkeypatch, tmp_path):
+    """transformers' rows load a second copy of the weights (GPT-J's 24 GB): by then the kit's executors, ptgraph's
+    graph for every length among them, are dropped and CuPy's pool keeps no block it does not use, so on an 80 GB
+    card the copy finds room."""
+    import cupy
+
+    from gpt2kit.benchmarks import grape_study
+    from gpt2kit.model_runtime.backends import make_backend
+    from gpt2kit.model_runtime.families import family_of
+
+    seen = {}
+
+    def hf_runs(study, runs):
+        seen["executors"] = dict(study.executors)
+        seen["cached bytes"] = cupy.get_default_memory_pool().free_bytes()
+        return {"beam": [1.0] * runs, "greedy": [1.0] * runs}
+
+    monkeypatch.setattr(grape_study, "hf_runs", hf_runs)
+    family = family_of("random")
+    study = grape_study.Study(family, *family.load("random"), max_length=12, beams=3, prompt_length=5,
+                              backend=make_backend("kernels"))
+    grape_study.runtime(study, tmp_path, 1, EXECUTORS, True, "this GPU")
+    assert seen == {"executors": {}, "cached bytes": 0}
+    assert [r["Name"] for r in read(tmp_path / "speedometer.csv")] == [*EXECUTORS, "transformers"] * 2
+
+
 @pytest.mark.calls(*MODEL_FUNCTIONS, *TRAINING_FUNCTIONS, *SPEECH_FUNCTIONS)
 def test_wav2vec2_s_rows_join_the_same_tables(tmp_path):
     """--model wav2vec2 at one utterance a batch and two steps a run: a runtime row per executor and transformers',
