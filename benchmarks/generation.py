@@ -20,7 +20,7 @@ import warnings
 
 import numpy as np
 
-from gpt2kit.benchmarks.transformers_model import silence_tf32_advice
+from gpt2kit.benchmarks.transformers_model import check_room_for_transformers, silence_tf32_advice
 from gpt2kit.model_runtime.backends import make_backend
 from gpt2kit.generation.executors import make_executor
 from gpt2kit.generation.generate import GREEDY, generate
@@ -113,6 +113,8 @@ def benchmark(args) -> int:
     backend = make_backend(args.backend, variants=tuple(args.variant))
     family.model.check_backend(backend)
     config, params = family.load(args.model, lambda line: print(line, flush=True))  # transformers' copy reads them
+    if args.hf:
+        check_room_for_transformers(config, "leaving out --hf")
     model = family.model(config, params, backend=backend)
     prompt = list(np.random.default_rng(0).integers(0, config.vocab_size, PROMPT_TOKENS))
     generate(model, prompt, 8, GREEDY, stop_at_end_of_text=False)  # warm-up: compiles every kernel

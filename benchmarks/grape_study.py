@@ -53,7 +53,7 @@ import numpy as np
 
 from gpt2kit.benchmarks.grape_tables import (FIGURES, Breakdown, GraphMemory, Timing, write_breakdown,
                                              write_graph_memory, write_speedometer)
-from gpt2kit.benchmarks.transformers_model import TRANSFORMERS
+from gpt2kit.benchmarks.transformers_model import TRANSFORMERS, check_room_for_transformers
 from gpt2kit.generation.beam_search import BeamSearch
 from gpt2kit.generation.executors import StageClock, make_executor
 from gpt2kit.generation.generate import GREEDY
@@ -305,6 +305,8 @@ def main(argv=None) -> int:
         config, params = family.load(args.model, lambda line: print(line, flush=True))
         if args.max_length > config.max_T:
             raise CheckpointError(f"--max-length {args.max_length} exceeds the model's context of {config.max_T}")
+        if "runtime" in experiments and not args.no_hf:
+            check_room_for_transformers(config, "--no-hf")
         study = Study(family, config, params, args.max_length, args.beams, prompt_length=5, backend=backend)
         device = cupy.cuda.runtime.getDeviceProperties(0)["name"].decode()
         print(f"{study.name} {config.num_parameters() / 1e6:.0f}M float32 on {device}; prompt of 5 random tokens, "
