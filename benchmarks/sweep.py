@@ -6,14 +6,13 @@ registers and spills, and its time at the decode step's shapes.
 A tuning is PIECES, the float4s of a weight row each lane loads before using them (all in
 flight at once), and BLOCKS, the launch bounds' minimum of blocks per SM (which caps the
 registers a thread may take; with a layernorm, also the grid's blocks per SM). Each is
-compiled through NVRTC for sm_86 (A40) and sm_90 (H100/H200), whose registers and spilled
-bytes are printed (of the 8-row compilation: a launch compiles for its batch, and the
-compile checks cover every batch's); `--compile-only` stops there, and needs no GPU. Otherwise each tuning is
+compiled through NVRTC for sm_86 (A40) and sm_90 (H100/H200) as a launch on each --batch
+compiles it (for chunks of 1, 2, 4 or 8 rows: R1 ... R8), whose registers and spilled bytes
+are printed; `--compile-only` stops there, and needs no GPU. Otherwise each tuning is
 timed at the shapes the decode step of GPT-2 124M (or, with --model gpt-j-6b, of GPT-J 6B) gives
 its kind of kernel (CUDA events after warm-up, median), with GB/s against the copy bandwidth
 measured here. The kit's own tuning
-is marked with *. A tuning that spills on either architecture is printed but not chosen:
-the kit's kernels compile without spills (tests/kernels/test_compile.py).
+is marked with *. A tuning that spills on either architecture is printed but not chosen.
 """
 
 import itertools
@@ -85,15 +84,19 @@ def sweep(args) -> int:
         shapes = SHAPES[args.model][kind]
         kit = fused_gemv.fused_kernel(*parts).defines
         timed = [] if args.compile_only else [(name, C, OC, batch) for name, C, OC in shapes for batch in args.batch]
+        chunks = sorted({fused_gemv.kernel_for_rows(fused_gemv.fused_kernel(*parts), batch).defines["ROWS"]
+                         for batch in args.batch})
         print(f"\n{kind} ({function})")
-        print(f"  {'PIECES':>6s} {'BLOCKS':>6s} " + " ".join(f"{'regs ' + a:>12s} {'spill ' + a:>12s}" for a in ARCHES)
+        print(f"  {'PIECES':>6s} {'BLOCKS':>6s} "
+              + " ".join(f"{f'regs R{rows} ' + a:>14s} {f'spill R{rows} ' + a:>15s}" for rows in chunks for a in ARCHES)
               + "".join(f" {f'{name} B={batch} us':>22s} {'GB/s':>6s}" for name, _, _, batch in timed))
         for tuning in tunings():
             kernel = fused_gemv.fused_kernel(*parts, tuning=tuning)
             mark = "*" if all(kit[key] == value for key, value in tuning.items()) else " "
             line = f"{mark} {tuning['PIECES']:6d} {tuning['BLOCKS']:6d} "
-            resources = [r for arch in ARCHES for r in compile_report(kernel, arch)]
-            line += " ".join(f"{r.registers:12d} {r.spill_stores:12d}" for r in resources)
+            resources = [r for rows in chunks for arch in ARCHES
+                         for r in compile_report(fused_gemv.kernel_for_rows(kernel, rows), arch)]
+            line += " ".join(f"{r.registers:14d} {r.spill_stores + r.spill_loads:15d}" for r in resources)
             for name, C, OC, batch in timed:
                 seconds, moved = time_call(fused_gemv.launch_fused, kernel, function, parts, batch, C, OC)
                 line += f" {1e6 * seconds:22.1f} {moved / seconds / 1e9:6.0f}"

@@ -73,8 +73,9 @@ TWO_COLUMN_ROWS = 4        # from this many rows a chunk, a warp takes two colum
 # flight at once), and BLOCKS, the launch bounds' minimum of blocks an SM holds at once (with
 # the layernorm, also the grid stride's cap). The residual kernel reads its rows from global
 # memory, and its loads of them, hoisted for every piece and row, need the registers that
-# fewer pieces leave. Both are benchmarks.sweep's fastest at B=1 and B=8 on an H200 that
-# spill no register on sm_86 or sm_90.
+# fewer pieces leave. Both are benchmarks.sweep's fastest at B=1 and B=8 on an H200 whose
+# build for 8 rows spills no register on sm_86 or sm_90; the layernorm's build for one row
+# spills a few bytes (8 on sm_86, 32 on sm_90: the first pieces held across the prologue).
 LAYERNORM_TUNING = dict(PIECES=8, BLOCKS=3)
 RESIDUAL_TUNING = dict(PIECES=2, BLOCKS=2)
 
@@ -360,6 +361,11 @@ def _with_rows(kernel: CudaKernel, rows: int) -> CudaKernel:
     return kernel if kernel.defines["ROWS"] == rows else kernel.with_defines(ROWS=rows)
 
 
+def kernel_for_rows(kernel: CudaKernel, M: int) -> CudaKernel:
+    """`kernel` as a launch on M rows compiles it: for chunks of M rows rounded up to a power of two, at most ROWS."""
+    return _with_rows(kernel, min(ROWS, power_of_two_at_least(M)))
+
+
 def launch_fused(kernel, function, out, inp, ln_weight, ln_bias, weight, bias, residual, B, T, C, OC):
     """Check the arguments of `function` and launch `kernel` (one of fused_kernel's, compiled again with the
     batch's chunk of rows): its layernorm's weights are checked when the kernel has a layernorm, the
@@ -371,8 +377,8 @@ def launch_fused(kernel, function, out, inp, ln_weight, ln_bias, weight, bias, r
     check_array(function, "weight", weight, OC * C)
     if bias is not None:
         check_array(function, "bias", bias, OC)
-    chunk = min(ROWS, power_of_two_at_least(M))
-    kernel = _with_rows(kernel, chunk)
+    kernel = kernel_for_rows(kernel, M)
+    chunk = kernel.defines["ROWS"]
     shared_bytes, rows_per_chunk = 0, chunk
     if kernel.defines["LAYERNORM"]:
         check_array(function, "ln_weight", ln_weight, C)
