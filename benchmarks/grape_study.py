@@ -165,8 +165,8 @@ def runtime(study: Study, out: Path, runs: int, executors, with_hf: bool, device
     for name in executors:
         beams.append(Timing(name, beam_attrs, timed(lambda: study.beam_run(name), runs, f"{name} beam{study.beams}")))
         greedy.append(Timing(name, greedy_attrs, timed(lambda: study.greedy_run(name), runs, f"{name} greedy")))
-    grape_gpu = {search: grape_gpu_seconds(study, search == "beam") for search in ("beam", "greedy")
-                 if "grape" in executors}
+    grape_gpu = ({search: grape_gpu_seconds(study, search == "beam") for search in ("beam", "greedy")}
+                 if "grape" in executors else {})
     if with_hf:
         import torch
 
