@@ -75,7 +75,8 @@ TWO_COLUMN_ROWS = 4        # from this many rows a chunk, a warp takes two colum
 # memory, and its loads of them, hoisted for every piece and row, need the registers that
 # fewer pieces leave. Both are benchmarks.sweep's fastest at B=1 and B=8 on an H200 whose
 # build for 8 rows spills no register on sm_86 or sm_90; the layernorm's build for one row
-# spills a few bytes (8 on sm_86, 32 on sm_90: the first pieces held across the prologue).
+# spills a few bytes with the NVRTC 13.5 wheel a plain install gets (8 on sm_86, 32 on sm_90:
+# the first pieces held across the prologue), none with the H200 machine's NVRTC.
 LAYERNORM_TUNING = dict(PIECES=8, BLOCKS=3)
 RESIDUAL_TUNING = dict(PIECES=2, BLOCKS=2)
 
