@@ -85,7 +85,7 @@ def sweep(args) -> int:
         kit_kernel = fused_gemv.fused_kernel(*parts)
         kit = kit_kernel.defines
         timed = [] if args.compile_only else [(name, C, OC, batch) for name, C, OC in shapes for batch in args.batch]
-        chunks = sorted({fused_gemv.kernel_for_rows(kit_kernel, batch).defines["ROWS"] for batch in args.batch})
+        chunks = sorted({fused_gemv.kernel_for_rows(kit_kernel, batch).defines["FULL_ROWS"] for batch in args.batch})
         print(f"\n{kind} ({function})")
         print(f"  {'PIECES':>6s} {'BLOCKS':>6s} "
               + " ".join(f"{f'regs R{rows} ' + a:>14s} {f'spill R{rows} ' + a:>15s}" for rows in chunks for a in ARCHES)

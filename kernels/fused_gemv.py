@@ -31,6 +31,15 @@ defines that the compiler folds away):
   for every row of it, accumulators in registers. ROWS is compiled per launch as the
   batch rounded up to a power of two (at most 8): a kernel sized for 8 rows but given
   one holds registers it never uses, and fewer of its blocks fit on an SM;
+* the products without a test a row: FULL_ROWS, the batch itself (at most 8), is
+  compiled in too, and a full chunk runs a loop of exactly FULL_ROWS rows, with one
+  test a piece (k < K) and none a row. With a test a row, every row's float4 and its
+  8 multiply-adds came with a branch, its convergence and the shared window's address
+  again: 19 instructions where 10 do, and at five rows the kernel was bound by issuing
+  instructions, not by memory (ncu, GPT-J's ln1 + qkv: 44.6 M warp instructions, 8.4
+  cycles between two a warp). GPT-J's five- and eight-row GEMVs gained 11-47%. The
+  residual kernel's full chunks of 8 rows keep the tests: its rows come from global
+  memory, and there the loop without them measured slower (GPT-2's attproj and fcproj);
 * from 4 rows a chunk, each warp takes two columns: a float4 of a row, read from
   shared memory (or L1), serves both columns' weights. With one column, 8 rows read 8
   bytes of rows for every byte of weights, more than shared memory delivers when the
@@ -69,14 +78,17 @@ ROWS = 8                   # most rows per chunk: each thread keeps a chunk's ac
 OWN_SHARED = 1024          # bytes a kernel's own __shared__ arrays may take beside a chunk's normalised rows
 RESERVED_SHARED = 1024     # bytes of an SM's shared memory the driver keeps for each block it holds
 TWO_COLUMN_ROWS = 4        # from this many rows a chunk, a warp takes two columns (see _with_rows)
+# From TWO_COLUMN_ROWS rows a chunk, the launch bounds ask for at most this many blocks an SM: the products' loop
+# without a test a row keeps more rows' float4s in flight, and in the 80 registers of three blocks they spill
+# (8-24 bytes); so built, GPT-J's five-row GEMVs also measured 4-16% slower.
+TWO_COLUMN_BLOCKS = 2
 # Per kernel: PIECES, the float4s of a weight row each lane loads before using them (all in
 # flight at once), and BLOCKS, the launch bounds' minimum of blocks an SM holds at once (with
 # the layernorm, also the grid stride's cap). The residual kernel reads its rows from global
 # memory, and its loads of them, hoisted for every piece and row, need the registers that
-# fewer pieces leave. Both are benchmarks.sweep's fastest at B=1 and B=8 on an H200 whose
-# build for 8 rows spills no register on sm_86 or sm_90; the layernorm's build for one row
-# spills a few bytes with the NVRTC 13.5 wheel a plain install gets (8 on sm_86, 32 on sm_90:
-# the first pieces held across the prologue), none with the H200 machine's NVRTC.
+# fewer pieces leave. Both were benchmarks.sweep's fastest at B=1 and B=8 on an H200. The
+# module's kernels are the one-row builds (a B=1 step's), so that the compile checks see
+# launched builds; every launched build spills nothing on sm_86 or sm_90.
 LAYERNORM_TUNING = dict(PIECES=8, BLOCKS=3)
 RESIDUAL_TUNING = dict(PIECES=2, BLOCKS=2)
 
@@ -172,6 +184,35 @@ __device__ __forceinline__ void load_pieces(float4 (&wk)[PIECES], const float* w
         wk[i] = k < K ? __ldg((const float4*)(w + k)) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     }
 }
+
+// BEGIN SOLUTION
+// acc += the products of a batch (wk: PIECES float4s of each of the warp's columns, from k0 on) with the chunk's
+// rows, each float4 of a row read once for all the warp's columns; pieces past K are skipped. CHECKED: rows
+// m < rows of a chunk of up to ROWS; unchecked: a full chunk, exactly FULL_ROWS rows, compiled without a branch.
+template <bool CHECKED>
+__device__ __forceinline__ void batch_products(float (&acc)[VALUES], const float4 (&wk)[WARP_COLUMNS][PIECES],
+                                               const float* x, int k0, int stride, int K, int rows) {
+    #pragma unroll
+    for (int i = 0; i < PIECES; i++) {
+        const int k = k0 + i * stride;
+        if (k >= K) continue;  // the same trips for every lane whenever K is a multiple of 128 * split
+        #pragma unroll
+        for (int m = 0; m < (CHECKED ? ROWS : FULL_ROWS); m++) {
+            if (!CHECKED || m < rows) {
+                const float4 xk = *(const float4*)(x + (long long)m * K + k);
+                #pragma unroll
+                for (int c = 0; c < WARP_COLUMNS; c++) {
+                    float& a = acc[c * ROWS + m];
+                    a = fmaf(wk[c][i].x, xk.x, a);
+                    a = fmaf(wk[c][i].y, xk.y, a);
+                    a = fmaf(wk[c][i].z, xk.z, a);
+                    a = fmaf(wk[c][i].w, xk.w, a);
+                }
+            }
+        }
+    }
+}
+// END SOLUTION
 
 __device__ __forceinline__ float gelu(float x) {
     const float s = 0.7978845608028654f;  // sqrt(2 / pi)
@@ -271,23 +312,13 @@ fused_gemv_kernel(float* out, const float* inp, const float* ln_weight, const fl
                         for (int c = 0; c < WARP_COLUMNS; c++) load_pieces(wk[c], w[c], k0, stride, K);
                     }
                     preloaded = false;
-                    #pragma unroll
-                    for (int i = 0; i < PIECES; i++) {
-                        const int k = k0 + i * stride;
-                        #pragma unroll
-                        for (int m = 0; m < ROWS; m++) {
-                            if (m < rows && k < K) {  // a float4 of a row, read once for all the warp's columns
-                                float4 xk = *(const float4*)(x + (long long)m * K + k);
-                                #pragma unroll
-                                for (int c = 0; c < WARP_COLUMNS; c++) {
-                                    float& a = acc[c * ROWS + m];
-                                    a = fmaf(wk[c][i].x, xk.x, a);
-                                    a = fmaf(wk[c][i].y, xk.y, a);
-                                    a = fmaf(wk[c][i].z, xk.z, a);
-                                    a = fmaf(wk[c][i].w, xk.w, a);
-                                }
-                            }
-                        }
+                    // A full chunk needs no test a row: without their branches, the loads of the rows and the
+                    // multiply-adds are most of the instructions (the residual kernel's 8 rows from global
+                    // memory excepted: measured slower).
+                    if (rows == FULL_ROWS && (LAYERNORM || FULL_ROWS < ROWS)) {
+                        batch_products<false>(acc, wk, x, k0, stride, K, rows);
+                    } else {
+                        batch_products<true>(acc, wk, x, k0, stride, K, rows);
                     }
                 }
             } else {
@@ -334,7 +365,8 @@ def fused_kernel(layernorm: bool, gelu: bool, residual: bool, tuning: dict | Non
     tries others)."""
     tuning = tuning or (LAYERNORM_TUNING if layernorm else RESIDUAL_TUNING)
     return CudaKernel(FUSED_GEMV_SOURCE, "fused_gemv_kernel",
-                      defines=dict(THREADS=THREADS, ROWS=ROWS, WARP_COLUMNS=1, TWO_COLUMN_ROWS=TWO_COLUMN_ROWS,
+                      defines=dict(THREADS=THREADS, ROWS=1, FULL_ROWS=1, WARP_COLUMNS=1,
+                                   TWO_COLUMN_ROWS=TWO_COLUMN_ROWS,
                                    **tuning, LAYERNORM=int(layernorm), GELU=int(gelu), RESIDUAL=int(residual)))
 
 
@@ -354,17 +386,21 @@ def split_for(K: int, OC: int, pieces: int, warp_columns: int = 1) -> int:
 
 
 @functools.cache
-def _with_rows(kernel: CudaKernel, rows: int) -> CudaKernel:
-    """`kernel` compiled for chunks of `rows` rows. From TWO_COLUMN_ROWS rows on, a warp takes two columns, each
-    float4 of a row read once for both, with half the pieces a column (the same loads in flight)."""
-    if rows >= TWO_COLUMN_ROWS:
-        return kernel.with_defines(ROWS=rows, WARP_COLUMNS=2, PIECES=max(1, kernel.defines["PIECES"] // 2))
-    return kernel if kernel.defines["ROWS"] == rows else kernel.with_defines(ROWS=rows)
+def _with_rows(kernel: CudaKernel, rows: int, full_rows: int) -> CudaKernel:
+    """`kernel` compiled for chunks of `rows` rows (a power of two), full ones of `full_rows`. From TWO_COLUMN_ROWS
+    rows on, a warp takes two columns, each float4 of a row read once for both, with half the pieces a column (the
+    same loads in flight), and at most TWO_COLUMN_BLOCKS blocks share an SM."""
+    if rows < TWO_COLUMN_ROWS:
+        return kernel.with_defines(ROWS=rows, FULL_ROWS=full_rows)
+    return kernel.with_defines(ROWS=rows, FULL_ROWS=full_rows, WARP_COLUMNS=2,
+                               PIECES=max(1, kernel.defines["PIECES"] // 2),
+                               BLOCKS=min(kernel.defines["BLOCKS"], TWO_COLUMN_BLOCKS))
 
 
 def kernel_for_rows(kernel: CudaKernel, M: int) -> CudaKernel:
-    """`kernel` as a launch on M rows compiles it: for chunks of M rows rounded up to a power of two, at most ROWS."""
-    return _with_rows(kernel, min(ROWS, power_of_two_at_least(M)))
+    """`kernel` as a launch on M rows compiles it: for chunks of M rows rounded up to a power of two, at most ROWS
+    (the accumulators' layout), whose full chunks have min(M, ROWS) rows (the products' loop)."""
+    return _with_rows(kernel, min(ROWS, power_of_two_at_least(M)), min(ROWS, M))
 
 
 def launch_fused(kernel, function, out, inp, ln_weight, ln_bias, weight, bias, residual, B, T, C, OC):
