@@ -37,9 +37,10 @@ defines that the compiler folds away):
   8 multiply-adds came with a branch, its convergence and the shared window's address
   again: 19 instructions where 10 do, and at five rows the kernel was bound by issuing
   instructions, not by memory (ncu, GPT-J's ln1 + qkv: 44.6 M warp instructions, 8.4
-  cycles between two a warp). GPT-J's five- and eight-row GEMVs gained 11-47%. The
-  residual kernel's full chunks of 8 rows keep the tests: its rows come from global
-  memory, and there the loop without them measured slower (GPT-2's attproj and fcproj);
+  cycles between two a warp). GPT-J's five-row GEMVs now run 6-19% faster, its
+  eight-row layernorm ones 40-42% (an H100). The residual kernel's full chunks of 8
+  rows keep the tests: its rows come from global memory, and there the loop without
+  them measured slower (GPT-2's attproj and fcproj);
 * from 4 rows a chunk, each warp takes two columns: a float4 of a row, read from
   shared memory (or L1), serves both columns' weights. With one column, 8 rows read 8
   bytes of rows for every byte of weights, more than shared memory delivers when the
@@ -80,7 +81,7 @@ RESERVED_SHARED = 1024     # bytes of an SM's shared memory the driver keeps for
 TWO_COLUMN_ROWS = 4        # from this many rows a chunk, a warp takes two columns (see _with_rows)
 # From TWO_COLUMN_ROWS rows a chunk, the launch bounds ask for at most this many blocks an SM: the products' loop
 # without a test a row keeps more rows' float4s in flight, and in the 80 registers of three blocks they spill
-# (8-24 bytes); so built, GPT-J's five-row GEMVs also measured 4-16% slower.
+# (8-24 bytes); so built, GPT-J's five- and eight-row GEMVs measured 8-11% slower.
 TWO_COLUMN_BLOCKS = 2
 # Per kernel: PIECES, the float4s of a weight row each lane loads before using them (all in
 # flight at once), and BLOCKS, the launch bounds' minimum of blocks an SM holds at once (with
