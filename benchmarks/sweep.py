@@ -7,12 +7,13 @@ A tuning is PIECES, the float4s of a weight row each lane loads before using the
 flight at once), and BLOCKS, the launch bounds' minimum of blocks per SM (which caps the
 registers a thread may take; with a layernorm, also the grid's blocks per SM). Each is
 compiled through NVRTC for sm_86 (A40) and sm_90 (H100/H200) as a launch on each --batch
-compiles it (for chunks of 1, 2, 4 or 8 rows: R1 ... R8), whose registers and spilled bytes
-are printed; `--compile-only` stops there, and needs no GPU. Otherwise each tuning is
-timed at the shapes the decode step of GPT-2 124M (or, with --model gpt-j-6b, of GPT-J 6B) gives
-its kind of kernel (CUDA events after warm-up, median), with GB/s against the copy bandwidth
-measured here. The kit's own tuning
-is marked with *. A tuning that spills on either architecture is printed but not chosen.
+compiles it (for the batch's rows, R1 ... R8: from 4 rows in an 8-row chunk's layout, two
+columns a warp, and at most fused_gemv.TWO_COLUMN_BLOCKS blocks an SM, so that there a tuning
+of more blocks builds as that one), whose registers and spilled bytes are printed;
+`--compile-only` stops there, and needs no GPU. Otherwise each tuning is timed at the shapes
+the decode step of GPT-2 124M (or, with --model gpt-j-6b, of GPT-J 6B) gives its kind of kernel
+(CUDA events after warm-up, median), with GB/s against the copy bandwidth measured here. The
+kit's own tuning is marked with *. A tuning that spills on either architecture is printed but not chosen.
 """
 
 import itertools
