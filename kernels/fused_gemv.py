@@ -390,12 +390,13 @@ def split_for(K: int, OC: int, pieces: int, warp_columns: int = 1) -> int:
 def _with_rows(kernel: CudaKernel, rows: int, full_rows: int) -> CudaKernel:
     """`kernel` compiled for chunks of `rows` rows (a power of two), full ones of `full_rows`. From TWO_COLUMN_ROWS
     rows on, a warp takes two columns, each float4 of a row read once for both, with half the pieces a column (the
-    same loads in flight), and at most TWO_COLUMN_BLOCKS blocks share an SM."""
-    if rows < TWO_COLUMN_ROWS:
-        return kernel.with_defines(ROWS=rows, FULL_ROWS=full_rows)
-    return kernel.with_defines(ROWS=rows, FULL_ROWS=full_rows, WARP_COLUMNS=2,
-                               PIECES=max(1, kernel.defines["PIECES"] // 2),
-                               BLOCKS=min(kernel.defines["BLOCKS"], TWO_COLUMN_BLOCKS))
+    same loads in flight), and at most TWO_COLUMN_BLOCKS blocks share an SM. `kernel` itself where it is that
+    build already (the module's kernels are the one-row builds)."""
+    changes = dict(ROWS=rows, FULL_ROWS=full_rows)
+    if rows >= TWO_COLUMN_ROWS:
+        changes.update(WARP_COLUMNS=2, PIECES=max(1, kernel.defines["PIECES"] // 2),
+                       BLOCKS=min(kernel.defines["BLOCKS"], TWO_COLUMN_BLOCKS))
+    return kernel if changes.items() <= kernel.defines.items() else kernel.with_defines(**changes)
 
 
 def kernel_for_rows(kernel: CudaKernel, M: int) -> CudaKernel:
