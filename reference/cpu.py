@@ -168,16 +168,46 @@ def rotary_forward(out, inp, positions, sin_cos, B, T, C, NH, rotary_dim):
     out.reshape(B, T, 3, NH, HS)[...] = y
 
 
-def kv_cache_reorder_forward(k_cache, v_cache, rows, lengths, done, B, NH, max_T, HS, group):
-    """Row b of each cache (B, NH, max_T, HS) becomes row rows[b] as it was before the call, at positions below
-    min(lengths[b], max_T); nothing changes once done[0] is set."""
+def kv_cache_lineage_forward(shared, starts, rows, lengths, done, B, group):
+    """starts[b]: the leading positions row b holds in common with its parent rows[b] (shared (B, group), row b
+    against each row of its group; lengths[b] when b is its own parent, 0 when the parent is in another group);
+    then shared becomes the counts once every row is a copy of its parent. Nothing changes once done[0] is set."""
     if np.asarray(done).reshape(-1)[0]:
         return
+    counts, parents, filled = shared.reshape(B, group), np.asarray(rows).reshape(B), np.asarray(lengths).reshape(B)
+    before = counts.copy()
+    for b in range(B):
+        first = b // group * group
+        a = int(parents[b]) - first
+        inside = 0 <= a < group
+        starts.reshape(B)[b] = filled[b] if a == b - first else before[b, a] if inside else 0
+        for j in range(group):
+            c = int(parents[first + j]) - first
+            if not (inside and 0 <= c < group):
+                counts[b, j] = 0
+            elif a == c:  # one parent: both rows are its copy, every position it holds
+                counts[b, j] = min(filled[b], filled[first + j])
+            else:  # two parents: what they held in common
+                counts[b, j] = before[first + a, c]
+
+
+def kv_cache_reorder_forward(k_cache, v_cache, rows, starts, lengths, done, layers, B, NH, max_T, HS, group):
+    """Row b of each cache (layers, B, NH, max_T, HS) becomes row rows[b] as it was before the call, in the slots
+    that hold its positions from starts[b] below lengths[b] (position p in slot p % max_T, the last max_T of a
+    longer row); nothing changes once done[0] is set."""
+    if np.asarray(done).reshape(-1)[0]:
+        return
+    parents, firsts, filled = (np.asarray(a).reshape(B) for a in (rows, starts, lengths))
     for cache in (k_cache, v_cache):
-        before = cache.reshape(B, NH, max_T, HS).copy()
-        for b, (parent, length) in enumerate(zip(np.asarray(rows).reshape(B), np.asarray(lengths).reshape(B))):
-            filled = min(int(length), max_T)
-            cache.reshape(B, NH, max_T, HS)[b, :, :filled] = before[parent, :, :filled]
+        now = cache.reshape(layers, B, NH, max_T, HS)
+        before = now.copy()
+        for b in range(B):
+            if parents[b] == b:
+                continue
+            for slot in range(min(int(filled[b]), max_T)):
+                position = slot + (int(filled[b]) - 1 - slot) // max_T * max_T  # the latest token in the slot
+                if position >= firsts[b]:
+                    now[:, b, :, slot] = before[:, parents[b], :, slot]
 
 
 # --------------------------------------------------------------------------- choosing the next token

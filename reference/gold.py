@@ -179,13 +179,34 @@ def rotary_forward(out, inp, positions, sin_cos, B, T, C, NH, rotary_dim):
     result[:, :, :2, :, :rotary_dim] = xp.stack([turned.real, turned.imag], axis=-1).reshape(B, T, 2, NH, rotary_dim)
 
 
-def kv_cache_reorder_forward(k_cache, v_cache, rows, lengths, done, B, NH, max_T, HS, group):
+def kv_cache_lineage_forward(shared, starts, rows, lengths, done, B, group):
     xp = array_module(rows)
-    filled = xp.arange(max_T).reshape(1, max_T) < xp.minimum(lengths.reshape(B, 1), max_T)  # (B, max_T)
-    moved = filled & ~done.reshape(1, 1).astype(bool)
+    if int(done.reshape(-1)[0]):
+        return
+    counts = shared.reshape(B // group, group, group)
+    parents = rows.reshape(B // group, group) - xp.arange(0, B, group).reshape(-1, 1)  # within the group
+    filled = lengths.reshape(B // group, group)
+    inside = (parents >= 0) & (parents < group)
+    held = xp.take_along_axis(counts, xp.clip(parents, 0, group - 1)[:, :, None], axis=2)[:, :, 0]
+    own = parents == xp.arange(group)
+    starts[...] = xp.where(own, filled, xp.where(inside, held, 0)).reshape(B)
+    a, c = xp.clip(parents, 0, group - 1)[:, :, None], xp.clip(parents, 0, group - 1)[:, None, :]
+    between = counts[xp.arange(B // group)[:, None, None], a, c]  # what the two parents held in common
+    one_parent = parents[:, :, None] == parents[:, None, :]
+    both = inside[:, :, None] & inside[:, None, :]
+    counts[...] = xp.where(both, xp.where(one_parent, xp.minimum(filled[:, :, None], filled[:, None, :]), between), 0)
+
+
+def kv_cache_reorder_forward(k_cache, v_cache, rows, starts, lengths, done, layers, B, NH, max_T, HS, group):
+    xp = array_module(rows)
+    slot = xp.arange(max_T).reshape(1, max_T)
+    filled = lengths.reshape(B, 1)
+    latest = slot + (filled - 1 - slot) // max_T * max_T  # the position each slot holds
+    moved = (slot < xp.minimum(filled, max_T)) & (latest >= starts.reshape(B, 1))  # (B, max_T)
+    moved &= ~done.reshape(1, 1).astype(bool)
     for cache in (k_cache, v_cache):
-        rows_now = cache.reshape(B, NH, max_T, HS)
-        rows_now[...] = xp.where(moved[:, None, :, None], rows_now[rows.astype(xp.int64)], rows_now)
+        rows_now = cache.reshape(layers, B, NH, max_T, HS)
+        rows_now[...] = xp.where(moved[None, :, None, :, None], rows_now[:, rows.astype(xp.int64)], rows_now)
 
 
 # --------------------------------------------------------------------------- choosing the next token

@@ -148,13 +148,14 @@ class LaunchedDecoder:
         self.cache.check_room(1)
         self.cache.length += 1
 
-    def reorder_on_device(self, rows, done, group: int) -> None:
+    def reorder_on_device(self, rows, starts, done, group: int) -> None:
         """Row i of the cache becomes a copy of row rows[i] ((B,) int32 on the device, in i's group of `group`
-        rows), only each row's filled positions, read from the device; nothing once done[0] is set."""
-        reorder = host_function("kv_cache_reorder_forward")
-        for k_cache, v_cache in zip(self.cache.k, self.cache.v):
-            B, NH, slots, HS = k_cache.shape
-            reorder(k_cache, v_cache, rows, self.cache.lengths, done, B, NH, slots, HS, group)
+        rows) at its positions from starts[i] ((B,) int32) below its length, read from the device; nothing once
+        done[0] is set. One launch for every layer."""
+        k_layers, v_layers = self.cache.stacked
+        layers, B, NH, slots, HS = k_layers.shape
+        host_function("kv_cache_reorder_forward")(k_layers, v_layers, rows, starts, self.cache.lengths, done, layers,
+                                                  B, NH, slots, HS, group)
 
     def cache_bytes(self) -> int:
         return sum(layer.nbytes for layer in self.cache.k + self.cache.v)

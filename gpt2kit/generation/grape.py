@@ -18,8 +18,9 @@ change nothing.
 A grape step is a few graphs launched back to back (InputPrep: the cache's
 reordering; Model: the decode step; BeamSearch: choosing), so that CUDA events can
 stand between the stages when a clock is given. Beam search needs no graphs bucketed
-by length: the reordering copies each row's filled positions only, read from the
-device. Grape drives a launched decoder (generation.decoding) through its device-side
+by length: the reordering copies only the positions a row does not yet hold in common
+with its parent (the lineage's counts, kept on the device), read from the device, all
+layers in one launch. Grape drives a launched decoder (generation.decoding) through its device-side
 interface (launch_step, stepped, step_logits, lengths, reorder_on_device) and never
 touches its cache or activations itself.
 """
@@ -143,11 +144,13 @@ class GrapeRun:
                     ("finished_step", rows, np.int32), ("finished_beam", rows, np.int32),
                     ("finished_token", rows, np.int32), ("is_finished", rows, np.int32),
                     ("improvable", rows, np.int32), ("parents", rows * c.max_T, np.int32),
-                    ("chosen", rows * c.max_T, np.int32), ("rows", rows, np.int32), ("done", 1, np.int32))})
+                    ("chosen", rows * c.max_T, np.int32), ("rows", rows, np.int32), ("done", 1, np.int32),
+                    ("shared", rows * kernel_module("beam_search").MAX_BEAMS, np.int32), ("starts", rows, np.int32))})
         self.beam.tokens = self.tokens  # the beams' tokens are the next step's input
         self.sequence_looks = HostLooks(self.sequences, self.stream)
         self.done_looks = HostLooks(self.beam.done, self.stream)
-        self.kernels = host_functions(("sample_forward", "beam_candidates_forward", "beam_update_forward"))
+        self.kernels = host_functions(("sample_forward", "beam_candidates_forward", "beam_update_forward",
+                                       "kv_cache_lineage_forward"))
         self.model_stage = Stage(lambda: self.decoder.launch_step(self.tokens))
         self.choose_stages: dict = {}   # selection parameters -> Stage (the parameters are baked in)
         self.reorder_stage = None       # the last beam search's: its group of K rows is baked in
@@ -222,7 +225,7 @@ class GrapeRun:
         choose = self._choose_stage(key, lambda: self._choose_beams(step_logits, step_logits.shape[-1], P, K,
                                                                      prompt_length, max_length, search))
         if self.reorder_stage is None or self.reorder_stage.key != K:
-            self.reorder_stage = Stage(lambda: self.decoder.reorder_on_device(s.rows, s.done, K), key=K)
+            self.reorder_stage = Stage(lambda: self._reorder(K), key=K)
         mark = clock.mark if clock is not None else lambda stage: None
         with self.stream:
             self.start_beams(prompts, search, max_length, mark)
@@ -264,6 +267,7 @@ class GrapeRun:
         s.is_finished.fill(0)
         s.improvable.fill(1)
         s.done.fill(0)
+        s.shared.fill(0)  # the rows' prompts are prefilled each alone: no position is known equal
         mark("Model")
         logits = self.decoder.prefill_on_device(np.repeat(prompts, K, axis=0))
         mark("BeamSearch")
@@ -280,6 +284,13 @@ class GrapeRun:
                                          s.parents[:steps], s.chosen[:steps], s.tokens, s.rows, s.done,
                                          self.decoder.lengths[:1], P, K, c.vocab_size, prompt_length, max_length,
                                          search.length_penalty, search.early_stopping, c.end_of_text)
+
+    def _reorder(self, K: int) -> None:
+        """Each row becomes a copy of its parent from the positions they do not yet hold in common."""
+        s = self.beam
+        self.kernels.kv_cache_lineage_forward(s.shared[:self.rows * K], s.starts, s.rows, self.decoder.lengths, s.done,
+                                              self.rows, K)
+        self.decoder.reorder_on_device(s.rows, s.starts, s.done, K)
 
     def _choose_stage(self, key, launch) -> Stage:
         """The choosing stage for these parameters (baked into its graph); the last one is kept."""

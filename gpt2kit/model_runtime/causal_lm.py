@@ -80,13 +80,17 @@ class KVCache:
 
     lengths (B,) int32 lives on the backend's device and is what the kernels read;
     `length` is the host's count for checks: the longest row's length. `context` is
-    how many tokens a row may hold in all (the model's positions)."""
+    how many tokens a row may hold in all (the model's positions). A model's own cache
+    keeps every layer in one array, `stacked` (k, v), each (L, B, NH, slots, HS), so
+    that one launch can reach all of them (kernels/kv_cache_reorder.py); a cache of
+    some rows' views has none."""
 
     k: list
     v: list
     lengths: object
     context: int
     length: int = 0
+    stacked: tuple | None = None
 
     @property
     def slots(self) -> int:
@@ -265,8 +269,8 @@ class CausalLM:
         c = self.config
         shape = (c.num_layers, batch_size, c.num_heads, self.cache_slots(), c.channels // c.num_heads)
         xp, dtype = self.backend.xp, self.backend.activation_dtype
-        return KVCache(list(xp.zeros(shape, dtype)), list(xp.zeros(shape, dtype)), xp.zeros(batch_size, np.int32),
-                       context=c.max_T)
+        k, v = xp.zeros(shape, dtype), xp.zeros(shape, dtype)
+        return KVCache(list(k), list(v), xp.zeros(batch_size, np.int32), context=c.max_T, stacked=(k, v))
 
     def activations(self):
         """The activations of the last plain call (a namespace of arrays named as in ACTIVATION_SHAPES)."""

@@ -14,7 +14,7 @@ __device__ void reorder_elements(Element* cache, const Group& group, int NH, int
     for (int i = first + threadIdx.x; i < first + count; i += blockDim.x) {
         for (int g = 0; g < group.size; g++) {
             int b = group.first_row + g, parent = group.parent(g);
-            if (parent != b && i / per_position < group.filled(g)) {
+            if (group.moves(g) && holds_from(i / per_position, group.length(g), group.start(g), group.max_T)) {
                 const Element value = cache[((long long)parent * NH + h) * row_elements + i];
                 cache[((long long)b * NH + h) * row_elements + i] = value;
             }
@@ -30,5 +30,5 @@ kernel = CudaKernel(mutate(solution, held_first, ROW_BY_ROW), "kv_cache_reorder_
                     defines=kv_cache_reorder.kv_cache_reorder_kernel.defines)
 
 
-def kv_cache_reorder_forward(k_cache, v_cache, rows, lengths, done, B, NH, max_T, HS, group):
-    kv_cache_reorder.launch(kernel, k_cache, v_cache, rows, lengths, done, B, NH, max_T, HS, group)
+def kv_cache_reorder_forward(k_cache, v_cache, rows, starts, lengths, done, layers, B, NH, max_T, HS, group):
+    kv_cache_reorder.launch(kernel, k_cache, v_cache, rows, starts, lengths, done, layers, B, NH, max_T, HS, group)
