@@ -37,7 +37,7 @@ SPEC = Spec(
     function="kv_cache_reorder_forward", module="kv_cache_reorder", outputs=("k_cache", "v_cache"), build=build,
     error_bound=exact, graded=False, provided=True,  # a copy
     cases=(
-        dict(layers=12, B=5, NH=12, max_T=1024, HS=64, group=5),  # GPT-2, beam 5
+        dict(layers=2, B=5, NH=12, max_T=1024, HS=64, group=5),   # GPT-2, beam 5 (two of its layers: one launch)
         dict(layers=1, B=5, NH=12, max_T=1024, HS=64, group=5, variant="from_zero"),
         dict(layers=2, B=10, NH=4, max_T=70, HS=256, group=5),    # head size 256 (GPT-J), two prompts
         dict(layers=3, B=6, NH=3, max_T=37, HS=10, group=3),      # a head size that is no multiple of 4: float by float
