@@ -187,11 +187,12 @@ def kv_cache_lineage_forward(shared, starts, rows, lengths, done, B, group):
     parents = rows.reshape(B // group, group) - xp.arange(0, B, group).reshape(-1, 1)  # within the group
     filled = lengths.reshape(B // group, group)
     inside = (parents >= 0) & (parents < group)
-    held = xp.take_along_axis(counts, xp.clip(parents, 0, group - 1)[:, :, None], axis=2)[:, :, 0]
+    clipped = xp.clip(parents, 0, group - 1)  # an index for every row; `inside` drops the outside ones
+    held = xp.take_along_axis(counts, clipped[:, :, None], axis=2)[:, :, 0]
     own = parents == xp.arange(group)
     starts[...] = xp.where(own, filled, xp.where(inside, held, 0)).reshape(B)
-    a, c = xp.clip(parents, 0, group - 1)[:, :, None], xp.clip(parents, 0, group - 1)[:, None, :]
-    between = counts[xp.arange(B // group)[:, None, None], a, c]  # what the two parents held in common
+    # what each two rows' parents held in common
+    between = counts[xp.arange(B // group)[:, None, None], clipped[:, :, None], clipped[:, None, :]]
     one_parent = parents[:, :, None] == parents[:, None, :]
     both = inside[:, :, None] & inside[:, None, :]
     counts[...] = xp.where(both, xp.where(one_parent, xp.minimum(filled[:, :, None], filled[:, None, :]), between), 0)
